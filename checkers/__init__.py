@@ -1,0 +1,1 @@
+"""Checkers: turn a history into results (shared/HISTORY.md), with PySpark."""

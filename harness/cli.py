@@ -1,0 +1,79 @@
+"""The `harness` command line: one subcommand per stage of the flow.
+
+Each subcommand lives in its own module, which exposes
+`configure(parser)` (adds its flags) and `run(args) -> int` (exit status).
+Modules are imported when the parser is built, so they keep heavy imports
+(pyspark, confluent_kafka, paramiko) inside their functions.
+
+Errors the user can fix end with one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+
+from harness import __version__
+from harness.errors import UserError
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "check": ("checkers.cli", "check a history for lost writes, duplicates and offset anomalies"),
+    "gen-history": ("harness.synthetic", "write a synthetic history with planted anomalies"),
+    "bench": ("harness.bench", "run a benchmark and print its measurements"),
+}
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line and exit 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's name
+        raise UserError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="harness", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"harness {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip().splitlines()[0])
+        module.configure(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.verbose:
+            logging.getLogger().setLevel(logging.DEBUG)
+        if not getattr(args, "command", None):
+            parser.print_help()
+            return 2
+        return int(args._module.run(args) or 0)
+    except UserError as e:
+        print(f"harness: error: {e}", file=sys.stderr)
+        return e.exit_status
+    except KeyboardInterrupt:
+        print("harness: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:  # a bug in the harness, not the user's input
+        if os.environ.get("HARNESS_DEBUG"):
+            raise
+        first = str(e).splitlines()[0] if str(e) else ""
+        print(f"harness: internal error: {type(e).__name__}: {first} (HARNESS_DEBUG=1 shows the traceback)",
+              file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

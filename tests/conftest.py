@@ -1,0 +1,1 @@
+"""Shared test configuration: markers and session-wide fixtures."""
