@@ -1,9 +1,69 @@
-"""Check a history (placeholder until written)."""
+"""harness check HISTORY: check a history for lost writes, duplicates and offset anomalies.
+
+HISTORY is a history.jsonl or history.parquet file, a folder of parts, or a
+run directory. Writes results.json (beside the history unless --out), prints
+a summary (or the JSON), and exits 0 valid, 1 anomalies, 2 could not check.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from harness.errors import UserError
 
 
-def configure(parser):
-    pass
+def configure(parser) -> None:
+    parser.add_argument("history", metavar="HISTORY", help="history file, folder of parts, or run directory")
+    parser.add_argument("--out", metavar="DIR", help="where to write results.json (default: beside the history)")
+    parser.add_argument("--allow", metavar="NAME", action="append", default=[],
+                        help="declare an anomaly expected: counted, not an error (repeatable)")
+    parser.add_argument("--idempotent", action="store_true",
+                        help="the producer was idempotent: duplicates and reordered sends are errors")
+    parser.add_argument("--spark-master", metavar="URL", help="Spark master (default local[*])")
+    parser.add_argument("--spark-conf", metavar="KEY=VALUE", action="append", default=[],
+                        help="extra Spark setting (repeatable)")
+    parser.add_argument("--json", action="store_true", help="print results.json instead of the summary")
 
 
-def run(args):
-    return 0
+def spark_conf(pairs: list[str]) -> dict[str, str]:
+    conf = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--spark-conf {pair!r}: expected KEY=VALUE")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
+def write_results(results: dict, out_dir: Path) -> Path:
+    import orjson
+
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = out_dir / "results.json"
+        tmp = path.with_name(".results.json.tmp")
+        tmp.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2) + b"\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        raise UserError(f"cannot write results to {out_dir}: {e.strerror}") from None
+    return path
+
+
+def run(args) -> int:
+    import orjson
+
+    from checkers.check import Options, check_history
+    from checkers.summary import render
+    from harness import history as h
+
+    opts = Options(allow=set(args.allow), idempotent=args.idempotent or None,
+                   master=args.spark_master, spark_conf=spark_conf(args.spark_conf))
+    results = check_history(args.history, opts)
+    out_dir = Path(args.out) if args.out else h.resolve(args.history).root
+    path = write_results(results, out_dir)
+    if args.json:
+        print(orjson.dumps(results, option=orjson.OPT_INDENT_2).decode())
+    else:
+        print(render(results, str(path)))
+    return 0 if results["valid"] else 1

@@ -1,9 +1,486 @@
-"""Synthetic histories with planted anomalies (placeholder until written)."""
+"""harness gen-history: write a synthetic history with planted anomalies.
+
+A small simulation of a Kafka-like run, not a sampler of events: producers
+append unique values to partition logs (pipelined sends completing ok, fail
+or info), consumers poll their partitions in order (with rebalances,
+commits, crashes), the nemesis starts and stops faults, and final reads go
+through every partition. Anomalies are planted into the logs and reads on
+purpose, a known number of each, and the simulation counts every consequence
+(a lost write that a consumer reads past is also a poll skip), so
+`expected` holds exactly what a correct checker must report.
+
+Used by tests (property test against the checker) and by benchmarks.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from harness.errors import UserError
+
+PLANTABLE = ("lost", "duplicates", "inconsistent", "aborted", "nonmonotonic_polls", "skips",
+             "nonmonotonic_sends", "unseen")
+ANOMALY_OF = {"lost": "lost-write", "duplicates": "duplicate", "inconsistent": "inconsistent-offset",
+              "aborted": "aborted-read", "nonmonotonic_polls": "nonmonotonic-poll", "skips": "poll-skip",
+              "nonmonotonic_sends": "nonmonotonic-send", "unseen": "unseen"}
+MS = 1_000_000
 
 
-def configure(parser):
-    pass
+@dataclass
+class Plan:
+    events: int = 10_000
+    seed: int = 0
+    partitions: int = 6
+    producers: int = 4
+    consumers: int = 3
+    batch: int = 20  # most records one poll returns
+    lost: int = 0
+    duplicates: int = 0
+    inconsistent: int = 0
+    aborted: int = 0
+    nonmonotonic_polls: int = 0
+    skips: int = 0
+    nonmonotonic_sends: int = 0
+    unseen: int = 0
+    fail_rate: float = 0.01
+    info_rate: float = 0.01
+    hole_rate: float = 0.002  # offsets taken by records the history does not know
+    nemesis: bool = True
 
 
-def run(args):
+@dataclass
+class Entry:
+    """One offset of a partition log."""
+
+    value: int | None  # None: a record the history does not know (a hole)
+    hidden: bool = False  # a lost write: acknowledged here, never delivered
+
+
+@dataclass
+class Synthetic:
+    events: list[dict]
+    expected: dict[str, int]  # anomaly name -> count a correct checker reports
+    sends: dict[str, int] = field(default_factory=dict)  # ok / fail / info (unfinished included)
+    info_read: int = 0
+    info_unread: int = 0
+
+
+class _Sim:
+    def __init__(self, plan: Plan):
+        self.p = plan
+        self.rng = random.Random(plan.seed)
+        self.logs: list[list[Entry]] = [[] for _ in range(plan.partitions)]
+        self.pending: list[tuple[int, int, dict]] = []  # (time, seq, event) for later completion
+        self.seq = 0
+        self.out: list[dict] = []
+        self.now = 0
+        self.next_value = 0
+        self.next_process = 0
+        self.expected = {name: 0 for name in ANOMALY_OF.values()}
+        self.outcome: dict[int, str] = {}  # value -> ok/fail/info/unfinished
+        self.read_values: set[int] = set()
+        self.info_values: set[int] = set()
+        # Each value costs two send events and, read twice in batches, some poll events.
+        n_send_estimate = max(100, int(0.9 * plan.events / (2.3 + 4 / min(plan.batch, 10))))
+        self.plant_at = self._spread(n_send_estimate)
+        self.sends_done = 0
+        self.held: dict[tuple[int, int], int] = {}  # (producer, partition) -> a value held back
+        self.lost: list[tuple[int, int]] = []  # positions of hidden (lost) records
+
+    # -- plumbing
+
+    def _spread(self, n_sends: int) -> dict[int, str]:
+        """Send numbers at which to plant each kind, spread over the first 85 % of the run."""
+        kinds = []
+        for name in ("lost", "duplicates", "aborted", "nonmonotonic_sends"):  # planted at send time
+            kinds += [name] * getattr(self.p, name)
+        slots = max(len(kinds) * 4, 1)
+        span = int(n_sends * 0.85)
+        if len(kinds) * 8 > span:
+            raise UserError(f"too many planted anomalies ({len(kinds)}) for {self.p.events} events")
+        step = span // slots
+        at = {}
+        for i, kind in enumerate(kinds):
+            at[step * (4 * i + 2) + self.rng.randrange(step)] = kind
+        return at
+
+    def emit(self, process, type_, f, **fields) -> dict:
+        event = {"index": len(self.out), "time": self.now, "process": process, "type": type_, "f": f, **fields}
+        self.out.append(event)
+        return event
+
+    def later(self, delay: int, process, type_, f, **fields) -> None:
+        self.seq += 1
+        heapq.heappush(self.pending, (self.now + delay, self.seq, (process, type_, f, fields)))
+
+    def flush_due(self) -> None:
+        while self.pending and self.pending[0][0] <= self.now:
+            _, _, (process, type_, f, fields) = heapq.heappop(self.pending)
+            fields.pop("droppable", None)
+            self.emit(process, type_, f, **fields)
+
+    def new_value(self) -> int:
+        self.next_value += 1
+        return self.next_value - 1
+
+    def process_id(self) -> int:
+        self.next_process += 1
+        return self.next_process - 1
+
+    def append(self, partition: int, value: int | None, hidden: bool = False) -> int:
+        log = self.logs[partition]
+        log.append(Entry(value, hidden))
+        return len(log) - 1
+
+
+class _Consumer:
+    """A consumer: reads its partitions in order, tracking what a checker sees."""
+
+    def __init__(self, sim: _Sim, partitions: list[int]):
+        self.sim = sim
+        self.pid = sim.process_id()
+        self.partitions = partitions
+        self.position = {p: 0 for p in partitions}
+        self.last_read: dict[int, int | None] = {p: None for p in partitions}
+        self.committed = {p: 0 for p in partitions}
+        self.rewind_next = False
+        self.skip_next = False
+        sim.emit(self.pid, "invoke", "assign", partitions=partitions)
+        sim.emit(self.pid, "ok", "assign", partitions=partitions)
+
+    def reassign(self) -> None:
+        """A rebalance: the same partitions again, from the committed offsets."""
+        sim = self.sim
+        sim.emit(self.pid, "invoke", "assign", partitions=self.partitions)
+        sim.emit(self.pid, "ok", "assign", partitions=self.partitions)
+        for p in self.partitions:
+            self.position[p] = self.committed[p]
+            self.last_read[p] = None
+
+    def poll(self, limit_of: dict[int, int] | None = None) -> int:
+        """One poll; returns how many records it delivered."""
+        sim = self.sim
+        sim.emit(self.pid, "invoke", "poll")
+        records = []
+        for p in sim.rng.sample(self.partitions, len(self.partitions)):
+            end = len(sim.logs[p]) if limit_of is None else limit_of[p]
+            while self.position[p] < end and len(records) < sim.p.batch:
+                o = self.position[p]
+                entry = sim.logs[p][o]
+                self.position[p] += 1
+                if entry.hidden or entry.value is None:
+                    continue
+                if self.skip_next and self.last_read[p] is not None and o + 1 < end:
+                    nxt = sim.logs[p][o + 1]
+                    if not nxt.hidden and nxt.value is not None:
+                        # A planted skip: jump over a record that is there.
+                        self.skip_next = False
+                        continue
+                records.append(self._deliver(p, o, entry.value))
+                if self.rewind_next and o >= 5:
+                    back = o - sim.rng.randint(1, 5)
+                    if not sim.logs[p][back].hidden and sim.logs[p][back].value is not None:
+                        # A planted rewind: deliver an earlier record again, then go on from there.
+                        self.rewind_next = False
+                        records.append(self._deliver(p, back, sim.logs[p][back].value))
+                        self.position[p] = back + 1
+            if len(records) >= sim.p.batch:
+                break
+        sim.now += sim.rng.randint(0, 2) * MS
+        sim.emit(self.pid, "ok", "poll", records=records)
+        return len(records)
+
+    def _deliver(self, p: int, o: int, value: int) -> dict:
+        sim = self.sim
+        last = self.last_read[p]
+        if last is not None:
+            if o <= last:
+                sim.expected["nonmonotonic-poll"] += 1
+            elif o > last + 1 and any(sim.logs[p][x].value is not None for x in range(last + 1, o)):
+                sim.expected["poll-skip"] += 1
+        self.last_read[p] = o
+        sim.read_values.add(value)
+        return {"partition": p, "offset": o, "key": value % 97, "value": value}
+
+    def commit(self) -> None:
+        sim = self.sim
+        offsets = [{"partition": p, "offset": self.position[p]} for p in self.partitions]
+        sim.emit(self.pid, "invoke", "commit", offsets=offsets)
+        if sim.rng.random() < 0.05:
+            sim.emit(self.pid, "info", "commit", error="REQUEST_TIMED_OUT")
+        else:
+            sim.emit(self.pid, "ok", "commit", offsets=offsets)
+            self.committed = dict(self.position)
+
+    def crash(self) -> None:
+        """Torn down after an indeterminate error; goes on as a new process."""
+        sim = self.sim
+        sim.emit(self.pid, "invoke", "crash")
+        sim.emit(self.pid, "ok", "crash")
+        self.pid = sim.process_id()
+        sim.emit(self.pid, "invoke", "assign", partitions=self.partitions)
+        sim.emit(self.pid, "ok", "assign", partitions=self.partitions)
+        for p in self.partitions:
+            self.position[p] = self.committed[p]
+            self.last_read[p] = None
+
+
+def generate(plan: Plan) -> Synthetic:
+    if plan.events < 200:
+        raise UserError("--events must be at least 200")
+    for name in PLANTABLE:
+        if getattr(plan, name) < 0:
+            raise UserError(f"--{name.replace('_', '-')} must not be negative")
+    if plan.partitions < 1 or plan.producers < 1 or plan.consumers < 1:
+        raise UserError("--partitions, --producers and --consumers must be at least 1")
+    sim = _Sim(plan)
+    rng = sim.rng
+    producers = [sim.process_id() for _ in range(plan.producers)]
+    parts = list(range(plan.partitions))
+    consumers = [_Consumer(sim, parts[i::plan.consumers]) for i in range(min(plan.consumers, plan.partitions))]
+    read_plants = ["skip"] * plan.skips + ["rewind"] * plan.nonmonotonic_polls
+    rng.shuffle(read_plants)
+    fault_open = False
+    fixed_tail = 4 * plan.unseen + 8 * plan.inconsistent + 4 * plan.partitions + 20
+    tick = 0
+    # Stop the fault phase when what is left (catch-up and final reads, about
+    # two events per batch of records) would bring the total to `events`.
+    while len(sim.out) + fixed_tail + 2 * (sim.sends_done // plan.batch) * 1.1 < plan.events:
+        tick += 1
+        sim.now = max(sim.now, tick * MS)
+        sim.flush_due()
+        for pid in producers:
+            if rng.random() < 0.9:
+                _send(sim, pid)
+        if tick % 3 == 0:
+            c = consumers[rng.randrange(len(consumers))]
+            if read_plants and tick > 30 and rng.random() < 0.25 and not (c.skip_next or c.rewind_next):
+                if read_plants.pop() == "skip":
+                    c.skip_next = True
+                else:
+                    c.rewind_next = True
+            c.poll()
+            r = rng.random()
+            if r < 0.05:
+                c.commit()
+            elif r < 0.06:
+                c.reassign()
+            elif r < 0.065:
+                c.crash()
+        if plan.nemesis and tick % 500 == 0:
+            fault_open = _nemesis(sim, fault_open)
+    if fault_open:
+        _nemesis(sim, True)
+    # Sends still held back for a reordering go in now, with nothing after them.
+    for pid, partition in list(sim.held):
+        _append_held(sim, pid, partition)
+    _end_sends(sim)
+    # Consumers catch up; read anomalies not yet placed are placed here.
+    for c in consumers:
+        while any(c.position[p] < len(sim.logs[p]) for p in c.partitions):
+            c.poll()
+    if read_plants or any(c.skip_next or c.rewind_next for c in consumers):
+        raise UserError("could not place every planted read anomaly; use more --events")
+    used: set[tuple[int, int]] = set()
+    for _ in range(plan.inconsistent):
+        _plant_inconsistent(sim, producers[0], used)
+    # Unseen: acknowledged records at the ends of partitions that no read reaches.
+    limit = {p: len(sim.logs[p]) for p in parts}
+    for i in range(plan.unseen):
+        pid = producers[i % len(producers)]
+        value = sim.new_value()
+        partition = parts[i % len(parts)]
+        sim.emit(pid, "invoke", "send", key=value % 97, value=value)
+        offset = sim.append(partition, value)
+        sim.now += MS
+        sim.emit(pid, "ok", "send", value=value, partition=partition, offset=offset)
+        sim.outcome[value] = "ok"
+        sim.expected["unseen"] += 1
+    # Final reads by a fresh process, up to where the unseen tail begins.
+    final = _Consumer(sim, parts)
+    while any(final.position[p] < limit[p] for p in parts):
+        sim.now += MS
+        final.poll(limit)
+    _count_lost(sim, limit)
+    return _finish(sim)
+
+
+def _end_sends(sim: _Sim) -> None:
+    """The fault phase ends: a few sends in flight never complete (info), the rest do."""
+    due = sorted(sim.pending)
+    sim.pending = []
+    for when, seq, item in due:
+        process, type_, f, fields = item
+        if fields.pop("droppable", False) and sim.rng.random() < 0.3:
+            sim.outcome[fields["value"]] = "info"
+            sim.info_values.add(fields["value"])
+            continue
+        heapq.heappush(sim.pending, (when, seq, item))
+    if sim.pending:
+        sim.now = max(sim.now, max(w for w, _, _ in sim.pending))
+    sim.flush_due()
+
+
+def _send(sim: _Sim, pid: int) -> None:
+    rng = sim.rng
+    value = sim.new_value()
+    key = rng.randrange(97)
+    partition = key % sim.p.partitions
+    sim.emit(pid, "invoke", "send", key=key, value=value)
+    plant = sim.plant_at.pop(sim.sends_done, None)
+    sim.sends_done += 1
+    delay = rng.randint(1, 8) * MS
+    if plant == "nonmonotonic_sends" and (pid, partition) not in sim.held:
+        # Held back, to be appended after this producer's next acknowledged send here.
+        sim.held[(pid, partition)] = value
+        sim.outcome[value] = "ok"
+        return
+    acked = False
+    if plant == "lost":
+        offset = sim.append(partition, value, hidden=True)
+        sim.later(delay, pid, "ok", "send", value=value, partition=partition, offset=offset)
+        sim.outcome[value] = "ok"
+        sim.lost.append((partition, offset))
+        acked = True
+    elif plant == "duplicates":
+        # A retry that was written twice; the ack names the first copy.
+        offset = sim.append(partition, value)
+        sim.append(partition, value)
+        sim.later(delay, pid, "ok", "send", value=value, partition=partition, offset=offset)
+        sim.outcome[value] = "ok"
+        sim.expected["duplicate"] += 1
+        acked = True
+    elif plant == "aborted":
+        sim.append(partition, value)
+        sim.later(delay, pid, "fail", "send", value=value, error="NOT_ENOUGH_REPLICAS")
+        sim.outcome[value] = "fail"
+        sim.expected["aborted-read"] += 1
+    else:
+        if rng.random() < sim.p.hole_rate:
+            sim.append(partition, None)
+        r = rng.random()
+        if r < sim.p.fail_rate:
+            sim.later(delay, pid, "fail", "send", value=value, error="NOT_ENOUGH_REPLICAS")
+            sim.outcome[value] = "fail"
+        elif r < sim.p.fail_rate + sim.p.info_rate:
+            if rng.random() < 0.5:
+                sim.append(partition, value)
+            sim.later(delay, pid, "info", "send", value=value, error="_MSG_TIMED_OUT")
+            sim.outcome[value] = "info"
+            sim.info_values.add(value)
+        else:
+            offset = sim.append(partition, value)
+            sim.later(delay, pid, "ok", "send", value=value, partition=partition, offset=offset,
+                      droppable=True)
+            sim.outcome[value] = "ok"
+            acked = True
+    if acked and (pid, partition) in sim.held:
+        # The held send lands after this one: acks in invocation order go backwards once.
+        _append_held(sim, pid, partition)
+        sim.expected["nonmonotonic-send"] += 1
+
+
+def _append_held(sim: _Sim, pid: int, partition: int) -> None:
+    value = sim.held.pop((pid, partition))
+    offset = sim.append(partition, value)
+    sim.later(sim.rng.randint(1, 8) * MS, pid, "ok", "send", value=value, partition=partition, offset=offset)
+
+
+def _nemesis(sim: _Sim, fault_open: bool) -> bool:
+    f = "stop-partition" if fault_open else "start-partition"
+    value = {"grudge": {"n1": ["n2", "n3"], "n2": ["n1"], "n3": ["n1"]}}
+    sim.emit("nemesis", "invoke", f, value=value)
+    sim.emit("nemesis", "ok", f, value=value, verified=True)
+    return not fault_open
+
+
+def _plant_inconsistent(sim: _Sim, producer: int, used: set) -> None:
+    """A reader that sees another value at a known position: a fresh process
+    reads, once, an info send's value where the log holds an acked one."""
+    rng = sim.rng
+    for _ in range(10_000):
+        p = rng.randrange(sim.p.partitions)
+        if not sim.logs[p]:
+            continue
+        o = rng.randrange(len(sim.logs[p]))
+        entry = sim.logs[p][o]
+        if (p, o) not in used and not entry.hidden and sim.outcome.get(entry.value) == "ok":
+            break
+    else:
+        raise UserError("could not place an inconsistent offset; use more --events")
+    used.add((p, o))
+    value = sim.new_value()
+    sim.emit(producer, "invoke", "send", key=value % 97, value=value)
+    sim.now += MS
+    sim.emit(producer, "info", "send", value=value, error="_MSG_TIMED_OUT")
+    sim.outcome[value] = "info"
+    sim.info_values.add(value)
+    pid = sim.process_id()
+    sim.emit(pid, "invoke", "assign", partitions=[p])
+    sim.emit(pid, "ok", "assign", partitions=[p])
+    sim.emit(pid, "invoke", "poll")
+    sim.emit(pid, "ok", "poll", records=[{"partition": p, "offset": o, "key": value % 97, "value": value}])
+    sim.read_values.add(value)
+    sim.expected["inconsistent-offset"] += 1
+
+
+def _count_lost(sim: _Sim, limit: dict[int, int]) -> None:
+    """A hidden record is a lost write where a later one was read; else unseen."""
+    for p, o in sim.lost:
+        read_after = any(not e.hidden and e.value is not None for e in sim.logs[p][o + 1:limit[p]])
+        sim.expected["lost-write" if read_after else "unseen"] += 1
+
+
+def _finish(sim: _Sim) -> Synthetic:
+    sends = {"ok": 0, "fail": 0, "info": 0}
+    for outcome in sim.outcome.values():
+        sends[outcome] += 1
+    info_read = sum(1 for v in sim.info_values if v in sim.read_values)
+    return Synthetic(sim.out, dict(sim.expected), sends, info_read, len(sim.info_values) - info_read)
+
+
+# --------------------------------------------------------------------------
+# CLI
+
+
+def configure(parser) -> None:
+    parser.add_argument("--events", type=int, default=10_000, help="about how many events (default 10000)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", metavar="DIR", required=True, help="folder for history.jsonl/.parquet and expected.json")
+    parser.add_argument("--format", choices=("jsonl", "parquet", "both"), default="both")
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--producers", type=int, default=4)
+    parser.add_argument("--consumers", type=int, default=3)
+    for name in PLANTABLE:
+        parser.add_argument("--" + name.replace("_", "-"), type=int, default=0, metavar="K",
+                            help=f"plant K {ANOMALY_OF[name]} anomalies")
+
+
+def run(args) -> int:
+    from harness.history import write_parquet
+
+    plan = Plan(events=args.events, seed=args.seed, partitions=args.partitions, producers=args.producers,
+                consumers=args.consumers, **{name: getattr(args, name) for name in PLANTABLE})
+    syn = generate(plan)
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if args.format in ("jsonl", "both"):
+            with open(out / "history.jsonl", "wb") as f:
+                for e in syn.events:
+                    f.write(orjson.dumps(e) + b"\n")
+        if args.format in ("parquet", "both"):
+            write_parquet(syn.events, out / "history.parquet")
+        (out / "expected.json").write_bytes(orjson.dumps(
+            {"anomalies": syn.expected, "sends": syn.sends,
+             "info_sends": {"read": syn.info_read, "unread": syn.info_unread}}, option=orjson.OPT_INDENT_2))
+    except OSError as e:
+        raise UserError(f"cannot write to {out}: {e.strerror}") from None
+    print(f"wrote {len(syn.events)} events to {out} (expected: "
+          + ", ".join(f"{k} {v}" for k, v in syn.expected.items() if v) + ")")
     return 0

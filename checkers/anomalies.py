@@ -1,0 +1,382 @@
+"""The anomalies of shared/HISTORY.md, computed with Spark.
+
+The history is reshaped a few ways, each by one shuffle, and every anomaly
+is read off one of them:
+
+- by value: a send's invocation and completion, and every read of the value
+  (lost-write, unseen, aborted-read, duplicate; and the contract's checks
+  across events: values are unique, each send completes once, after its
+  invocation, in its process);
+- by position (partition, offset): the distinct values seen there
+  (inconsistent-offset), and which offsets are known at all (poll-skip);
+- in each process's order: consecutive reads of one partition
+  (nonmonotonic-poll, poll-skip) and successive acknowledged sends
+  (nonmonotonic-send).
+
+Aggregations use only numbers, so that Spark keeps them in its fast hash
+aggregation: an operation's type is a small code, and a position is one long,
+`partition << 40 | offset`. Examples (at most 20 of each) are looked up
+afterwards, with the history indexes that prove them.
+
+One reading of the contract is ours to make: a `seek` carries a partition,
+so it restarts the read order of that partition only; `assign` and `crash`
+restart every partition of the process. A seek that names no partition (a
+failed or unknown one) restarts them all, to stay on the safe side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.errors import HistoryError
+
+ANOMALIES = ("lost-write", "duplicate", "inconsistent-offset", "aborted-read",
+             "nonmonotonic-poll", "poll-skip", "nonmonotonic-send", "unseen")
+ALWAYS_ERRORS = {"lost-write", "inconsistent-offset", "aborted-read", "nonmonotonic-poll", "poll-skip"}
+# Errors only where the run's configuration promises to prevent them.
+IDEMPOTENCE_ERRORS = {"duplicate", "nonmonotonic-send"}
+MAX_EXAMPLES = 20
+
+INVOKE, OK, FAIL, INFO, READ = 0, 1, 2, 3, 4
+KIND_NAMES = {OK: "ok", FAIL: "fail", INFO: "info"}
+POS_BITS = 40  # offsets below 2**40; partitions below 2**23
+MAX_OFFSET = (1 << POS_BITS) - 1
+# Gaps in a consumer's offsets up to this wide are checked offset by offset;
+# wider ones (rare: a jump to the end of a log) by ordering the known offsets.
+NARROW_GAP = 1024
+
+
+def _F():
+    from pyspark.sql import functions as F
+
+    return F
+
+
+def pos_of(partition, offset):
+    F = _F()
+    return F.shiftleft(partition, POS_BITS).bitwiseOR(offset)
+
+
+def partition_of(pos):
+    F = _F()
+    return F.shiftright(pos, POS_BITS)
+
+
+def offset_of(pos):
+    return pos.bitwiseAND(MAX_OFFSET)
+
+
+def type_code(col):
+    F = _F()
+    return (F.when(col == "invoke", INVOKE).when(col == "ok", OK).when(col == "fail", FAIL)
+            .otherwise(INFO))
+
+
+@dataclass
+class Frames:
+    """The DataFrames an analysis shares; `cached` lists what to unpersist."""
+
+    client: object  # client events
+    reads: object  # one row per record read: process, index, time, slot, partition, offset, value
+    by_value: object
+    cached: list
+
+
+def build(df) -> Frames:
+    F = _F()
+    client = df.where(F.col("process") >= 0)
+    reads = (client.where((F.col("f") == "poll") & (F.col("type") == "ok"))
+             .select("process", "index", "time", F.posexplode("records").alias("slot", "r"))
+             .select("process", "index", "time", "slot",
+                     F.col("r.partition").alias("partition"), F.col("r.offset").alias("offset"),
+                     F.col("r.value").alias("value"))
+             .persist())
+    sends = client.where(F.col("f") == "send").select(
+        "value", type_code(F.col("type")).alias("kind"), "index", "time", "process",
+        F.when(F.col("type") == "ok", pos_of(F.col("partition"), F.col("offset"))).alias("pos"))
+    union = sends.unionByName(reads.select(
+        "value", F.lit(READ).alias("kind"), "index", "time", "process",
+        pos_of(F.col("partition"), F.col("offset")).alias("pos")))
+    kind, index, time, process = F.col("kind"), F.col("index"), F.col("time"), F.col("process")
+    inv, comp, read = kind == INVOKE, kind.isin(OK, FAIL, INFO), kind == READ
+    by_value = union.groupBy("value").agg(
+        F.count(F.when(inv, 1)).alias("n_inv"),
+        F.min(F.when(inv, index)).alias("inv_index"),
+        F.max(F.when(inv, index)).alias("inv_index_last"),
+        F.min(F.when(inv, time)).alias("inv_time"),
+        F.min(F.when(inv, process)).alias("process"),
+        F.count(F.when(comp, 1)).alias("n_comp"),
+        F.min(F.when(comp, index)).alias("comp_index"),
+        F.max(F.when(comp, index)).alias("comp_index_last"),
+        F.min(F.when(comp, time)).alias("comp_time"),
+        F.min(F.when(comp, process)).alias("comp_process"),
+        F.max(F.when(comp, kind)).alias("outcome"),
+        F.max(F.when(kind == OK, F.col("pos"))).alias("ack_pos"),
+        F.count(F.when(read, 1)).alias("n_read"),
+        F.min(F.when(read, F.col("pos"))).alias("read_first_pos"),
+        F.max(F.when(read, F.col("pos"))).alias("read_last_pos"),
+        F.min(F.when(read, index)).alias("read_index"),
+    )
+    # least/greatest skip nulls: two or more distinct positions iff they differ.
+    by_value = by_value.select(
+        "*", F.least("ack_pos", "read_first_pos").alias("first_pos"),
+        F.greatest("ack_pos", "read_last_pos").alias("last_pos")).persist()
+    return Frames(client, reads, by_value, [reads, by_value])
+
+
+def max_read_offsets(frames: Frames) -> dict[int, int]:
+    F = _F()
+    rows = frames.reads.groupBy("partition").agg(F.max("offset").alias("m")).collect()
+    return {r["partition"]: r["m"] for r in rows}
+
+
+def _lookup(mapping: dict[int, int], column):
+    """`mapping[column]` as a Spark expression (null where absent)."""
+    F = _F()
+    if not mapping:
+        return F.lit(None).cast("long")
+    pairs = []
+    for k, v in mapping.items():
+        pairs += [F.lit(k), F.lit(v)]
+    return F.element_at(F.create_map(*pairs), column)
+
+
+def value_checks(frames: Frames, max_read: dict[int, int]) -> dict:
+    """One pass over the by-value frame: contract violations, counts, value anomalies."""
+    F = _F()
+    v = frames.by_value
+    outcome, n_read = F.col("outcome"), F.col("n_read")
+    unfinished = (F.col("n_inv") == 1) & (F.col("n_comp") == 0)
+    maxread = _lookup(max_read, partition_of(F.col("ack_pos")))
+    never_read = n_read == 0
+    flags = {
+        "lost-write": (outcome == OK) & never_read & (offset_of(F.col("ack_pos")) < F.coalesce(maxread, F.lit(-1))),
+        "unseen": (outcome == OK) & never_read & ~(offset_of(F.col("ack_pos")) < F.coalesce(maxread, F.lit(-1))),
+        "aborted-read": (outcome == FAIL) & (n_read > 0),
+        "duplicate": F.col("first_pos") != F.col("last_pos"),
+    }
+
+    def first_index(cond, col):
+        return F.min(F.when(cond, F.col(col)))
+
+    def count_if(cond):
+        return F.count(F.when(cond, 1))
+
+    row = v.agg(
+        first_index(F.col("n_inv") > 1, "inv_index_last").alias("bad_dup_send"),
+        first_index((F.col("n_comp") > 0) & (F.col("n_inv") == 0), "comp_index").alias("bad_orphan"),
+        first_index(F.col("n_comp") > 1, "comp_index_last").alias("bad_double"),
+        first_index(F.col("comp_index") < F.col("inv_index"), "comp_index").alias("bad_early"),
+        first_index(F.col("comp_process") != F.col("process"), "comp_index").alias("bad_process"),
+        count_if(outcome == OK).alias("ok"), count_if(outcome == FAIL).alias("fail"),
+        count_if(outcome == INFO).alias("info"), count_if(unfinished).alias("unfinished"),
+        count_if(((outcome == INFO) | unfinished) & (n_read > 0)).alias("info_read"),
+        count_if(((outcome == INFO) | unfinished) & never_read).alias("info_unread"),
+        count_if((F.col("n_inv") == 0) & (n_read > 0)).alias("unknown_values"),
+        F.sum("n_read").alias("records_read"),
+        *[count_if(cond).alias(name) for name, cond in flags.items()],
+    ).collect()[0]
+    problems = [
+        ("bad_dup_send", "value sent twice (values must be unique across the history)"),
+        ("bad_orphan", "a send completion without an invocation of its value"),
+        ("bad_double", "a second completion of the same send"),
+        ("bad_early", "a send completion before its invocation"),
+        ("bad_process", "a send completion by another process than its invocation's"),
+    ]
+    for key, message in problems:
+        if row[key] is not None:
+            raise HistoryError(f"index {row[key]}: {message}")
+    result = row.asDict()
+    result["frame"] = v.select("*", maxread.alias("max_read_offset"),
+                               *[cond.alias("is_" + name) for name, cond in flags.items()])
+    return result
+
+
+def _error_of(frames: Frames, indexes: list[int]) -> dict[int, str]:
+    F = _F()
+    if not indexes:
+        return {}
+    rows = frames.client.where(F.col("index").isin(indexes)).select("index", "error").collect()
+    return {r["index"]: r["error"] for r in rows}
+
+
+def _read_indexes(frames: Frames, values: list[int]) -> dict[tuple[int, int, int], int]:
+    """(value, partition, offset) -> the first index of a read of it, for `values`."""
+    F = _F()
+    rows = (frames.reads.where(F.col("value").isin(values))
+            .groupBy("value", "partition", "offset").agg(F.min("index").alias("index")).collect())
+    return {(r["value"], r["partition"], r["offset"]): r["index"] for r in rows}
+
+
+def _positions(r, reads: dict) -> list[dict]:
+    """The distinct positions of one by-value row, each with the events that show it."""
+    found: dict[tuple[int, int], dict] = {}
+    if r["outcome"] == OK:
+        found[(r["ack_pos"] >> POS_BITS, r["ack_pos"] & MAX_OFFSET)] = {"ack_index": r["comp_index"]}
+    for (v, p, o), index in reads.items():
+        if v == r["value"]:
+            found.setdefault((p, o), {})["read_index"] = index
+    return [{"partition": p, "offset": o, **found[(p, o)]} for (p, o) in sorted(found)]
+
+
+def value_examples(checked: dict, frames: Frames) -> dict[str, list[dict]]:
+    """Examples of every value anomaly found, looked up together."""
+    F = _F()
+    order = {"lost-write": "comp_index", "unseen": "comp_index", "aborted-read": "read_index",
+             "duplicate": F.least("read_index", "comp_index")}
+    rows = {name: checked["frame"].where(F.col("is_" + name)).orderBy(key).limit(MAX_EXAMPLES).collect()
+            for name, key in order.items() if checked[name]}
+    looked_up = rows.get("aborted-read", []) + rows.get("duplicate", [])
+    reads = _read_indexes(frames, [r["value"] for r in looked_up]) if looked_up else {}
+    errors = _error_of(frames, [r["comp_index"] for r in rows.get("aborted-read", [])])
+    out = {}
+    for name, found in rows.items():
+        if name in ("lost-write", "unseen"):
+            out[name] = [{"value": r["value"], "partition": r["ack_pos"] >> POS_BITS,
+                          "offset": r["ack_pos"] & MAX_OFFSET, "invoke_index": r["inv_index"],
+                          "ack_index": r["comp_index"], "max_read_offset": r["max_read_offset"]} for r in found]
+        elif name == "aborted-read":
+            out[name] = [{"value": r["value"], "invoke_index": r["inv_index"], "fail_index": r["comp_index"],
+                          "error": errors.get(r["comp_index"]), "read_index": r["read_index"],
+                          "positions": _positions(r, reads)} for r in found]
+        else:
+            out[name] = [{"value": r["value"], "invoke_index": r["inv_index"], "positions": _positions(r, reads)}
+                         for r in found]
+    return out
+
+
+def by_position(frames: Frames, duplicates: int):
+    """The distinct values at each position: value -> positions, turned around.
+
+    A value at one position contributes that position; only duplicated
+    values (rare) need their reads looked at again for every position.
+    """
+    F = _F()
+    v = frames.by_value
+    single = v.where(F.col("first_pos").isNotNull() & (F.col("first_pos") == F.col("last_pos"))).select(
+        F.col("first_pos").alias("pos"), "value")
+    if not duplicates:
+        return single.groupBy("pos").agg(F.count("*").alias("n_values"), F.min("value").alias("some_value"))
+    dup_values = v.where(F.col("first_pos") != F.col("last_pos"))
+    dup_acks = dup_values.where(F.col("ack_pos").isNotNull()).select(F.col("ack_pos").alias("pos"), "value")
+    dup_reads = frames.reads.join(dup_values.select("value"), "value", "left_semi").select(
+        pos_of(F.col("partition"), F.col("offset")).alias("pos"), "value")
+    positions = single.unionByName(dup_acks.unionByName(dup_reads).distinct())
+    return positions.groupBy("pos").agg(F.count("*").alias("n_values"), F.min("value").alias("some_value"))
+
+
+def inconsistent(by_pos, frames: Frames) -> tuple[int, list[dict]]:
+    F = _F()
+    bad = by_pos.where(F.col("n_values") >= 2)
+    rows = bad.orderBy("pos").limit(MAX_EXAMPLES).collect()
+    if not rows:
+        return 0, []
+    n = bad.count() if len(rows) == MAX_EXAMPLES else len(rows)
+    keys = [r["pos"] for r in rows]
+    read_rows = (frames.reads.where(pos_of(F.col("partition"), F.col("offset")).isin(keys))
+                 .groupBy("partition", "offset", "value").agg(F.min("index").alias("index")).collect())
+    ack_rows = (frames.by_value.where((F.col("outcome") == OK) & F.col("ack_pos").isin(keys))
+                .select("ack_pos", "value", "comp_index").collect())
+    seen: dict[int, dict[int, dict]] = {k: {} for k in keys}
+    for r in read_rows:
+        seen[(r["partition"] << POS_BITS) | r["offset"]].setdefault(r["value"], {})["read_index"] = r["index"]
+    for r in ack_rows:
+        seen[r["ack_pos"]].setdefault(r["value"], {})["ack_index"] = r["comp_index"]
+    examples = [{"partition": k >> POS_BITS, "offset": k & MAX_OFFSET,
+                 "values": [{"value": value, **refs} for value, refs in sorted(seen[k].items())][:MAX_EXAMPLES]}
+                for k in keys]
+    return n, examples
+
+
+def read_order(frames: Frames, by_pos) -> dict[str, tuple[int, list[dict]]]:
+    """nonmonotonic-poll and poll-skip from each process's consecutive reads of a partition."""
+    from pyspark.sql import Window
+
+    F = _F()
+    reads = frames.reads
+    proc_parts = reads.select("process", "partition").distinct()
+    # Events that restart a process's read order: assign and crash restart every
+    # partition it reads, a seek its own partition.
+    resets = frames.client.where(F.col("f").isin("assign", "crash", "seek")).select(
+        "process", "index", F.when(F.col("f") == "seek", F.col("partition")).alias("only"))
+    resets = resets.join(proc_parts, "process").where(
+        F.col("only").isNull() | (F.col("only") == F.col("partition"))).select(
+        "process", "partition", "index", F.lit(-1).alias("slot"),
+        F.lit(None).cast("long").alias("offset"), F.lit(None).cast("long").alias("value"))
+    stream = reads.select("process", "partition", "index", "slot", "offset", "value").unionByName(resets)
+    w = Window.partitionBy("process", "partition").orderBy("index", "slot")
+    steps = stream.select(
+        "*", F.lag("offset").over(w).alias("prev_offset"), F.lag("index").over(w).alias("prev_index"),
+        F.lag("value").over(w).alias("prev_value"),
+    ).where(F.col("offset").isNotNull() & F.col("prev_offset").isNotNull()
+            & ((F.col("offset") <= F.col("prev_offset")) | (F.col("offset") > F.col("prev_offset") + 1))
+            ).persist()
+    try:
+        backwards = steps.where(F.col("offset") <= F.col("prev_offset"))
+        back_rows = backwards.orderBy("index", "slot").limit(MAX_EXAMPLES).collect()
+        n_back = backwards.count() if len(back_rows) == MAX_EXAMPLES else len(back_rows)
+        skips = _skips(steps.where(F.col("offset") > F.col("prev_offset") + 1), by_pos)
+        skip_rows = skips.orderBy("index", "slot").limit(MAX_EXAMPLES).collect()
+        n_skip = skips.count() if len(skip_rows) == MAX_EXAMPLES else len(skip_rows)
+        skip_examples = []
+        for r in skip_rows:
+            e = _step(r)
+            e["skipped_offset"] = r["skipped_offset"]
+            skip_examples.append(e)
+        return {"nonmonotonic-poll": (n_back, [_step(r) for r in back_rows]),
+                "poll-skip": (n_skip, skip_examples)}
+    finally:
+        steps.unpersist()
+
+
+def _skips(gaps, by_pos):
+    """The gaps (prev_offset, offset) with a known offset strictly inside, and the first such offset."""
+    from pyspark.sql import Window
+
+    F = _F()
+    width = F.col("offset") - F.col("prev_offset") - 1
+    key = ["process", "partition", "index", "slot"]
+    known = by_pos.select("pos")
+    narrow = (gaps.where(width <= NARROW_GAP)
+              .select("*", F.explode(F.sequence(F.col("prev_offset") + 1, F.col("offset") - 1)).alias("inside"))
+              .join(known, pos_of(F.col("partition"), F.col("inside")) == F.col("pos"), "left_semi")
+              .groupBy(*key).agg(F.min("inside").alias("skipped_offset")))
+    narrow = gaps.join(narrow, key)
+    wide = gaps.where(width > NARROW_GAP)
+    if wide.limit(1).count() == 0:
+        return narrow
+    # Wide gaps: the offset known next after `prev_offset` lies before `offset`.
+    wk = Window.partitionBy("partition").orderBy("prev_offset")
+    next_known = known.select(partition_of(F.col("pos")).alias("partition"),
+                              offset_of(F.col("pos")).alias("prev_offset"))
+    next_known = next_known.select("*", F.lead("prev_offset").over(wk).alias("skipped_offset"))
+    wide = wide.join(next_known, ["partition", "prev_offset"]).where(F.col("skipped_offset") < F.col("offset"))
+    return narrow.unionByName(wide)
+
+
+def _step(r) -> dict:
+    return {"process": r["process"], "partition": r["partition"],
+            "prev_offset": r["prev_offset"], "prev_value": r["prev_value"], "prev_index": r["prev_index"],
+            "offset": r["offset"], "value": r["value"], "index": r["index"]}
+
+
+def send_order(frames: Frames) -> tuple[int, list[dict]]:
+    """nonmonotonic-send: a process's acknowledged sends to a partition, in invocation order."""
+    from pyspark.sql import Window
+
+    F = _F()
+    acked = frames.by_value.where(F.col("outcome") == OK).select(
+        "process", partition_of(F.col("ack_pos")).alias("partition"), "inv_index", "comp_index",
+        offset_of(F.col("ack_pos")).alias("offset"), "value")
+    w = Window.partitionBy("process", "partition").orderBy("inv_index")
+    back = acked.select(
+        "*", F.lag("offset").over(w).alias("prev_offset"), F.lag("value").over(w).alias("prev_value"),
+        F.lag("inv_index").over(w).alias("prev_invoke_index"),
+    ).where(F.col("offset") < F.col("prev_offset"))
+    rows = back.orderBy("inv_index").limit(MAX_EXAMPLES).collect()
+    n = back.count() if len(rows) == MAX_EXAMPLES else len(rows)
+    return n, [{"process": r["process"], "partition": r["partition"],
+                "prev_value": r["prev_value"], "prev_offset": r["prev_offset"],
+                "prev_invoke_index": r["prev_invoke_index"],
+                "value": r["value"], "offset": r["offset"], "invoke_index": r["inv_index"],
+                "ack_index": r["comp_index"]} for r in rows]

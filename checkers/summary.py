@@ -1,0 +1,92 @@
+"""Human words for results: a one-line description of each example, and the
+terminal summary of `harness check`. The HTML report uses the same words."""
+
+from __future__ import annotations
+
+WHAT = {
+    "lost-write": "acknowledged, never read, though reads went past it",
+    "duplicate": "one value at two or more positions",
+    "inconsistent-offset": "two values at one position",
+    "aborted-read": "a read returned a value whose send failed",
+    "nonmonotonic-poll": "a consumer went back without assign/seek",
+    "poll-skip": "a consumer jumped over a known record",
+    "nonmonotonic-send": "a producer's acks went backwards",
+    "unseen": "acknowledged, never read, no read reached it",
+}
+
+
+def describe(name: str, e: dict) -> str:
+    """One line that says what an example shows and where to find it."""
+    if name in ("lost-write", "unseen"):
+        reach = (f"reads reached offset {e['max_read_offset']}" if e.get("max_read_offset") is not None
+                 else "no read of that partition")
+        return (f"value {e['value']} acknowledged at partition {e['partition']} offset {e['offset']} "
+                f"(event {e['ack_index']}), never read; {reach}")
+    if name == "duplicate":
+        where = ", ".join(f"{p['partition']}/{p['offset']}" + _at(p) for p in e["positions"])
+        return f"value {e['value']} at {where}"
+    if name == "inconsistent-offset":
+        values = ", ".join(f"{v['value']}" + _at(v) for v in e["values"])
+        return f"partition {e['partition']} offset {e['offset']} holds values {values}"
+    if name == "aborted-read":
+        return (f"value {e['value']} failed ({e.get('error')}, event {e['fail_index']}) "
+                f"but was read (event {e['read_index']})")
+    if name in ("nonmonotonic-poll", "poll-skip"):
+        text = (f"process {e['process']} read partition {e['partition']} offset {e['prev_offset']} "
+                f"(event {e['prev_index']}) then {e['offset']} (event {e['index']})")
+        if name == "poll-skip":
+            text += f", skipping known offset {e['skipped_offset']}"
+        return text
+    if name == "nonmonotonic-send":
+        return (f"process {e['process']} sent {e['prev_value']} (event {e['prev_invoke_index']}) "
+                f"then {e['value']} (event {e['invoke_index']}) to partition {e['partition']}; "
+                f"acked at offsets {e['prev_offset']} then {e['offset']}")
+    return str(e)
+
+
+def _at(p: dict) -> str:
+    refs = []
+    if "ack_index" in p:
+        refs.append(f"acked event {p['ack_index']}")
+    if "read_index" in p:
+        refs.append(f"read event {p['read_index']}")
+    return f" ({', '.join(refs)})" if refs else ""
+
+
+def render(results: dict, results_path: str | None = None) -> str:
+    c = results["counts"]
+    chk = results["checker"]
+    s = c["sends"]
+    info = results["stats"]["info_sends"]
+    lines = [
+        f"history: {chk['history']} ({chk['format']}, {chk['events']} events), checked in "
+        f"{chk['seconds']:.1f} s on Spark {chk['master']}",
+        f"sends: {s['ok']} ok, {s['fail']} fail, {s['info']} info "
+        f"({info['read']} of the info sends were read, {info['unread']} never); "
+        f"polls: {c['polls']['ok']} ok; records read: {c['records_read']}",
+        f"promises: {'idempotent producer (no duplicates, ordered sends)' if results['promises']['idempotent'] else 'at-least-once'}"
+        f" [{results['promises']['source']}]",
+        "anomalies:",
+    ]
+    for name, a in results["anomalies"].items():
+        if a["error"]:
+            mark = "ERROR"
+        elif a.get("allowed") and a["count"]:
+            mark = "allowed"
+        elif a["count"]:
+            mark = "info"
+        else:
+            mark = ""
+        line = f"  {name:<20} {a['count']:>8}  {mark:<7}"
+        if a["count"] and a["examples"]:
+            line += f"  e.g. {describe(name, a['examples'][0])}"
+        elif not a["count"]:
+            line = line.rstrip()
+        lines.append(line)
+    for w in results.get("warnings", []):
+        lines.append(f"warning: {w}")
+    errors = [n for n, a in results["anomalies"].items() if a["error"]]
+    lines.append("verdict: VALID" if results["valid"] else f"verdict: INVALID ({', '.join(errors)})")
+    if results_path:
+        lines.append(f"results: {results_path}")
+    return "\n".join(lines)

@@ -1,0 +1,88 @@
+"""Fixtures for checker tests: one Spark session for the whole test run, and
+a small builder for hand-written histories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from checkers.check import Options, check_history
+from tests.checkers.reference import reference_counts
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from checkers.spark import get_session
+
+    session = get_session("local[2]")
+    yield session
+    session.stop()
+
+
+class Hist:
+    """Builds a history event by event; indexes and times follow the call order."""
+
+    def __init__(self) -> None:
+        self.events: list[dict] = []
+
+    def add(self, process, type_, f, **fields) -> int:
+        index = len(self.events)
+        self.events.append({"index": index, "time": index * 1_000_000, "process": process,
+                            "type": type_, "f": f, **fields})
+        return index
+
+    def send(self, process, value, partition=None, offset=None, outcome="ok", key=0, error=None) -> int:
+        """An invocation and its completion; returns the completion's index."""
+        self.add(process, "invoke", "send", key=key, value=value)
+        if outcome == "ok":
+            return self.add(process, "ok", "send", value=value, partition=partition, offset=offset)
+        if outcome is None:
+            return -1
+        return self.add(process, outcome, "send", value=value, error=error or "SOME_ERROR")
+
+    def poll(self, process, *records) -> int:
+        self.add(process, "invoke", "poll")
+        return self.add(process, "ok", "poll", records=[
+            {"partition": p, "offset": o, "key": 0, "value": v} for p, o, v in records])
+
+    def assign(self, process, partitions) -> None:
+        self.add(process, "invoke", "assign", partitions=partitions)
+        self.add(process, "ok", "assign", partitions=partitions)
+
+    def seek(self, process, partition, offset) -> None:
+        self.add(process, "invoke", "seek", partition=partition, offset=offset)
+        self.add(process, "ok", "seek", partition=partition, offset=offset)
+
+    def crash(self, process) -> None:
+        self.add(process, "invoke", "crash")
+        self.add(process, "ok", "crash")
+
+    def write(self, directory: Path, run: dict | None = None) -> Path:
+        path = directory / "history.jsonl"
+        path.write_text("".join(json.dumps(e) + "\n" for e in self.events))
+        if run is not None:
+            (directory / "run.json").write_text(json.dumps(run))
+        return path
+
+
+@pytest.fixture
+def hist():
+    return Hist()
+
+
+@pytest.fixture
+def check(spark, tmp_path):
+    """Check a Hist with the Spark checker; also compare the reference's counts."""
+
+    def run(h: Hist, run_json: dict | None = None, **options) -> dict:
+        path = h.write(tmp_path, run_json)
+        results = check_history(path, Options(**options), spark=spark)
+        counts = {k: v["count"] for k, v in results["anomalies"].items()}
+        reference = reference_counts(h.events)
+        assert counts == {k: reference[k] for k in counts}, "Spark and the reference disagree"
+        results["counts_by_anomaly"] = counts
+        return results
+
+    return run

@@ -1,0 +1,96 @@
+"""A small, obviously-correct checker: HISTORY.md's definitions, read literally,
+over a list of events in memory. Tests compare the Spark checker against it."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+
+def reference_counts(events: list[dict]) -> dict[str, int]:
+    client = [e for e in events if e["process"] != "nemesis"]
+
+    # Sends by value.
+    outcome: dict[int, str] = {}
+    ack: dict[int, tuple[int, int]] = {}
+    invoked_at: dict[int, int] = {}
+    process_of: dict[int, int] = {}
+    for e in client:
+        if e["f"] != "send":
+            continue
+        v = e["value"]
+        if e["type"] == "invoke":
+            invoked_at[v] = e["index"]
+            process_of[v] = e["process"]
+            outcome.setdefault(v, "info")  # never completed counts as info
+        else:
+            outcome[v] = e["type"]
+            if e["type"] == "ok":
+                ack[v] = (e["partition"], e["offset"])
+
+    # Reads: (process, index, partition, offset, value), in history order.
+    reads = []
+    for e in client:
+        if e["f"] == "poll" and e["type"] == "ok":
+            for r in e["records"]:
+                reads.append((e["process"], e["index"], r["partition"], r["offset"], r["value"]))
+
+    read_values = {r[4] for r in reads}
+    max_read: dict[int, int] = {}
+    for _, _, p, o, _ in reads:
+        max_read[p] = max(max_read.get(p, -1), o)
+
+    positions: dict[int, set] = defaultdict(set)
+    for v, pos in ack.items():
+        positions[v].add(pos)
+    for _, _, p, o, v in reads:
+        positions[v].add((p, o))
+
+    counts = {}
+    counts["lost-write"] = sum(1 for v, (p, o) in ack.items()
+                               if v not in read_values and max_read.get(p, -1) > o)
+    counts["unseen"] = sum(1 for v, (p, o) in ack.items()
+                           if v not in read_values and not max_read.get(p, -1) > o)
+    counts["duplicate"] = sum(1 for v, ps in positions.items() if len(ps) >= 2)
+    values_at: dict[tuple[int, int], set] = defaultdict(set)
+    for v, ps in positions.items():
+        for pos in ps:
+            values_at[pos].add(v)
+    counts["inconsistent-offset"] = sum(1 for vs in values_at.values() if len(vs) >= 2)
+    counts["aborted-read"] = sum(1 for v in read_values if outcome.get(v) == "fail")
+
+    # Each process's consecutive reads of a partition, restarted by assign,
+    # crash (all partitions) and seek (its partition; all when it names none).
+    known: dict[int, set] = defaultdict(set)
+    for (p, o) in values_at:
+        known[p].add(o)
+    last: dict[tuple[int, int], int] = {}
+    back = skip = 0
+    for e in client:
+        if e["f"] in ("assign", "crash") or (e["f"] == "seek" and "partition" not in e):
+            for key in [k for k in last if k[0] == e["process"]]:
+                del last[key]
+        elif e["f"] == "seek":
+            last.pop((e["process"], e["partition"]), None)
+        elif e["f"] == "poll" and e["type"] == "ok":
+            for r in e["records"]:
+                key = (e["process"], r["partition"])
+                a, b = last.get(key), r["offset"]
+                if a is not None:
+                    if b <= a:
+                        back += 1
+                    elif any(a < o < b for o in known[r["partition"]]):
+                        skip += 1
+                last[key] = b
+    counts["nonmonotonic-poll"] = back
+    counts["poll-skip"] = skip
+
+    # Each process's acknowledged sends to a partition, in invocation order.
+    by_proc: dict[tuple[int, int], list] = defaultdict(list)
+    for v, (p, o) in ack.items():
+        by_proc[(process_of[v], p)].append((invoked_at[v], o))
+    counts["nonmonotonic-send"] = sum(
+        1 for sends in by_proc.values() for (_, a), (_, b) in zip(sorted(sends), sorted(sends)[1:]) if b < a)
+
+    counts["_info_read"] = sum(1 for v, oc in outcome.items() if oc == "info" and v in read_values)
+    counts["_info_unread"] = sum(1 for v, oc in outcome.items() if oc == "info" and v not in read_values)
+    return counts

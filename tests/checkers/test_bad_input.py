@@ -1,0 +1,180 @@
+"""Bad input to `harness check`: one line on stderr, exit status 2, no
+traceback; a cut last line is a warning, not an error."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+
+GOOD = [
+    {"index": 0, "time": 0, "process": 0, "type": "invoke", "f": "send", "key": 1, "value": 1},
+    {"index": 1, "time": 5, "process": 0, "type": "ok", "f": "send", "value": 1, "partition": 0, "offset": 0},
+    {"index": 2, "time": 6, "process": 1, "type": "invoke", "f": "poll"},
+    {"index": 3, "time": 9, "process": 1, "type": "ok", "f": "poll",
+     "records": [{"partition": 0, "offset": 0, "key": 1, "value": 1}]},
+]
+
+
+def lines(events) -> str:
+    return "".join((e if isinstance(e, str) else json.dumps(e)) + "\n" for e in events)
+
+
+def changed(i: int, **fields) -> list:
+    events = [dict(e) for e in GOOD]
+    for k, v in fields.items():
+        if v is ...:
+            del events[i][k]
+        else:
+            events[i][k] = v
+    return events
+
+
+def run_check(capsys, *argv) -> tuple[int, str, str]:
+    status = main(["check", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def assert_one_line_error(status, err, *words):
+    assert status == 2, err
+    assert err.count("\n") == 1 and err.startswith("harness: error: "), err
+    assert "Traceback" not in err
+    for w in words:
+        assert w in err, err
+
+
+# Each case: a file's text, and words its error must contain. None of these needs Spark.
+CASES = {
+    "empty": ("", ["empty"]),
+    "only-blank": ("\n\n", ["empty"]),
+    "not-json": (lines(GOOD[:2]) + "this is not json\n" + lines(GOOD[2:]), ["line 3", "not valid JSON"]),
+    "not-an-object": (lines(["[1, 2, 3]"]), ["line 1", "JSON object"]),
+    "index-is-a-string": (lines(changed(1, index="1")), ["line 2", "'index'", "integer"]),
+    "missing-f": (lines(changed(2, f=...)), ["line 3", "'f'"]),
+    "missing-process": (lines(changed(0, process=...)), ["line 1", "'process'"]),
+    "unknown-type": (lines(changed(3, type="done")), ["line 4", "'type'"]),
+    "unknown-client-f": (lines(changed(2, f="produce")), ["line 3", "unknown client operation"]),
+    "negative-process": (lines(changed(2, process=-3)), ["line 3", "'process'"]),
+    "value-is-a-float": (lines(changed(0, value=1.5)), ["line 1", "'value'"]),
+    "ok-send-without-offset": (lines(changed(1, offset=...)), ["line 2", "'offset'"]),
+    "records-not-a-list": (lines(changed(3, records={"partition": 0})), ["line 4", "'records'"]),
+    "record-without-value": (lines(changed(3, records=[{"partition": 0, "offset": 0}])), ["line 4", "'value'"]),
+    "index-out-of-order": (lines(changed(2, index=7)), ["line 3", "expected 2"]),
+    "time-goes-back": (lines(changed(2, time=1)), ["line 3", "'time'"]),
+    "completion-without-invocation": (lines(GOOD[:2] + GOOD[3:]).replace('"index": 3', '"index": 2'),
+                                      ["line 3", "without an invocation"]),
+    "send-completed-never-invoked": (lines([{**GOOD[1], "index": 0}]), ["line 1", "never invoked"]),
+    "value-sent-twice": (lines(GOOD + [{**GOOD[0], "index": 4, "time": 10}]), ["line 5", "sent twice"]),
+    "completed-twice": (lines(GOOD + [{**GOOD[1], "index": 4, "time": 10}]), ["line 5", "second completion"]),
+    "completed-by-another-process": (lines(changed(1, process=3)), ["line 2", "completed by 3"]),
+    "bool-is-not-an-int": (lines(changed(1, offset=True)), ["line 2", "'offset'"]),
+    "blank-line-in-the-middle": (lines(GOOD[:2]) + "\n" + lines(GOOD[2:]), ["line 3", "empty line"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_malformed_jsonl(tmp_path, capsys, name):
+    text, words = CASES[name]
+    path = tmp_path / "history.jsonl"
+    path.write_text(text)
+    status, _, err = run_check(capsys, path)
+    assert_one_line_error(status, err, *words)
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_missing_file(tmp_path, capsys):
+    status, _, err = run_check(capsys, tmp_path / "nope.jsonl")
+    assert_one_line_error(status, err, "no such file")
+
+
+def test_folder_without_history(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("hello")
+    status, _, err = run_check(capsys, tmp_path)
+    assert_one_line_error(status, err, "no history here")
+
+
+def test_folder_with_both_kinds_of_parts(tmp_path, capsys):
+    (tmp_path / "a.jsonl").write_text(lines(GOOD))
+    (tmp_path / "b.parquet").write_bytes(b"PAR1")
+    status, _, err = run_check(capsys, tmp_path)
+    assert_one_line_error(status, err, "both")
+
+
+def test_corrupt_parquet(tmp_path, capsys):
+    path = tmp_path / "history.parquet"
+    path.write_bytes(b"PAR1" + bytes(range(256)) * 4)
+    status, _, err = run_check(capsys, path)
+    assert_one_line_error(status, err, "Parquet")
+
+
+def test_parquet_without_a_required_column(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"index": [0], "time": [0], "process": [0], "type": ["invoke"]}), tmp_path / "h.parquet")
+    status, _, err = run_check(capsys, tmp_path / "h.parquet")
+    assert_one_line_error(status, err, "missing column 'f'")
+
+
+def test_parquet_with_a_gap_in_indexes(tmp_path, capsys):
+    from harness.history import write_parquet
+
+    write_parquet(changed(2, index=5), tmp_path / "h.parquet")
+    status, _, err = run_check(capsys, tmp_path / "h.parquet")
+    assert_one_line_error(status, err, "'index' is 5, expected 2")
+
+
+def test_unreadable_run_json(tmp_path, capsys):
+    (tmp_path / "history.jsonl").write_text(lines(GOOD))
+    (tmp_path / "run.json").write_text("{not json")
+    status, _, err = run_check(capsys, tmp_path)
+    assert_one_line_error(status, err, "run.json")
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--allow", "lost-writes"], ["lost-writes", "not an anomaly"]),
+    (["--spark-conf", "novalue"], ["KEY=VALUE"]),
+    (["--no-such-flag"], ["unrecognized arguments"]),
+])
+def test_bad_options(tmp_path, capsys, argv, words):
+    (tmp_path / "history.jsonl").write_text(lines(GOOD))
+    status, _, err = run_check(capsys, tmp_path / "history.jsonl", *argv)
+    assert_one_line_error(status, err, *words)
+
+
+@pytest.mark.spark
+def test_parquet_completion_without_invocation_is_caught_by_spark(spark, tmp_path, capsys):
+    from harness.history import write_parquet
+
+    events = [dict(e) for e in GOOD[:2]] + [{**GOOD[3], "index": 2}]
+    write_parquet(events, tmp_path / "h.parquet")
+    status, _, err = run_check(capsys, tmp_path / "h.parquet")
+    assert_one_line_error(status, err, "index 2", "without an invocation")
+
+
+@pytest.mark.spark
+def test_a_cut_last_line_is_a_warning(spark, tmp_path, capsys):
+    path = tmp_path / "history.jsonl"
+    path.write_text(lines(GOOD) + '{"index": 4, "time": 12, "proc')
+    status, out, err = run_check(capsys, path)
+    assert status == 0, err
+    assert "last line is cut short" in out
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["valid"] is True and results["checker"]["events"] == 4
+    assert any("line 5" in w for w in results["warnings"])
+
+
+def test_a_real_process_prints_one_line_and_exits_2(tmp_path):
+    """The installed command, not just main(): no traceback escapes."""
+    path = tmp_path / "history.jsonl"
+    path.write_text("garbage\n" * 3)
+    harness = Path(sys.executable).with_name("harness")
+    proc = subprocess.run([str(harness), "check", str(path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "line 1" in proc.stderr and "Traceback" not in proc.stderr
