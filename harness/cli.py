@@ -22,8 +22,11 @@ from harness.errors import UserError
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("checkers.cli", "check a history for lost writes, duplicates and offset anomalies"),
+    "report": ("harness.report", "render a run's report.html from its history and results"),
     "gen-history": ("harness.synthetic", "write a synthetic history with planted anomalies"),
     "bench": ("harness.bench", "run a benchmark and print its measurements"),
+    "cluster": ("infra.cli_cluster", "bring a cluster up, show it, take it down (local namespaces, ssh hosts, vagrant VMs)"),
+    "clean": ("infra.cli_clean", "remove everything harness runs left on this machine (namespaces, rules, daemons, mounts, keys)"),
 }
 
 

@@ -11,6 +11,8 @@ packages=(
   iptables conntrack iproute2    # namespaces, partitions, cutting live TCP flows
   fuse3 libfuse3-3          # the fault-injecting filesystem under data dirs
   procps psmisc             # ps, pkill, fuser for clean-up
+  sudo                      # the ssh provider's non-root users (tests run the same path)
+  ruby                      # tests evaluate the Vagrantfile (it cannot boot VMs here)
   python3-venv
 )
 
