@@ -1,9 +1,32 @@
-"""Synthetic histories with planted anomalies (placeholder until written)."""
+"""Benchmarks: `harness bench TARGET [options]`, one sub-target per measured part.
+
+Sub-targets live with the code they measure and expose configure(parser)
+and run(args) -> int; this module only dispatches to them.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+# target -> (module, one-line help)
+TARGETS: dict[str, tuple[str, str]] = {
+    "cluster": ("infra.bench", "bring-up and teardown of a 5-node local cluster with ZooKeeper"),
+    "check": ("checkers.bench", "the checker's wall time and peak memory on 1M and 10M event histories"),
+    "broker": ("broker.bench", "acks=all produce throughput and latency of the own broker on a local 3-node cluster"),
+}
 
 
 def configure(parser):
-    pass
+    sub = parser.add_subparsers(dest="bench_target", metavar="TARGET", parser_class=type(parser))
+    for name, (module_name, help_text) in TARGETS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module = importlib.import_module(module_name)
+        module.configure(p)
+        p.set_defaults(_bench_module=module)
 
 
 def run(args):
-    return 0
+    module = getattr(args, "_bench_module", None)
+    if module is None:
+        return 0  # no target named: nothing to measure (kept for `make bench` until its targets exist)
+    return module.run(args)

@@ -1,0 +1,337 @@
+"""One partition replica on one broker: its log, its role (leader or
+follower) and the replication bookkeeping of the seeds' design.
+
+As leader it tracks every follower's LEO, keeps the ISR (a follower leaves
+it after replica.lag.time.max.ms without catching up, rejoins once it
+reaches the HW), computes HW = min LEO over the ISR and wakes the acks=all
+writers and long-polling fetchers that wait on it.  As follower it only
+appends what its fetcher brings and adopts the leader's HW.
+
+It also keeps the leader-epoch cache (epoch -> first offset, for
+OffsetForLeaderEpoch) and the idempotent-producer state (last five batches
+per producer id); both are rebuilt from batch headers on recovery and after
+truncation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from dataclasses import dataclass, field
+
+from broker import protocol as P
+from broker.records import BatchHeader, patch_offset_and_epoch
+from broker.storage import Log
+from broker.zk import PartitionState
+
+log = logging.getLogger("broker.partition")
+
+PRODUCER_BATCHES_KEPT = 5
+
+
+@dataclass
+class FollowerProgress:
+    leo: int = -1  # unknown until the follower fetches
+    last_caught_up: float = 0.0
+    last_fetch_time: float = 0.0
+    last_fetch_leader_leo: int = 0
+
+
+@dataclass
+class ProducerEntry:
+    epoch: int
+    # (first sequence, last sequence, base offset, last offset) of the newest batches
+    batches: collections.deque = field(default_factory=lambda: collections.deque(maxlen=PRODUCER_BATCHES_KEPT))
+
+    @property
+    def last_sequence(self) -> int:
+        return self.batches[-1][1] if self.batches else -1
+
+
+class ProduceError(Exception):
+    def __init__(self, code: int, message: str = ""):
+        super().__init__(message or str(code))
+        self.code = code
+
+
+class Partition:
+    def __init__(self, topic: str, index: int, log_: Log, broker_id: int):
+        self.topic = topic
+        self.index = index
+        self.log = log_
+        self.broker_id = broker_id
+        self.replicas: list[int] = []
+        self.hw = 0
+        self.role = "none"  # "leader", "follower" or "none"
+        self.leader_id = -1
+        self.leader_epoch = -1
+        self.state: PartitionState | None = None
+        self.isr: list[int] = []
+        self.isr_inflight: list[int] | None = None  # an ISR change being written to ZooKeeper
+        self.followers: dict[int, FollowerProgress] = {}
+        self.ack_waiters: list[tuple[int, asyncio.Future]] = []
+        self.fetch_waiters: set[asyncio.Future] = set()
+        self.epochs: list[tuple[int, int]] = []  # (leader epoch, start offset), ascending
+        self.producers: dict[int, ProducerEntry] = {}
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.index}"
+
+    @property
+    def leo(self) -> int:
+        return self.log.end_offset
+
+    # -- derived state from batch headers ----------------------------------------
+
+    def note_batch(self, h: BatchHeader) -> None:
+        """Updates the epoch cache and the producer state for one stored batch."""
+        if h.leader_epoch >= 0 and (not self.epochs or h.leader_epoch > self.epochs[-1][0]):
+            self.epochs.append((h.leader_epoch, h.base_offset))
+        if h.producer_id >= 0:
+            entry = self.producers.get(h.producer_id)
+            if entry is None or h.producer_epoch != entry.epoch:
+                entry = ProducerEntry(h.producer_epoch)
+                self.producers[h.producer_id] = entry
+            entry.batches.append((h.base_sequence, h.last_sequence, h.base_offset, h.last_offset))
+
+    def rebuild_derived_state(self) -> None:
+        self.epochs = []
+        self.producers = {}
+        for h in self.log.headers(0):
+            self.note_batch(h)
+
+    def truncate_to(self, offset: int) -> int:
+        before = self.leo
+        new_leo = self.log.truncate_to(offset)
+        if new_leo < before:
+            self.rebuild_derived_state()
+            log.info("TRUNCATE %s: log end %d -> %d", self.name, before, new_leo)
+        self.hw = min(self.hw, new_leo)
+        return new_leo
+
+    # -- epochs ------------------------------------------------------------------
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(largest epoch <= `epoch`, the offset where it ends) as OffsetForLeaderEpoch answers."""
+        if not self.epochs or epoch < self.epochs[0][0]:
+            return -1, -1
+        for i, (e, _start) in enumerate(self.epochs):
+            if e > epoch:
+                return self.epochs[i - 1][0], self.epochs[i][1]
+        return self.epochs[-1][0], self.leo
+
+    def epoch_at(self, offset: int) -> int:
+        found = -1
+        for e, start in self.epochs:
+            if start <= offset:
+                found = e
+            else:
+                break
+        return found
+
+    # -- idempotence -------------------------------------------------------------
+
+    def check_sequence(self, h: BatchHeader) -> int | None:
+        """None to append; or the base offset of the same batch already stored. Raises ProduceError."""
+        if h.producer_id < 0:
+            return None
+        entry = self.producers.get(h.producer_id)
+        if entry is None:
+            if h.base_sequence != 0:
+                raise ProduceError(P.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                   f"unknown producer {h.producer_id} starting at sequence {h.base_sequence}")
+            return None
+        if h.producer_epoch < entry.epoch:
+            raise ProduceError(P.INVALID_PRODUCER_EPOCH, f"producer epoch {h.producer_epoch} < {entry.epoch}")
+        if h.producer_epoch > entry.epoch:
+            if h.base_sequence != 0:
+                raise ProduceError(P.OUT_OF_ORDER_SEQUENCE_NUMBER, "new producer epoch must start at sequence 0")
+            return None
+        for first, last, base, _last_off in entry.batches:
+            if first == h.base_sequence and last == h.last_sequence:
+                return base
+        expected = (entry.last_sequence + 1) & 0x7FFFFFFF
+        if h.base_sequence != expected:
+            raise ProduceError(P.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                               f"sequence {h.base_sequence}, expected {expected}")
+        return None
+
+    # -- leader side -------------------------------------------------------------
+
+    def maximal_isr(self) -> list[int]:
+        if self.isr_inflight is None:
+            return self.isr
+        return sorted(set(self.isr) | set(self.isr_inflight), key=lambda r: (r not in self.isr, r))
+
+    def replica_leo(self, r: int) -> int:
+        if r == self.broker_id:
+            return self.leo
+        fp = self.followers.get(r)
+        return fp.leo if fp else -1
+
+    def maybe_advance_hw(self) -> bool:
+        if self.role != "leader":
+            return False
+        leos = [self.replica_leo(r) for r in self.maximal_isr()]
+        if not leos or min(leos) < 0:
+            return False
+        new_hw = min(leos)
+        if new_hw <= self.hw:
+            return False
+        self.hw = new_hw
+        self._release_acks()
+        self.wake_fetchers()
+        return True
+
+    def _release_acks(self) -> None:
+        waiters = self.ack_waiters
+        i = 0
+        while i < len(waiters) and waiters[i][0] <= self.hw:
+            fut = waiters[i][1]
+            if not fut.done():
+                fut.set_result(P.NONE)
+            i += 1
+        if i:
+            del waiters[:i]
+
+    def wait_for_hw(self, offset: int) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        if self.hw >= offset:
+            fut.set_result(P.NONE)
+        else:
+            self.ack_waiters.append((offset, fut))
+        return fut
+
+    def fail_waiters(self, code: int) -> None:
+        for _, fut in self.ack_waiters:
+            if not fut.done():
+                fut.set_result(code)
+        self.ack_waiters = []
+        self.wake_fetchers()
+
+    def wake_fetchers(self) -> None:
+        if self.fetch_waiters:
+            for fut in self.fetch_waiters:
+                if not fut.done():
+                    fut.set_result(None)
+            self.fetch_waiters = set()
+
+    def append_as_leader(self, data: bytes, h: BatchHeader, check_sequences: bool = True) -> tuple[int, int, bool]:
+        """Appends a validated producer batch; (base offset, last offset, duplicate?)."""
+        if check_sequences:
+            dup_base = self.check_sequence(h)
+            if dup_base is not None:
+                return dup_base, dup_base + h.last_offset_delta, True
+        base = self.leo
+        batch = patch_offset_and_epoch(data, base, self.leader_epoch)
+        h.base_offset = base
+        h.leader_epoch = self.leader_epoch
+        self.log.append(batch, h)
+        self.note_batch(h)
+        self.wake_fetchers()
+        self.maybe_advance_hw()
+        return base, h.last_offset, False
+
+    def record_follower_fetch(self, replica: int, fetch_offset: int, now: float) -> None:
+        fp = self.followers.setdefault(replica, FollowerProgress(last_caught_up=now))
+        leader_leo = self.leo
+        fp.leo = fetch_offset
+        if fetch_offset >= leader_leo:
+            fp.last_caught_up = now
+        elif fetch_offset >= fp.last_fetch_leader_leo:
+            fp.last_caught_up = max(fp.last_caught_up, fp.last_fetch_time)
+        fp.last_fetch_leader_leo = leader_leo
+        fp.last_fetch_time = now
+
+    def isr_change_wanted(self, now: float, lag_max_s: float, live: dict[int, int]) -> list[int] | None:
+        """The ISR the leader should write to ZooKeeper now, or None if it is right."""
+        if self.role != "leader" or self.isr_inflight is not None:
+            return None
+        new = [r for r in self.isr if r == self.broker_id
+               or (now - self.followers.setdefault(r, FollowerProgress(last_caught_up=now)).last_caught_up) <= lag_max_s]
+        epoch_start = self.epochs[-1][1] if self.epochs and self.epochs[-1][0] == self.leader_epoch else 0
+        for r in self.replicas:
+            if r in new or r == self.broker_id or r not in live:
+                continue
+            fp = self.followers.get(r)
+            if fp and fp.leo >= 0 and fp.leo >= self.hw and fp.leo >= epoch_start \
+                    and now - fp.last_caught_up <= lag_max_s:
+                new.append(r)
+        if new == self.isr:
+            return None
+        return new
+
+    # -- role changes --------------------------------------------------------------
+
+    def become_leader(self, state: PartitionState) -> None:
+        now = time.monotonic()
+        was = (self.role, self.leader_id, self.leader_epoch)
+        self.role = "leader"
+        self.leader_id = self.broker_id
+        self.leader_epoch = state.leader_epoch
+        self.state = state
+        self.isr = list(state.isr)
+        self.isr_inflight = None
+        self.followers = {r: FollowerProgress(last_caught_up=now) for r in self.replicas if r != self.broker_id}
+        if not self.epochs or self.epochs[-1][0] < state.leader_epoch:
+            self.epochs.append((state.leader_epoch, self.leo))
+        self.hw = min(self.hw, self.leo)
+        log.info("LEADER %s: this broker %d is now leader, epoch %d, isr %s, log end %d, hw %d (was %s)",
+                 self.name, self.broker_id, state.leader_epoch, state.isr, self.leo, self.hw, was)
+        self.maybe_advance_hw()
+        self.wake_fetchers()
+
+    def become_follower(self, state: PartitionState, truncate: bool) -> None:
+        was = (self.role, self.leader_id, self.leader_epoch)
+        if self.role == "leader":
+            self.fail_waiters(P.NOT_LEADER_OR_FOLLOWER)
+        self.role = "follower"
+        self.leader_id = state.leader
+        self.leader_epoch = state.leader_epoch
+        self.state = state
+        self.isr = list(state.isr)
+        self.isr_inflight = None
+        self.followers = {}
+        if truncate:
+            self.truncate_to(self.hw)
+        log.info("FOLLOWER %s: broker %d follows leader %d, epoch %d, isr %s, log end %d, hw %d (was %s)%s",
+                 self.name, self.broker_id, state.leader, state.leader_epoch, state.isr, self.leo, self.hw, was,
+                 "" if truncate else " [planted bug skip-truncation: kept records above the HW]")
+        self.wake_fetchers()
+
+    def become_offline(self, state: PartitionState | None, reason: str) -> None:
+        if self.role == "leader":
+            self.fail_waiters(P.NOT_LEADER_OR_FOLLOWER)
+        if self.role != "none":
+            log.info("OFFLINE %s: broker %d neither leads nor follows (%s)", self.name, self.broker_id, reason)
+        self.role = "none"
+        self.state = state
+        self.leader_id = state.leader if state else -1
+        self.leader_epoch = state.leader_epoch if state else -1
+        self.isr = list(state.isr) if state else []
+        self.isr_inflight = None
+        self.wake_fetchers()
+
+    # -- follower side ---------------------------------------------------------------
+
+    def append_as_follower(self, batches, leader_hw: int) -> int:
+        """Appends fetched batches that continue the log; returns bytes appended."""
+        n = 0
+        for h, data in batches:
+            if h.next_offset <= self.leo:
+                continue
+            if h.base_offset != self.leo:
+                log.warning("%s: fetched batch at %d does not continue log end %d; truncating to it",
+                            self.name, h.base_offset, self.leo)
+                if h.base_offset < self.leo:
+                    self.truncate_to(h.base_offset)
+                else:
+                    break
+            self.log.append(data, h)
+            self.note_batch(h)
+            n += h.length
+        self.hw = max(self.hw, min(leader_hw, self.leo))
+        return n

@@ -1,0 +1,181 @@
+"""The own broker as a System: one `python -m broker` per node.
+
+Broker ids follow the nodes' order (n1 is broker 1), each listens on its
+node's address, and all share the run's ZooKeeper ensemble under a chroot.
+Settings are written as a properties file with Kafka's names; planted bugs
+(`--debug-bug`) are passed on the command line, never through the file.
+
+Local nodes share the control machine's filesystem, so brokers run this
+checkout's code with this venv's Python. SSH and Vagrant nodes get the
+project's code uploaded into their run folder and run it with `python3`,
+whose packages (kazoo, kafka-python, crc32c) the Vagrantfile provisions.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+from harness.errors import UserError
+from infra import zk_state
+from infra.cluster import Cluster, Node, parallel
+from infra.remote import RemoteError
+
+log = logging.getLogger(__name__)
+
+PORT = 9092
+DAEMON = "broker"
+CHROOT = "/own"
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("broker", "harness")  # what a broker process imports from the project
+
+
+class OwnBroker:
+    name = "own"
+
+    def __init__(self, zookeeper_connect: str, settings: dict | None = None, debug_bugs: tuple[str, ...] = (),
+                 port: int = PORT, start_timeout: float = 30.0):
+        self.zookeeper_connect = zookeeper_connect
+        self.settings = dict(settings or {})
+        self.debug_bugs = tuple(debug_bugs)
+        self.port = port
+        self.start_timeout = start_timeout
+        self._nodes: list[Node] = []
+        self._ids: dict[str, int] = {}
+        self._local = True  # local nodes share this machine's filesystem
+
+    # -- where things are
+
+    def nodes(self, cluster: Cluster | None = None) -> list[Node]:
+        return list(self._nodes)
+
+    def broker_id(self, node: Node) -> int:
+        return self._ids[node.name]
+
+    def bootstrap(self) -> str:
+        return ",".join(f"{n.address}:{self.port}" for n in self._nodes)
+
+    @staticmethod
+    def data_dir(node: Node) -> str:
+        return f"{node.data_dir}/broker"
+
+    @staticmethod
+    def config_file(node: Node) -> str:
+        return f"{node.run_dir}/broker.properties"
+
+    def log_files(self, node: Node) -> list[str]:
+        return [f"{node.log_dir}/broker.log", f"{node.log_dir}/broker.out"]
+
+    def version(self) -> str:
+        from harness import __version__
+
+        return f"own {__version__}"
+
+    # -- lifecycle
+
+    def setup(self, cluster: Cluster) -> None:
+        self._nodes = list(cluster.nodes)
+        self._ids = {n.name: i for i, n in enumerate(self._nodes, start=1)}
+        self._local = cluster.provider == "local"
+        zk_state.ensure_chroot(self.zookeeper_connect, CHROOT)
+        parallel(self._prepare, self._nodes)
+        parallel(self.start, self._nodes)
+        self.wait_serving(self._nodes)
+
+    def _prepare(self, node: Node) -> None:
+        r = node.remote
+        r.run(f"rm -rf {self.data_dir(node)} && mkdir -p {self.data_dir(node)} {node.log_dir} {node.run_dir}")
+        text = "".join(f"{k}={v}\n" for k, v in sorted(self.settings.items()))
+        r.write_file(self.config_file(node), text.encode())
+        if not self._local:
+            self._upload_code(node)
+
+    def _upload_code(self, node: Node) -> None:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            for package in PACKAGES:
+                tar.add(REPO / package, arcname=package,
+                        filter=lambda t: None if "__pycache__" in t.name else t)
+        target = f"{node.run_dir}/code"
+        node.remote.write_file(f"{node.run_dir}/code.tar.gz", buf.getvalue())
+        node.remote.run(f"rm -rf {target} && mkdir -p {target} && tar -xzf {node.run_dir}/code.tar.gz -C {target}")
+
+    def _argv(self, node: Node) -> tuple[list[str], dict, str]:
+        python = sys.executable if self._local else "python3"
+        code = str(REPO) if self._local else f"{node.run_dir}/code"
+        argv = [python, "-m", "broker", "--id", str(self.broker_id(node)),
+                "--listen", f"{node.address}:{self.port}",
+                "--zookeeper", self.zookeeper_connect + CHROOT,
+                "--data-dir", self.data_dir(node), "--config", self.config_file(node),
+                "--log-file", f"{node.log_dir}/broker.log"]
+        for bug in self.debug_bugs:
+            argv += ["--debug-bug", bug]
+        return argv, {"PYTHONPATH": code, "PYTHONUNBUFFERED": "1"}, code
+
+    def start(self, node: Node) -> None:
+        argv, env, cwd = self._argv(node)
+        node.remote.start_daemon(DAEMON, argv, f"{node.log_dir}/broker.out", env=env, cwd=cwd)
+
+    def kill(self, node: Node) -> None:
+        node.remote.signal(DAEMON, "KILL")
+        node.remote.wait_stopped(DAEMON, timeout=10)
+
+    def pause(self, node: Node) -> None:
+        node.remote.signal(DAEMON, "STOP")
+
+    def resume(self, node: Node) -> None:
+        node.remote.signal(DAEMON, "CONT")
+
+    def process_state(self, node: Node) -> str | None:
+        """The broker process's state letter (R, S, T, ...), None when not running."""
+        pid = node.remote.pid_of(DAEMON)
+        if pid is None:
+            return None
+        res = node.remote.run(f"cut -d' ' -f3 /proc/{pid}/stat 2>/dev/null", check=False)
+        state = res.stdout.strip()
+        return None if state in ("", "Z", "X") else state
+
+    def teardown(self, cluster: Cluster) -> None:
+        def stop(node: Node) -> None:
+            try:
+                node.remote.signal(DAEMON, "CONT")
+                node.remote.signal(DAEMON, "KILL")
+                node.remote.wait_stopped(DAEMON, timeout=10)
+            except RemoteError as e:
+                log.warning("stopping the broker on %s: %s", node.name, e)
+
+        parallel(stop, self._nodes or list(cluster.nodes))
+
+    # -- state, for targeted faults
+
+    def wait_serving(self, nodes: list[Node]) -> None:
+        """Until every broker is registered in ZooKeeper (or the log says why not)."""
+        want = {self.broker_id(n) for n in nodes}
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            registered = zk_state.registered_brokers(self.zookeeper_connect, CHROOT)
+            if want <= registered:
+                return
+            dead = [n for n in nodes if self.process_state(n) is None]
+            if dead:
+                node = dead[0]
+                tail = node.remote.run(f"tail -n 3 {node.log_dir}/broker.out {node.log_dir}/broker.log 2>/dev/null",
+                                       check=False).stdout.strip().splitlines()
+                raise UserError(f"the own broker on {node.name} exited at start: {tail[-1] if tail else 'no output'}")
+            time.sleep(0.2)
+        raise UserError(f"the own brokers did not all register in ZooKeeper within {self.start_timeout:.0f} s "
+                        f"(registered: {sorted(zk_state.registered_brokers(self.zookeeper_connect, CHROOT))})")
+
+    def leaders(self, topic: str) -> dict[int, str]:
+        names = {i: name for name, i in self._ids.items()}
+        return {p: names[b] for p, b in zk_state.leaders(self.zookeeper_connect, CHROOT, topic).items()
+                if b in names}
+
+    def controller(self) -> str | None:
+        names = {i: name for name, i in self._ids.items()}
+        return names.get(zk_state.controller(self.zookeeper_connect, CHROOT))
+

@@ -1,0 +1,75 @@
+"""Fixtures for the own broker's tests: a real ZooKeeper and real broker processes.
+
+Every process started here is stopped in the fixture's finally, also when
+the test fails; logs stay under the test's tmp_path for post-mortems.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from broker.testing import LocalCluster, ZooKeeperServer
+
+
+def _have_zookeeper() -> bool:
+    return shutil.which("java") is not None and os.path.exists("/usr/share/java/zookeeper.jar")
+
+
+@pytest.fixture
+def zookeeper(tmp_path):
+    if not _have_zookeeper():
+        pytest.fail("ZooKeeper (Debian package `zookeeper`) and java are needed: run `make setup`")
+    zk = ZooKeeperServer(tmp_path / "zk")
+    try:
+        zk.start()
+        yield zk
+    finally:
+        zk.stop()
+
+
+@pytest.fixture
+def make_cluster(tmp_path, zookeeper):
+    """make_cluster(n=3, settings={...}, bugs=[...]) -> a started LocalCluster."""
+    clusters = []
+
+    def make(n: int = 3, settings: dict | None = None, bugs: list[str] | None = None, start: bool = True):
+        # Each cluster gets its own ZooKeeper chroot, so one test can run several.
+        c = LocalCluster(n, tmp_path / f"cluster{len(clusters)}", f"{zookeeper.connect}/cluster{len(clusters)}",
+                         settings=settings, bugs=bugs)
+        clusters.append(c)
+        if start:
+            c.start()
+        return c
+
+    try:
+        yield make
+    finally:
+        for c in clusters:
+            c.stop()
+
+
+def make_batch(values, producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
+    """A RecordBatch v2 holding `values` (bytes), built by kafka-python."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=producer_id,
+                                  producer_epoch=producer_epoch, base_sequence=base_sequence, batch_size=1 << 24)
+    for i, v in enumerate(values):
+        b.append(i, timestamp=None, key=None, value=v, headers=[])
+    return bytes(b.build())
+
+
+def batch_values(data: bytes) -> list[bytes]:
+    """The record values of every batch in `data` (a fetch result or a segment file)."""
+    from kafka.record.memory_records import MemoryRecords
+    out = []
+    mr = MemoryRecords(data)
+    while mr.has_next():
+        batch = mr.next_batch()
+        if batch is None:
+            break
+        for rec in batch:
+            out.append(rec.value)
+    return out

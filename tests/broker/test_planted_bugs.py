@@ -1,0 +1,181 @@
+"""Each planted bug (--debug-bug) observably changes behaviour, and the
+same scenario without it does not show the damage.  These are the bugs the
+harness must catch; here we prove they are really planted.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from broker.client import SyncConnection
+from broker.testing import wait_for
+from tests.broker.conftest import batch_values, make_batch
+from tests.broker.helpers import log_values, produce, read_all
+
+pytestmark = pytest.mark.integration
+
+SAFE = {"default.replication.factor": "3", "min.insync.replicas": "2"}
+
+
+def test_unknown_bug_name_is_refused_and_config_files_cannot_plant_bugs(tmp_path):
+    base = [sys.executable, "-m", "broker", "--id", "1", "--listen", "127.0.0.1:29999", "--zookeeper",
+            "127.0.0.1:1", "--data-dir", str(tmp_path / "d")]
+    r = subprocess.run(base + ["--debug-bug", "lose-everything"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "unknown --debug-bug 'lose-everything'" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    cfg = tmp_path / "b.properties"
+    cfg.write_text("debug.bug=no-dedup\n")
+    r = subprocess.run(base + ["--config", str(cfg)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "only be enabled with --debug-bug" in r.stderr
+
+
+def _crash_followers_write_crash_leader(cluster, topic, values, conf):
+    """kill -9 both followers, write to the leader alone, kill -9 the leader, restart the followers.
+
+    Kills, not pauses: a paused follower still receives the leader's fetch
+    responses into its socket buffer and would apply them once resumed.
+    The kills happen within the ZooKeeper session timeout, so the followers
+    are still in the ISR when the leader dies (the partition goes offline
+    keeping that ISR); restarted, they are the returning ISR members the
+    controller elects from.
+    """
+    leader = cluster.leader(topic, 0)
+    followers = [b for b in cluster.brokers if b != leader]
+    for f in followers:
+        cluster.kill(f)
+    acked, failed = produce(cluster.bootstrap_of(leader), topic, values, conf, timeout=10)
+    cluster.kill(leader)
+    # Restart only once every old session expired, so the controller sees the
+    # leader gone and the followers as the ISR members that return.
+    wait_for(lambda: not cluster.registered(), 30, 0.1, "the dead brokers' sessions to expire")
+    for f in followers:
+        cluster.start_broker(f)
+    cluster.wait_registered(followers)
+    wait_for(lambda: cluster.leader(topic, 0) in followers, 30, 0.1, "a new leader among the old followers")
+    return leader, followers, acked, failed
+
+
+FAST_CHECKPOINT = {**SAFE, "replica.high.watermark.checkpoint.interval.ms": "100"}
+
+
+@pytest.mark.parametrize("bug", [False, True], ids=["correct", "ack-before-replication"])
+def test_ack_before_replication_loses_acknowledged_records(make_cluster, bug):
+    cluster = make_cluster(3, settings=FAST_CHECKPOINT, bugs=["ack-before-replication"] if bug else [])
+    cluster.create_topic("acks", partitions=1, replication_factor=3)
+    produce(cluster.bootstrap, "acks", range(10), {"acks": "all"})
+    time.sleep(1.5)  # followers learn (and checkpoint) HW 10
+    leader, followers, acked, failed = _crash_followers_write_crash_leader(
+        cluster, "acks", range(100, 120),
+        {"acks": "all", "retries": 0, "message.timeout.ms": 1500, "enable.idempotence": False})
+    recs = read_all(cluster.bootstrap_of(*followers), "acks", 1, expected=10, idle=2)
+    got = {v for _, _, v in recs}
+    lost = set(acked) - got
+    if bug:
+        assert len(acked) == 20, "with the bug, acks=all answers without the followers"
+        assert lost == set(acked), "the acknowledged records died with the leader"
+    else:
+        assert not acked, "acks=all must not be answered while the ISR cannot replicate"
+        assert not lost
+    assert set(range(10)) <= got
+
+
+@pytest.mark.parametrize("bug", [False, True], ids=["correct", "no-dedup"])
+def test_no_dedup_duplicates_a_retried_idempotent_batch(make_cluster, bug):
+    from kafka.protocol.consumer import FetchRequest
+    from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest as PR
+    cluster = make_cluster(1, settings={"default.replication.factor": "1"}, bugs=["no-dedup"] if bug else [])
+    cluster.create_topic("dedup", partitions=1, replication_factor=1)
+    with SyncConnection("127.0.0.1", cluster.brokers[1].port) as conn:
+        init = conn.request(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=1000), 1)
+        assert init.error_code == 0 and init.producer_id >= 0
+        batch = make_batch([b"a", b"b", b"c"], producer_id=init.producer_id, producer_epoch=init.producer_epoch,
+                           base_sequence=0)
+
+        def send(data):
+            req = PR(transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[PR.TopicProduceData(
+                name="dedup", partition_data=[PR.TopicProduceData.PartitionProduceData(index=0, records=data)])])
+            return conn.request(req, 8).responses[0].partition_responses[0]
+
+        first = send(batch)
+        retry = send(batch)  # the same batch again, as a producer retries after a lost response
+        assert first.error_code == 0 and first.base_offset == 0
+        gap = make_batch([b"x"], producer_id=init.producer_id, producer_epoch=init.producer_epoch, base_sequence=7)
+        out_of_order = send(gap)
+        fetch = conn.request(FetchRequest(
+            replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0,
+            session_epoch=-1, topics=[FetchRequest.FetchTopic(topic="dedup", partitions=[
+                FetchRequest.FetchTopic.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0,
+                                                       log_start_offset=0, partition_max_bytes=1 << 20)])],
+            forgotten_topics_data=[], rack_id=""), 11)
+        values = batch_values(fetch.responses[0].partitions[0].records)
+    if bug:
+        assert retry.error_code == 0 and retry.base_offset == 3
+        assert out_of_order.error_code == 0
+        assert values == [b"a", b"b", b"c", b"a", b"b", b"c", b"x"]
+    else:
+        assert retry.error_code == 0 and retry.base_offset == 0, "a duplicate gets the original offset"
+        assert out_of_order.error_code == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert values == [b"a", b"b", b"c"]
+
+
+@pytest.mark.parametrize("bug", [False, True], ids=["correct", "skip-truncation"])
+def test_skip_truncation_leaves_a_divergent_log(make_cluster, bug):
+    cluster = make_cluster(3, settings=FAST_CHECKPOINT, bugs=["skip-truncation"] if bug else [])
+    cluster.create_topic("diverge", partitions=1, replication_factor=3)
+    produce(cluster.bootstrap, "diverge", range(50), {"acks": "all"})
+    time.sleep(1.5)  # followers learn (and checkpoint) HW 50
+    # 20 records reach the old leader only: above every HW, never replicated.
+    old, followers, acked, _ = _crash_followers_write_crash_leader(cluster, "diverge", range(1000, 1020),
+                                                                   {"acks": 1})
+    assert len(acked) == 20
+    new = cluster.leader("diverge", 0)
+    # One record per batch, so the old leader's log end (70) is a batch boundary on the new leader
+    # (a fetch from inside a batch makes the follower truncate to that batch, which would hide the bug).
+    produce(cluster.bootstrap_of(*followers), "diverge", range(2000, 2030),
+            {"acks": 1, "linger.ms": 0, "batch.num.messages": 1, "max.in.flight": 1})
+    cluster.start_broker(old)  # it comes back as a follower holding those 20 records
+    cluster.wait_registered([old])
+    wait_for(lambda: old in cluster.isr("diverge", 0), 30, 0.2, "the old leader back in the ISR")
+    for b in cluster.brokers:
+        cluster.stop_broker(b)
+    on_new, on_old = log_values(cluster, new, "diverge", 0), log_values(cluster, old, "diverge", 0)
+    assert on_new == [str(v).encode() for v in list(range(50)) + list(range(2000, 2030))]
+    if bug:
+        assert on_old != on_new, "the restarted replica kept its unreplicated records"
+        assert on_old[50:70] == [str(v).encode() for v in range(1000, 1020)]
+        assert "skip-truncation" in cluster.log_text(old)
+    else:
+        assert on_old == on_new
+
+
+@pytest.mark.parametrize("bug", [False, True], ids=["correct", "elect-any-replica"])
+def test_elect_any_replica_elects_an_empty_replica(make_cluster, bug):
+    cluster = make_cluster(3, settings=SAFE, bugs=["elect-any-replica"] if bug else [])
+    cluster.create_topic("anyone", partitions=1, replication_factor=3)
+    assert cluster.state("anyone", 0)["leader"] == 1  # replicas [1, 2, 3]
+    cluster.kill(2)
+    wait_for(lambda: 2 not in cluster.isr("anyone", 0), 30, 0.1, "broker 2 out of the ISR")
+    acked, failed = produce(cluster.bootstrap_of(1, 3), "anyone", range(50), {"acks": "all"})
+    assert len(acked) == 50
+    cluster.kill(3)
+    wait_for(lambda: cluster.isr("anyone", 0) == [1], 30, 0.1, "ISR down to the leader")
+    cluster.kill(1)  # every broker is down now
+    cluster.start_broker(2)  # never saw the 50 records, not in the ISR
+    cluster.wait_registered([2])
+    if bug:
+        wait_for(lambda: cluster.leader("anyone", 0) == 2, 20, 0.1, "the out-of-sync replica elected")
+        recs = read_all(cluster.bootstrap_of(2), "anyone", 1, idle=2)
+        assert not recs, "the elected replica has none of the acknowledged records"
+    else:
+        wait_for(lambda: cluster.leader("anyone", 0) == -1, 20, 0.1, "the partition marked offline")
+        time.sleep(4)
+        assert cluster.leader("anyone", 0) == -1, "only an ISR member may lead (unclean election is off)"
+        cluster.start_broker(1)
+        cluster.wait_registered([1])
+        wait_for(lambda: cluster.leader("anyone", 0) == 1, 20, 0.1, "the returning ISR member elected")
+        recs = read_all(cluster.bootstrap_of(1, 2), "anyone", 1, expected=50)
+        assert sorted(v for _, _, v in recs) == list(range(50))
