@@ -9,11 +9,14 @@ PY      := $(VENV)/bin/python
 HARNESS := $(VENV)/bin/harness
 STAMP   := $(VENV)/.installed
 SYSTEM_STAMP := .cache/system.stamp
+# Apache Kafka's jars (infra/kafka_dist.py); 3.9.x is the last line with ZooKeeper mode.
+KAFKA_VERSION ?= 3.9.2
+KAFKA_STAMP := .cache/kafka/$(KAFKA_VERSION)/.complete
 
 .PHONY: setup run test bench clean-runs clean
 .SILENT:
 
-setup: $(SYSTEM_STAMP) $(STAMP)
+setup: $(SYSTEM_STAMP) $(STAMP) $(KAFKA_STAMP)
 
 $(SYSTEM_STAMP): scripts/setup-system.sh
 	scripts/setup-system.sh
@@ -25,14 +28,22 @@ $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 
+# Resolved from Maven Central once into .cache/kafka/<version>/ (its .complete
+# is written last); order-only, so a newer venv does not resolve again.
+$(KAFKA_STAMP): | $(SYSTEM_STAMP) $(STAMP)
+	$(PY) -m infra.kafka_dist --version $(KAFKA_VERSION)
+
+# Until `harness run` lands: check a generated history with planted anomalies
+# (exit status 1 is the checker finding them, as it should).
 run: setup
-	$(HARNESS) demo
+	$(HARNESS) gen-history --events 200000 --seed 1 --lost 3 --duplicates 2 --skips 1 --out results/example
+	$(HARNESS) check results/example || [ $$? -eq 1 ]
 
 test: setup
 	$(PY) -m pytest -q
 
 bench: setup
-	$(HARNESS) bench check
+	$(HARNESS) bench check --out .cache/bench/check.json
 
 clean:
 	$(HARNESS) clean

@@ -21,6 +21,7 @@ from harness.errors import UserError
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("harness.runner", "a chaos run: cluster, clients under faults, heal, read back, check, report"),
     "check": ("checkers.cli", "check a history for lost writes, duplicates and offset anomalies"),
     "report": ("harness.report", "render a run's report.html from its history and results"),
     "gen-history": ("harness.synthetic", "write a synthetic history with planted anomalies"),

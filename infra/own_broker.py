@@ -88,7 +88,9 @@ class OwnBroker:
 
     def _prepare(self, node: Node) -> None:
         r = node.remote
-        r.run(f"rm -rf {self.data_dir(node)} && mkdir -p {self.data_dir(node)} {node.log_dir} {node.run_dir}")
+        # Empty the data dir but keep it: it may be a mount point (the disk-fault filesystem).
+        data = self.data_dir(node)
+        r.run(f"mkdir -p {data} {node.log_dir} {node.run_dir} && find {data} -mindepth 1 -delete")
         text = "".join(f"{k}={v}\n" for k, v in sorted(self.settings.items()))
         r.write_file(self.config_file(node), text.encode())
         if not self._local:

@@ -1,0 +1,321 @@
+"""harness run: provision a cluster, run clients under faults, heal, read back, check, report.
+
+The lifecycle, in order; every stage that started something is undone in
+reverse order, also on Ctrl-C, SIGTERM or an error:
+
+  spec -> run directory -> cluster -> ZooKeeper -> system -> topic ->
+  workload + nemesis for --time-limit -> heal -> stop clients -> settle ->
+  final reads -> close history -> collect logs -> tear down ->
+  history.parquet -> check (Spark) -> results.json -> report.html
+
+After an interruption the history recorded so far is still checked and
+reported, and the exit status is 2 (the run was not carried out), with the
+reason. Otherwise: 0 valid, 1 anomalies.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+
+from harness import spec as specs
+from harness import store
+from harness.errors import UserError
+
+log = logging.getLogger("harness.run")
+SETTLE_S = 30.0  # most seconds to wait for every partition's ISR after healing
+
+
+def configure(parser) -> None:
+    specs.add_arguments(parser)
+
+
+@dataclass
+class Run:
+    """Everything a run started, so that the end can undo it in reverse."""
+
+    spec: specs.TestSpec
+    dir: store.RunDir
+    info: dict = field(default_factory=dict)  # becomes run.json
+    cluster: object = None
+    zookeeper: object = None
+    system: object = None
+    history: object = None
+    workload: object = None
+    nemesis: object = None
+    problem: str | None = None  # why the run could not be carried out
+
+
+def run(args) -> int:
+    spec = specs.from_args(args)
+    rd = store.create(spec.results, spec.test_name)
+    handler = _log_to(rd.path / "harness.log")
+    r = Run(spec, rd, info={"name": spec.test_name, "spec": spec.to_dict(), "seed": spec.seed,
+                             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                             "command": " ".join(sys.argv), "outcome": "running"})
+    rd.write_json("run.json", r.info)
+    print(f"run {spec.test_name}: {rd.path} (seed {spec.seed})", file=sys.stderr)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        try:
+            _execute(r)
+            r.info["outcome"] = "completed"
+        except KeyboardInterrupt:
+            r.problem = "interrupted"
+            print("\nharness: interrupted; healing and tearing down ...", file=sys.stderr)
+        except UserError as e:
+            r.problem = str(e)
+            log.error("run failed: %s", e)
+        except Exception as e:  # a harness bug: keep going to heal and record
+            r.problem = f"internal error: {type(e).__name__}: {e}"
+            log.error("run failed:\n%s", traceback.format_exc())
+        finally:
+            _finish(r)
+        return _conclude(r)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _log_to(path) -> logging.Handler:
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(logging.INFO)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    if root.level > logging.INFO or root.level == logging.NOTSET:
+        root.setLevel(logging.INFO)
+        for h in root.handlers:  # the terminal keeps its warnings-only level
+            if h is not handler and h.level == logging.NOTSET:
+                h.setLevel(logging.WARNING)
+    for noisy in ("kazoo", "paramiko", "py4j", "workloads.librdkafka"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    return handler
+
+
+def _phase(name: str) -> None:
+    log.info("phase: %s", name)
+    print(f"  {name} ...", file=sys.stderr)
+
+
+def _execute(r: Run) -> None:
+    from infra.cluster import ProvisionOptions, provision
+    from infra.zookeeper import ZooKeeper, ZooKeeperOptions
+    from harness.history import HistoryWriter
+    from nemesis.faults import Context
+    from nemesis.runner import Nemesis
+    from nemesis.schedule import plan
+    from workloads.config import WorkloadConfig
+    from workloads.runner import Workload
+    from workloads.topic import create_topic, wait_settled
+
+    s = r.spec
+    steps = plan(s.nemesis, s.nemesis_targets, s.nodes, s.nemesis_interval, s.time_limit, s.seed, s.partitions)
+    r.info["schedule"] = [{"delay": round(x.delay, 3), "action": x.action, "fault": x.fault, "mode": x.mode,
+                           "picks": list(x.picks), **x.extra} for x in steps]
+    workload_config = WorkloadConfig(
+        topic="harness", partitions=s.partitions, replication_factor=s.replication_factor, rate=s.rate,
+        producers=s.producers, consumers=s.consumers, consumer_mode=s.consumer_mode, acks=s.acks,
+        idempotent=s.idempotent, producer_settings=s.producer, consumer_settings=s.consumer,
+        topic_settings={"min.insync.replicas": str(s.min_insync),
+                        "unclean.leader.election.enable": str(s.unclean_election).lower()})
+
+    _phase(f"provisioning {s.nodes} {s.provider} nodes")
+    r.cluster = provision(s.provider, ProvisionOptions(
+        provider=s.provider, nodes=s.nodes, ssh_user=s.ssh_user, ssh_key=s.ssh_key,
+        nodes_file=s.nodes_file, ssh_insecure=s.ssh_insecure, vagrant_dir=s.vagrant_dir))
+    r.info["nodes"] = {n.name: n.address for n in r.cluster.nodes}
+    _phase(f"starting ZooKeeper on {s.zk_nodes} node(s)")
+    r.zookeeper = ZooKeeper(ZooKeeperOptions(nodes=s.zk_nodes))
+    r.zookeeper.setup(r.cluster)
+    _phase(f"starting the {s.system} system")
+    r.system = _system(s, r.zookeeper.connect_string())
+    r.system.setup(r.cluster)
+    r.info["versions"] = {"system": r.system.version(), "zookeeper": _zookeeper_version()}
+    bootstrap = r.system.bootstrap()
+    create_topic(bootstrap, workload_config)
+    r.info["topic"] = workload_config.topic
+    r.info["bootstrap"] = bootstrap
+    r.dir.write_json("run.json", r.info)
+
+    r.history = HistoryWriter(r.dir.path / "history.jsonl")
+    r.workload = Workload(workload_config, bootstrap, r.history)
+    r.info.update(r.workload.run_info())
+    r.info.setdefault("producer", {})["enable.idempotence"] = s.idempotent
+    r.dir.write_json("run.json", r.info)
+    r.nemesis = Nemesis(Context(r.cluster, r.system, workload_config.topic), steps, r.history)
+    _phase(f"running clients for {s.time_limit:g} s with nemesis {','.join(s.nemesis) or 'none'}")
+    r.workload.start()
+    r.nemesis.start()
+    _progress(r, s.time_limit)
+    _phase("healing")
+    r.nemesis.stop()
+    r.nemesis.heal()
+    if r.nemesis.error is not None:
+        raise UserError(f"the nemesis failed: {r.nemesis.error}")
+    r.workload.stop(timeout=15)
+    _phase("waiting for the cluster to settle")
+    try:
+        r.info["settled_isr"] = wait_settled(bootstrap, workload_config.topic, timeout_s=SETTLE_S)
+    except UserError as e:  # reads still tell what survived; the report says it did not settle
+        log.warning("cluster did not settle: %s", e)
+        r.info["settled_isr"] = None
+    _phase(f"final reads (at most {s.final_time_limit:g} s)")
+    final = r.workload.final_reads(s.final_time_limit)
+    r.info["final_reads"] = final.to_dict()
+    print(f"  {final.summary()}", file=sys.stderr)
+
+
+def _system(s: specs.TestSpec, zk_connect: str):
+    settings = {"default.replication.factor": s.replication_factor, "min.insync.replicas": s.min_insync,
+                "unclean.leader.election.enable": str(s.unclean_election).lower(),
+                "num.partitions": s.partitions, **s.broker}
+    if s.system == "own":
+        from infra.own_broker import OwnBroker
+
+        return OwnBroker(zk_connect, settings, s.debug_bug)
+    # --- Apache Kafka (issue 6, infra/kafka.py) ---
+    from infra.kafka import KafkaOptions, KafkaSystem
+
+    return KafkaSystem(zk_connect, settings,
+                       KafkaOptions(version=s.kafka_version, mode=s.kafka_mode, dist=s.kafka_dist))
+    # --- end Apache Kafka ---
+
+
+def _zookeeper_version() -> str:
+    import glob
+
+    jars = sorted(glob.glob("/usr/share/java/zookeeper-*.jar"))
+    return os.path.basename(jars[-1]).removesuffix(".jar") if jars else "zookeeper (Debian)"
+
+
+def _progress(r: Run, seconds: float) -> None:
+    """Wait out the fault phase, showing progress: one updating line on a
+    terminal, a log line every 10 s otherwise."""
+    tty = sys.stderr.isatty()
+    started = time.monotonic()
+    last_line = 0.0
+    while True:
+        elapsed = time.monotonic() - started
+        if elapsed >= seconds:
+            break
+        if r.nemesis.error is not None:
+            raise UserError(f"the nemesis failed: {r.nemesis.error}")
+        line = _status(r, elapsed, seconds)
+        if tty:
+            print(f"\r  {line}\033[K", end="", file=sys.stderr, flush=True)
+        elif elapsed - last_line >= 10:
+            print(f"  {line}", file=sys.stderr, flush=True)
+            last_line = elapsed
+        log.debug("%s", line)
+        time.sleep(min(1.0, seconds - elapsed))
+    if tty:
+        print(file=sys.stderr)
+
+
+def _status(r: Run, elapsed: float, total: float) -> str:
+    stats = r.workload.stats()
+    ops = stats.get("ops", {})
+
+    def triple(f: str) -> str:
+        o = ops.get(f, {})
+        return f"{o.get('ok', 0)}/{o.get('fail', 0)}/{o.get('info', 0)}"
+
+    return (f"[{elapsed:5.0f}s / {total:.0f}s] sends ok/fail/info {triple('send')}  polls {triple('poll')}  "
+            f"in flight {stats.get('in_flight', 0)}  fault: {r.nemesis.current}")
+
+
+def _finish(r: Run) -> None:
+    """Undo what the run started, in reverse, each step guarded; Ctrl-C is
+    held off meanwhile so that nothing is left half-undone."""
+    def heal():
+        r.nemesis.stop()
+        r.nemesis.heal()
+
+    def stop_clients():
+        r.workload.stop(timeout=5)
+        r.workload.abandon()
+
+    held = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for what, started, step in (
+                ("heal", r.nemesis, heal),
+                ("stop clients", r.workload, stop_clients),
+                ("close history", r.history, lambda: r.history.close()),
+                ("collect logs", r.cluster, lambda: _collect_logs(r)),
+                ("stop the system", r.system, lambda: r.system.teardown(r.cluster)),
+                ("stop ZooKeeper", r.zookeeper, lambda: r.zookeeper.teardown(r.cluster)),
+                ("tear down the cluster", r.cluster, lambda: r.cluster.teardown())):
+            if started is None:
+                continue
+            try:
+                step()
+            except BaseException as e:  # keep undoing the rest
+                log.error("%s failed: %s", what, e)
+                print(f"harness: {what} failed: {e}", file=sys.stderr)
+                if r.problem is None:
+                    r.problem = f"{what} failed: {e}"
+    finally:
+        signal.signal(signal.SIGINT, held)
+    r.info["ended"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    if r.problem:
+        r.info["outcome"] = f"not carried out: {r.problem}"
+    r.dir.write_json("run.json", r.info)
+
+
+def _collect_logs(r: Run) -> None:
+    from infra.system import collect_logs
+
+    systems = [x for x in (r.zookeeper, r.system) if x is not None]
+    collect_logs(r.cluster, r.dir.nodes, systems)
+
+
+def _conclude(r: Run) -> int:
+    """Check and report whatever history there is; the exit status."""
+    from checkers.check import Options, check_history
+    from checkers.cli import write_results
+    from checkers.summary import render as summary
+    from harness import history as h
+    from harness.report import render as report
+
+    path = r.dir.path / "history.jsonl"
+    verdict = None
+    if path.is_file() and path.stat().st_size > 0:
+        try:
+            _phase("checking the history")
+            h.jsonl_to_parquet(path, r.dir.path / "history.parquet")
+            results = check_history(r.dir.path, Options(idempotent=r.spec.idempotent or None))
+            write_results(results, r.dir.path)
+            report(r.dir.path, results)
+            print(summary(results, str(r.dir.path / "results.json")))
+            verdict = results["valid"]
+            if r.spec.expect:
+                met, misses = specs.expectation(r.spec.expect, results)
+                r.info["expectation"] = {"expect": r.spec.expect, "met": met, "misses": misses}
+                r.dir.write_json("run.json", r.info)
+                print(f"scenario {r.spec.scenario or r.spec.test_name}: expectation "
+                      + ("met" if met else "NOT met: " + "; ".join(misses)))
+        except UserError as e:
+            log.error("checking failed: %s", e)
+            r.problem = r.problem or f"checking failed: {e}"
+    elif r.problem is None:
+        r.problem = "no history was recorded"
+    store.point_latest(r.dir)
+    store.write_index(r.dir.root)
+    print(f"report: {r.dir.path / 'report.html'}" if (r.dir.path / "report.html").exists()
+          else f"results: {r.dir.path}")
+    if r.problem:
+        print(f"harness: error: the run was not carried out: {r.problem}", file=sys.stderr)
+        return 2
+    return 0 if verdict else 1
+

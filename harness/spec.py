@@ -1,0 +1,309 @@
+"""A run's specification: CLI flags or a TOML file -> one frozen `TestSpec`.
+
+Every setting has one name, the same in both places (a flag `--min-insync`
+is the key `min-insync` or `min_insync` in the file); flags override the
+file. A file may also hold `[broker]` (the system's settings, Kafka's names)
+and `[producer]` / `[consumer]` (extra librdkafka settings) tables.
+Anything unknown or out of range is a one-line UserError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UserError
+
+SYSTEMS = ("own", "kafka")
+PROVIDERS = ("local", "ssh", "vagrant")
+FAULTS = ("partition", "kill", "pause")
+TARGETS = ("random", "one", "minority", "majority", "leaders", "controller", "all")
+CONSUMER_MODES = ("assign", "subscribe")
+ACKS = ("0", "1", "all")
+KAFKA_MODES = ("zk", "kraft")  # --system kafka (issue 6)
+TABLES = ("broker", "producer", "consumer", "expect")
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+
+
+@dataclass(frozen=True)
+class TestSpec:
+    """What one run does. Defaults make `harness run --nemesis partition` a
+    meaningful minute against the own broker on five local nodes."""
+
+    __test__ = False  # not a pytest class, whatever its name says
+
+    name: str = ""  # default: <system>-<nemesis>
+    system: str = "own"
+    provider: str = "local"
+    nodes: int = 5
+    zk_nodes: int = 3
+    nemesis: tuple[str, ...] = ()
+    nemesis_targets: str = "random"
+    nemesis_interval: float = 8.0  # mean seconds between fault changes
+    time_limit: float = 60.0
+    final_time_limit: float = 60.0
+    rate: float = 500.0
+    producers: int = 2
+    consumers: int = 2
+    consumer_mode: str = "assign"
+    partitions: int = 5
+    replication_factor: int = 3
+    acks: str = "all"
+    min_insync: int = 2
+    unclean_election: bool = False
+    idempotent: bool = False
+    seed: int | None = None  # None: drawn at random, then recorded
+    results: str = "results"
+    debug_bug: tuple[str, ...] = ()  # planted broker bugs (own broker only)
+    # --- Apache Kafka (--system kafka; issue 6, infra/kafka.py) ---
+    kafka_version: str = ""  # "" = the --kafka-dist's version, else infra.kafka's default (3.9.2)
+    kafka_mode: str = "zk"  # zk (ZooKeeper) or kraft
+    kafka_dist: str | None = None  # a Kafka folder or tarball to run instead of the jar cache
+    # --- end Apache Kafka ---
+    # Providers
+    ssh_user: str | None = None
+    ssh_key: str | None = None
+    nodes_file: str | None = None
+    ssh_insecure: bool = False
+    vagrant_dir: str = "."
+    # Tables
+    broker: dict = field(default_factory=dict)
+    producer: dict = field(default_factory=dict)
+    consumer: dict = field(default_factory=dict)
+    # A scenario's words: what it shows, and what the checker should find
+    # ({"valid": true} or anomaly name -> "present" / "absent").
+    scenario: str = ""
+    description: str = ""
+    expect: dict = field(default_factory=dict)
+
+    @property
+    def test_name(self) -> str:
+        return self.name or f"{self.system}-{'-'.join(self.nemesis) or 'none'}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["nemesis"] = list(self.nemesis)
+        d["debug_bug"] = list(self.debug_bug)
+        d["name"] = self.test_name
+        return d
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(TestSpec)}
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def add_arguments(parser) -> None:
+    """The flags of `harness run`; each defaults to None so that the file's value shows through."""
+    a = parser.add_argument
+    a("-c", "--config", metavar="SPEC.toml", help="a spec file holding any of these settings")
+    a("--scenario", metavar="NAME", help="a named scenario from scenarios/NAME.toml (see `harness scenarios`)")
+    a("--name", help="test name; results go to RESULTS/NAME/TIMESTAMP (default SYSTEM-NEMESIS)")
+    a("--system", choices=SYSTEMS, help="the system under test (default own)")
+    a("--provider", choices=PROVIDERS, help="where nodes come from (default local)")
+    a("--nodes", type=int, help="number of nodes (default 5)")
+    a("--zk-nodes", type=int, help="ZooKeeper ensemble size, 1 or 3 (default 3)")
+    a("--nemesis", help=f"comma list of faults: {', '.join(FAULTS)} (default none)")
+    a("--nemesis-targets", choices=TARGETS, help="which nodes faults hit (default random)")
+    a("--nemesis-interval", type=float, metavar="S", help="mean seconds between fault changes (default 8)")
+    a("--time-limit", type=float, metavar="S", help="seconds of workload under faults (default 60)")
+    a("--final-time-limit", type=float, metavar="S", help="most seconds for the final reads (default 60)")
+    a("--rate", type=float, help="target sends per second, all producers together (default 500)")
+    a("--producers", type=int, help="producer clients (default 2)")
+    a("--consumers", type=int, help="consumer clients (default 2)")
+    a("--consumer-mode", choices=CONSUMER_MODES, help="explicit assign or group subscribe (default assign)")
+    a("--partitions", type=int, help="topic partitions (default 5)")
+    a("--replication-factor", type=int, help="replicas per partition (default 3)")
+    a("--acks", choices=ACKS, help="producer acks (default all)")
+    a("--min-insync", type=int, help="min.insync.replicas (default 2)")
+    a("--unclean-election", action="store_const", const=True, help="allow unclean leader election")
+    a("--idempotent", action="store_const", const=True, help="idempotent producers")
+    a("--seed", type=int, help="seed of the fault schedule (default: random, recorded in run.json)")
+    a("--results", metavar="DIR", help="results folder (default results)")
+    a("--debug-bug", action="append", metavar="NAME", help="plant a known bug in the own broker (repeatable)")
+    # --- Apache Kafka (issue 6) ---
+    a("--kafka-version", metavar="X.Y.Z", help="--system kafka: the Kafka release (default 3.9.2, from the jar cache)")
+    a("--kafka-mode", choices=KAFKA_MODES, help="--system kafka: zk (ZooKeeper, default) or kraft")
+    a("--kafka-dist", metavar="PATH", help="--system kafka: a Kafka folder or .tgz to run instead of the jar cache")
+    # --- end Apache Kafka ---
+    a("--ssh-user", help="ssh provider: user")
+    a("--ssh-key", help="ssh provider: private key file")
+    a("--nodes-file", help="ssh provider: a file naming one node a line")
+    a("--ssh-insecure", action="store_const", const=True, help="ssh provider: skip host key checks")
+    a("--vagrant-dir", help="vagrant provider: folder of the Vagrantfile")
+
+
+def load_file(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as e:
+        raise UserError(f"{path}: cannot read: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path}: not valid TOML ({e})") from None
+    out = {}
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        if name not in FIELDS or name in ("config",):
+            raise UserError(f"{path}: unknown setting {key!r}")
+        out[name] = value
+    return out
+
+
+def scenario_file(name: str) -> Path:
+    path = SCENARIOS / f"{name}.toml"
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name or "") or not path.is_file():
+        known = ", ".join(sorted(p.stem for p in SCENARIOS.glob("*.toml"))) or "none"
+        raise UserError(f"--scenario {name!r}: no such scenario (known: {known})")
+    return path
+
+
+def from_args(args) -> TestSpec:
+    """Build the spec from a scenario or spec file (if any) and flags, flags winning."""
+    values: dict[str, Any] = {}
+    if getattr(args, "scenario", None):
+        values.update(load_file(str(scenario_file(args.scenario))))
+        values.setdefault("name", args.scenario)
+    if getattr(args, "config", None):
+        values.update(load_file(args.config))
+    for name in FIELDS:
+        flag = getattr(args, name, None)
+        if flag is not None:
+            values[name] = flag
+    return build(values)
+
+
+def build(values: dict[str, Any]) -> TestSpec:
+    v = dict(values)
+    if isinstance(v.get("nemesis"), str):
+        v["nemesis"] = [x.strip() for x in v["nemesis"].split(",") if x.strip()]
+    if isinstance(v.get("debug_bug"), str):
+        v["debug_bug"] = [v["debug_bug"]]
+    for name in ("nemesis", "debug_bug"):
+        if name in v:
+            if not isinstance(v[name], (list, tuple)) or not all(isinstance(x, str) for x in v[name]):
+                raise UserError(f"{name.replace('_', '-')}: expected a list of names")
+            v[name] = tuple(v[name])
+    for name in TABLES:
+        if name in v and not isinstance(v[name], dict):
+            raise UserError(f"[{name}] must be a table of settings")
+    if "acks" in v:
+        v["acks"] = "all" if str(v["acks"]) == "-1" else str(v["acks"])
+    for name, value in v.items():
+        _check_type(name, value)
+    spec = TestSpec(**v)
+    validate(spec)
+    if spec.seed is None:
+        spec = dataclasses.replace(spec, seed=random.SystemRandom().randrange(2**31))
+    return spec
+
+
+def _check_type(name: str, value: Any) -> None:
+    if name in TABLES:
+        return  # checked as tables above
+    default = FIELDS[name].default if FIELDS[name].default is not dataclasses.MISSING else None
+    flag = "--" + name.replace("_", "-")
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise UserError(f"{flag}: expected true or false, not {value!r}")
+    elif isinstance(default, int) and not isinstance(default, bool) or name == "seed":
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise UserError(f"{flag}: expected an integer, not {value!r}")
+    elif isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"{flag}: expected a number, not {value!r}")
+    elif isinstance(default, str) or (default is None and name not in ("seed",)):
+        if value is not None and not isinstance(value, str):
+            raise UserError(f"{flag}: expected a string, not {value!r}")
+
+
+def validate(s: TestSpec) -> None:
+    def bad(msg: str):
+        raise UserError(msg)
+
+    if s.name and not _NAME_RE.match(s.name):
+        bad(f"--name {s.name!r}: use letters, digits, '.', '_', '-' (at most 100)")
+    if s.system not in SYSTEMS:
+        bad(f"--system {s.system!r}: expected one of {', '.join(SYSTEMS)}")
+    if s.provider not in PROVIDERS:
+        bad(f"--provider {s.provider!r}: expected one of {', '.join(PROVIDERS)}")
+    for fault in s.nemesis:
+        if fault not in FAULTS:
+            hint = " (disk faults come with a later release)" if fault in ("disk", "power-loss") else ""
+            bad(f"--nemesis {fault!r}: expected a comma list of {', '.join(FAULTS)}{hint}")
+    if s.nemesis_targets not in TARGETS:
+        bad(f"--nemesis-targets {s.nemesis_targets!r}: expected one of {', '.join(TARGETS)}")
+    if s.consumer_mode not in CONSUMER_MODES:
+        bad(f"--consumer-mode {s.consumer_mode!r}: expected one of {', '.join(CONSUMER_MODES)}")
+    if s.acks not in ACKS:
+        bad(f"--acks {s.acks!r}: expected one of 0, 1, all")
+    if not 1 <= s.nodes <= 64:
+        bad(f"--nodes {s.nodes}: expected 1 to 64")
+    if s.zk_nodes not in (1, 3, 5) or s.zk_nodes > s.nodes:
+        bad(f"--zk-nodes {s.zk_nodes}: expected 1, 3 or 5, and no more than --nodes ({s.nodes})")
+    if not 1 <= s.replication_factor <= s.nodes:
+        bad(f"--replication-factor {s.replication_factor}: expected 1 to --nodes ({s.nodes})")
+    if not 1 <= s.min_insync <= s.replication_factor:
+        bad(f"--min-insync {s.min_insync}: expected 1 to --replication-factor ({s.replication_factor})")
+    if not 1 <= s.partitions <= 10_000:
+        bad(f"--partitions {s.partitions}: expected 1 to 10000")
+    for name in ("producers", "consumers"):
+        if not 0 <= getattr(s, name) <= 256:
+            bad(f"--{name} {getattr(s, name)}: expected 0 to 256")
+    if s.producers == 0:
+        bad("--producers 0: a run needs at least one producer")
+    for name in ("time_limit", "final_time_limit", "nemesis_interval"):
+        if not 0 < getattr(s, name) <= 7 * 24 * 3600:
+            bad(f"--{name.replace('_', '-')} {getattr(s, name)}: expected more than 0 seconds (at most a week)")
+    if not 0 <= s.rate <= 1_000_000:
+        bad(f"--rate {s.rate}: expected 0 (as fast as possible) to 1000000")
+    if s.idempotent and s.acks != "all":
+        bad("--idempotent needs --acks all (what an idempotent producer requires)")
+    if s.debug_bug and s.system != "own":
+        bad("--debug-bug plants bugs in the own broker; it needs --system own")
+    if s.seed is not None and not 0 <= s.seed < 2**63:
+        bad(f"--seed {s.seed}: expected a non-negative integer")
+    if s.provider == "ssh" and not s.nodes_file:
+        bad("--provider ssh needs --nodes-file naming the hosts")
+    if s.provider == "local" and s.nodes_file:
+        bad("--nodes-file is for --provider ssh")
+    if s.ssh_key and not Path(s.ssh_key).is_file():
+        bad(f"--ssh-key {s.ssh_key}: no such file")
+    # --- Apache Kafka (issue 6): version, mode and jars are checked before anything starts ---
+    if s.kafka_mode not in KAFKA_MODES:
+        bad(f"--kafka-mode {s.kafka_mode!r}: expected one of {', '.join(KAFKA_MODES)}")
+    if s.system != "kafka" and (s.kafka_version or s.kafka_dist or s.kafka_mode != "zk"):
+        bad("--kafka-version, --kafka-mode and --kafka-dist need --system kafka")
+    if s.system == "kafka":
+        from infra.kafka import KafkaOptions, check_spec
+
+        check_spec(KafkaOptions(version=s.kafka_version, mode=s.kafka_mode, dist=s.kafka_dist), s.provider, s.broker)
+    # --- end Apache Kafka ---
+    from checkers.anomalies import ANOMALIES
+
+    for key, want in s.expect.items():
+        if key == "valid":
+            if not isinstance(want, bool):
+                bad(f"expect.valid: expected true or false, not {want!r}")
+        elif key not in ANOMALIES:
+            bad(f"expect.{key}: not an anomaly (known: valid, {', '.join(ANOMALIES)})")
+        elif want not in ("present", "absent"):
+            bad(f"expect.{key}: expected \"present\" or \"absent\", not {want!r}")
+
+
+def expectation(expect: dict, results: dict) -> tuple[bool, list[str]]:
+    """Whether a run's results show what its scenario expects; the misses."""
+    misses = []
+    for key, want in expect.items():
+        if key == "valid":
+            if results["valid"] != want:
+                misses.append(f"expected {'valid' if want else 'invalid'}, got {'valid' if results['valid'] else 'invalid'}")
+            continue
+        count = results["anomalies"][key]["count"]
+        if (want == "present") != (count > 0):
+            misses.append(f"expected {key} {want}, found {count}")
+    return not misses, misses

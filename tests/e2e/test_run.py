@@ -1,0 +1,125 @@
+"""`harness run` end to end on the local provider with the own broker: real
+namespaces, sshd, ZooKeeper, brokers, clients, faults and Spark.
+
+Each test runs the installed command in a subprocess, as a user would, and
+checks what it left: the run directory, the verdict, and a clean machine.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+HARNESS = str(Path(sys.executable).with_name("harness"))
+
+
+def harness_run(results: Path, *argv: str, timeout: float = 600) -> tuple[subprocess.CompletedProcess, Path]:
+    proc = subprocess.run([HARNESS, "run", "--results", str(results), *argv],
+                          capture_output=True, text=True, timeout=timeout)
+    runs = sorted(results.glob("*/*/run.json"))
+    return proc, (runs[-1].parent if runs else results)
+
+
+def left_behind() -> dict:
+    """Namespaces, broker/ZooKeeper/sshd processes and rules a run could leave."""
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    ours = [line for line in netns.splitlines() if line.startswith("harness-")]
+    procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
+    daemons = [p for p in procs if "/var/lib/harness" in p and ("broker" in p or "QuorumPeerMain" in p or "sshd" in p)]
+    return {"namespaces": ours, "processes": daemons}
+
+
+def nemesis_events(run_dir: Path) -> list[dict]:
+    events = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    return [e for e in events if e["process"] == "nemesis"]
+
+
+def test_a_partition_run_with_safe_settings_is_valid(tmp_path):
+    proc, run_dir = harness_run(tmp_path, "--nemesis", "partition", "--time-limit", "30", "--nemesis-interval", "5",
+                                "--acks", "all", "--min-insync", "2", "--seed", "11")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "verdict: VALID" in proc.stdout
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["valid"] is True and results["counts"]["sends"]["ok"] > 1000
+    for name in ("run.json", "history.jsonl", "history.parquet", "results.json", "report.html", "harness.log"):
+        assert (run_dir / name).is_file(), name
+    assert (run_dir / "nodes" / "n1" / "broker.log").is_file()
+    assert (tmp_path / "latest").resolve() == run_dir.resolve()
+    assert (tmp_path / "index.html").is_file()
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["outcome"] == "completed" and run["seed"] == 11 and set(run["nodes"]) == {"n1", "n2", "n3", "n4", "n5"}
+    starts = [e for e in nemesis_events(run_dir) if e["f"] == "start-partition" and e["type"] != "invoke"]
+    assert starts and all(e["type"] == "ok" and e["value"]["verified"]["ok"] for e in starts)
+    assert left_behind() == {"namespaces": [], "processes": []}
+
+
+def test_acknowledging_before_replication_loses_writes_when_leaders_die(tmp_path):
+    proc, run_dir = harness_run(tmp_path, "--debug-bug", "ack-before-replication", "--acks", "all",
+                                "--nemesis", "kill", "--nemesis-targets", "leaders", "--nemesis-interval", "4",
+                                "--time-limit", "40", "--nodes", "3", "--partitions", "3", "--seed", "5",
+                                "--rate", "1000")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["anomalies"]["lost-write"]["count"] > 0, proc.stdout
+    kills = [e for e in nemesis_events(run_dir) if e["f"] == "kill" and e["type"] == "ok"]
+    assert kills and all(e["value"]["verified"]["process_gone"] for e in kills)
+    assert left_behind() == {"namespaces": [], "processes": []}
+
+
+def test_the_same_seed_replays_the_same_faults(tmp_path):
+    def faults(results: Path) -> list:
+        proc, run_dir = harness_run(results, "--nemesis", "partition,kill,pause", "--time-limit", "16",
+                                    "--nemesis-interval", "2", "--nodes", "3", "--partitions", "2",
+                                    "--final-time-limit", "10", "--seed", "2024", "--rate", "100")
+        assert proc.returncode in (0, 1), proc.stderr
+        return [(e["f"], e["value"].get("mode"), e["value"].get("nodes"), e["value"].get("grudge"))
+                for e in nemesis_events(run_dir) if e["type"] == "invoke" or e["f"] in ("start-partition",)
+                and e["type"] == "ok"]
+
+    first, second = faults(tmp_path / "a"), faults(tmp_path / "b")
+    assert len(first) >= 4
+    assert first == second
+
+
+def test_ctrl_c_heals_tears_down_and_keeps_a_partial_history(tmp_path):
+    proc = subprocess.Popen([HARNESS, "run", "--results", str(tmp_path), "--nemesis", "partition",
+                             "--nemesis-interval", "2", "--time-limit", "300", "--nodes", "3", "--seed", "3"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        history = None
+        while time.monotonic() < deadline:
+            found = list(tmp_path.glob("*/*/history.jsonl"))
+            if found and b"start-partition" in found[0].read_bytes():
+                history = found[0]
+                break
+            time.sleep(0.5)
+        assert history is not None, "the run never started a fault"
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 2, out + err
+    assert "interrupted" in err
+    run_dir = history.parent
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["outcome"] == "not carried out: interrupted"
+    assert (run_dir / "report.html").is_file() and (run_dir / "results.json").is_file()
+    events = [json.loads(line) for line in history.read_text().splitlines()]
+    heals = [e["index"] for e in events if e["f"] == "heal" and e["type"] == "ok"]
+    starts = [e["index"] for e in events if e["f"] == "start-partition"]
+    assert heals and max(starts) < heals[-1]  # healed, and nothing started after
+    assert left_behind() == {"namespaces": [], "processes": []}
+    check = subprocess.run([HARNESS, "check", str(run_dir), "--out", str(tmp_path / "recheck")],
+                           capture_output=True, text=True, timeout=300)
+    assert check.returncode in (0, 1), check.stderr

@@ -1,0 +1,177 @@
+"""The workload against a real local Apache Kafka: histories, stop, final reads, rebalances."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from harness.errors import UserError
+from workloads.config import WorkloadConfig
+from workloads.runner import Workload
+from workloads.topic import create_topic
+
+from tests.workloads.history_checks import check_history
+
+pytestmark = pytest.mark.integration
+
+
+def _run(kafka, history, workloads, config: WorkloadConfig, seconds: float = 3.0, final_s: float = 30.0):
+    create_topic(kafka.bootstrap, config, timeout_s=30)
+    wl = Workload(config, kafka.bootstrap, history)
+    workloads.append(wl)
+    wl.start()
+    time.sleep(seconds)
+    live = wl.stats()
+    stop = wl.stop(timeout=10)
+    report = wl.final_reads(final_s)
+    history.close()
+    return wl, live, stop, report
+
+
+@pytest.mark.parametrize("mode", ["assign", "subscribe"])
+def test_history_follows_contract_and_final_reads_reach_acked(kafka, history, workloads, topic_name, mode):
+    cfg = WorkloadConfig(topic=topic_name, partitions=4, replication_factor=2, rate=800, producers=2,
+                         consumers=2, consumer_mode=mode, commit_interval_s=0.5)
+    wl, live, stop, report = _run(kafka, history, workloads, cfg)
+    facts = check_history(history.path)
+
+    # Every send invoke got its completion from stop(), and nothing else is left open.
+    assert stop.sends_without_completion == 0 and not stop.threads_left
+    assert facts.incomplete == []
+    oks = facts.of_type("send", "ok")
+    assert len(oks) > 500, "the workload should have sent for 3 s at 800/s"
+    assert live["ops"]["send"]["invoke"] > 0 and live["ops"]["poll"]["ok"] > 0
+
+    # Keys are value % key_count, values encoded as ASCII digits and read back as ints.
+    for inv in list(facts.sends.values())[:100]:
+        assert inv["key"] == inv["value"] % cfg.key_count
+
+    # Final reads: complete, every partition past its highest acked offset and high watermark.
+    assert report.complete, report
+    acked = {}
+    for e in oks:
+        acked[e["partition"]] = max(acked.get(e["partition"], -1), e["offset"])
+    for reach in report.partitions:
+        assert reach.done and reach.reached >= reach.high_watermark
+        assert reach.reached > acked.get(reach.partition, -1)
+    assert set(report.processes).isdisjoint({e["process"] for e in facts.events if e["index"] < oks[-1]["index"]})
+
+    # With acks=all on a healthy cluster every acknowledged value is read, at its ack position.
+    for e in oks:
+        assert (e["partition"], e["offset"]) in facts.reads[e["value"]], f"acked value {e['value']} not read back"
+    # A read never returns a value that was not sent.
+    assert set(facts.reads) <= set(facts.sends)
+
+    # Consumers committed what they read.
+    commits = facts.of_type("commit", "ok")
+    assert commits and all(c["offsets"] for c in commits)
+    assigns = facts.of_type("assign", "ok")
+    consumer_pids = {e["process"] for e in facts.of_type("poll", "ok")} - set(report.processes)
+    assert len(consumer_pids) == 2
+    if mode == "assign":
+        # Explicit assigns: the two consumers split the four partitions.
+        main = [a for a in assigns if a["process"] in consumer_pids]
+        assert sorted(p for a in main for p in a["partitions"]) == [0, 1, 2, 3]
+    else:
+        # Rebalances recorded as assign ops, each an invoke and an ok with the new assignment;
+        # at some point the group's assignments covered every partition.
+        main = [a for a in assigns if a["process"] in consumer_pids]
+        assert main
+        latest: dict[int, list[int]] = {}
+        covered = False
+        for a in main:
+            latest[a["process"]] = a["partitions"]
+            covered |= sorted(p for ps in latest.values() for p in ps) == [0, 1, 2, 3]
+        assert covered, main
+        invokes = [e for e in facts.of_type("assign", "invoke") if e["process"] in consumer_pids]
+        assert len(invokes) == len(main)
+
+
+def test_idempotent_explicit_partitions(kafka, history, workloads, topic_name):
+    cfg = WorkloadConfig(topic=topic_name, partitions=3, replication_factor=2, rate=500, producers=1, consumers=1,
+                         idempotent=True, explicit_partitions=True, key_count=6)
+    wl, _, _, report = _run(kafka, history, workloads, cfg, seconds=2.0)
+    facts = check_history(history.path)
+    assert facts.incomplete == [] and report.complete
+    oks = facts.of_type("send", "ok")
+    assert oks
+    for e in oks:
+        assert e["partition"] == facts.sends[e["value"]]["key"] % 3
+    assert wl.run_info()["producer"]["enable.idempotence"] is True
+
+
+def test_acks_0_sends_are_info(kafka, history, workloads, topic_name):
+    cfg = WorkloadConfig(topic=topic_name, partitions=2, replication_factor=2, rate=300, producers=1, consumers=1,
+                         acks="0")
+    _, live, _, report = _run(kafka, history, workloads, cfg, seconds=1.5)
+    facts = check_history(history.path)
+    completions = list(facts.completions.values())
+    assert completions and all(e["type"] == "info" and e["error"] == "ACKS_0" for e in completions)
+    # acks=0 infos are expected for every send: they do not replace the producer.
+    assert not facts.of_type("crash", "ok")
+    assert report.complete
+
+
+def test_stop_completes_every_send_when_nothing_answers(history, workloads):
+    """No broker at all: sends pile up to max_in_flight, then stop() purges them.
+    A single-attempt producer's purged sends never left the queue: fail."""
+    cfg = WorkloadConfig(topic="nowhere", partitions=2, rate=0, producers=2, consumers=1, max_in_flight=50,
+                         producer_settings={"retries": 0})
+    wl = Workload(cfg, "127.0.0.1:1", history)  # port 1: nothing listens, nothing leaves the host
+    workloads.append(wl)
+    wl.start()
+    time.sleep(1.0)
+    assert wl.stats()["in_flight"] <= 2 * 50
+    stop = wl.stop(timeout=1.0)
+    assert stop.sends_without_completion == 0
+    report = wl.final_reads(1.0)
+    assert not report.complete and report.partitions and not any(r.done for r in report.partitions)
+    history.close()
+    facts = check_history(history.path)
+    assert facts.incomplete == []
+    sends = facts.of_type("send", "invoke")
+    assert 0 < len(sends) <= 2 * 50, "max_in_flight bounds what a producer has outstanding"
+    errors = {e["error"] for e in facts.completions.values()}
+    assert errors <= {"_PURGE_QUEUE", "_MSG_TIMED_OUT"} and "_PURGE_QUEUE" in errors
+    assert all(e["type"] == "fail" for e in facts.completions.values() if e["error"] == "_PURGE_QUEUE")
+
+
+def test_retrying_producer_purged_sends_are_info(history, workloads):
+    cfg = WorkloadConfig(topic="nowhere", partitions=1, rate=200, producers=1, consumers=0)
+    wl = Workload(cfg, "127.0.0.1:1", history)
+    workloads.append(wl)
+    wl.start()
+    time.sleep(0.5)
+    wl.stop(timeout=0.5)
+    history.close()
+    facts = check_history(history.path)
+    assert facts.completions and facts.incomplete == []
+    assert all(e["type"] == "info" for e in facts.completions.values())
+
+
+def test_bad_client_settings_are_one_line_user_errors(history):
+    cfg = WorkloadConfig(producer_settings={"no.such.property": 1}, consumers=0)
+    wl = Workload(cfg, "127.0.0.1:1", history)
+    with pytest.raises(UserError) as e:
+        wl.start()
+    assert "no.such.property" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(UserError):
+        Workload(WorkloadConfig(), "not a host", history)
+
+
+def test_create_topic_rejects_impossible_replication(kafka, topic_name):
+    cfg = WorkloadConfig(topic=topic_name, partitions=1, replication_factor=5)
+    with pytest.raises(UserError) as e:
+        create_topic(kafka.bootstrap, cfg, timeout_s=20)
+    assert "INVALID_REPLICATION_FACTOR" in str(e.value)
+
+
+def test_create_topic_accepts_existing_topic_with_same_partitions(kafka, topic_name):
+    cfg = WorkloadConfig(topic=topic_name, partitions=2, replication_factor=1)
+    create_topic(kafka.bootstrap, cfg, timeout_s=20)
+    create_topic(kafka.bootstrap, cfg, timeout_s=20)
+    with pytest.raises(UserError) as e:
+        create_topic(kafka.bootstrap, WorkloadConfig(topic=topic_name, partitions=3, replication_factor=1),
+                     timeout_s=20)
+    assert "already exists with 2 partitions" in str(e.value)

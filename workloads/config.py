@@ -1,0 +1,177 @@
+"""The workload's knobs: one frozen `WorkloadConfig`, checked when built.
+
+Every bad value is a `UserError` naming the knob, so a spec file or a flag
+with a typo ends in one line, not a traceback deep inside a client thread.
+Client settings the workload owns (bootstrap, acks, idempotence, group,
+commits) cannot be overridden through the free-form settings dicts: they have
+knobs of their own, and the error says which.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from harness.errors import UserError
+
+CONSUMER_MODES = ("assign", "subscribe")
+ACKS = ("0", "1", "all")
+
+# librdkafka property -> the WorkloadConfig knob that owns it.
+RESERVED_PRODUCER = {
+    "bootstrap.servers": "bootstrap (given to Workload)",
+    "acks": "acks", "request.required.acks": "acks",
+    "enable.idempotence": "idempotent",
+    "on_delivery": "(the workload records deliveries)", "dr_cb": "(the workload records deliveries)",
+    "dr_msg_cb": "(the workload records deliveries)",
+}
+RESERVED_CONSUMER = {
+    "bootstrap.servers": "bootstrap (given to Workload)",
+    "group.id": "group_id",
+    "enable.auto.commit": "commit_interval_s (the workload commits explicitly and records it)",
+    "enable.auto.offset.store": "(the workload stores offsets itself)",
+    "enable.partition.eof": "(final reads turn it on themselves)",
+    "on_commit": "(the workload records commits)",
+}
+
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """What the clients do. Rates are totals over all producers."""
+
+    topic: str = "harness"
+    partitions: int = 3
+    replication_factor: int = 3
+    # Target sends per second over all producers; 0 means as fast as possible.
+    rate: float = 1000.0
+    producers: int = 2
+    consumers: int = 2
+    consumer_mode: str = "assign"
+    acks: str = "all"
+    idempotent: bool = False
+    # Keys are 0..key_count-1; the value v goes with key v % key_count.
+    key_count: int = 16
+    group_id: str = "harness-workload"
+    poll_batch: int = 500
+    poll_timeout_s: float = 0.2
+    # Sends a producer may have outstanding (invoked, not yet completed);
+    # past it the producer waits, which bounds memory during a fault.
+    max_in_flight: int = 10_000
+    # Commit read positions this often (seconds); 0 never commits.
+    commit_interval_s: float = 1.0
+    # True: partition = key % partitions, passed to produce(); False: the
+    # client's own partitioner picks the partition from the key.
+    explicit_partitions: bool = False
+    # A client that hit an indeterminate error is torn down (a `crash` op)
+    # and replaced by a new process id.
+    replace_on_info: bool = True
+    # How long a replaced producer may keep delivering its outstanding sends
+    # before they are purged.
+    retire_flush_s: float = 5.0
+    # The first value sent; values count up from it, unique over the run.
+    first_value: int = 0
+    # Extra librdkafka settings, e.g. {"retries": 0, "linger.ms": 1}.
+    producer_settings: Mapping[str, Any] = field(default_factory=dict)
+    consumer_settings: Mapping[str, Any] = field(default_factory=dict)
+    # Topic configs for create_topic, e.g. {"min.insync.replicas": "2"}.
+    topic_settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.topic, str) or not _TOPIC_RE.match(self.topic) or self.topic in (".", ".."):
+            raise UserError(f"workload topic {self.topic!r}: use 1-249 of letters, digits, '.', '_', '-'")
+        _int(self, "partitions", 1)
+        _int(self, "replication_factor", 1)
+        _int(self, "producers", 0)
+        _int(self, "consumers", 0)
+        _int(self, "key_count", 1)
+        _int(self, "poll_batch", 1, 1_000_000)
+        _int(self, "max_in_flight", 1)
+        _int(self, "first_value", 0)
+        _number(self, "rate", 0)
+        _number(self, "commit_interval_s", 0)
+        _number(self, "retire_flush_s", 0)
+        _number(self, "poll_timeout_s", 0.001)
+        if self.consumer_mode not in CONSUMER_MODES:
+            raise UserError(f"workload consumer_mode {self.consumer_mode!r}: expected one of {', '.join(CONSUMER_MODES)}")
+        acks = str(self.acks) if not isinstance(self.acks, bool) else None
+        if acks == "-1":
+            acks = "all"
+        if acks not in ACKS:
+            raise UserError(f"workload acks {self.acks!r}: expected one of {', '.join(ACKS)}")
+        object.__setattr__(self, "acks", acks)
+        for name in ("idempotent", "explicit_partitions", "replace_on_info"):
+            if not isinstance(getattr(self, name), bool):
+                raise UserError(f"workload {name} must be true or false, not {getattr(self, name)!r}")
+        if self.idempotent and self.acks != "all":
+            raise UserError(f"workload idempotent producers need acks=all, not acks={self.acks}")
+        if not isinstance(self.group_id, str) or not self.group_id:
+            raise UserError("workload group_id must be a non-empty string")
+        for name, reserved in (("producer_settings", RESERVED_PRODUCER),
+                               ("consumer_settings", RESERVED_CONSUMER),
+                               ("topic_settings", {})):
+            object.__setattr__(self, name, _settings(name, getattr(self, name), reserved))
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "WorkloadConfig":
+        """Build from a spec's `[workload]` table; unknown keys are a UserError."""
+        if not isinstance(data, Mapping):
+            raise UserError(f"workload settings must be a table, not {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise UserError(f"unknown workload setting {unknown[0]!r} (known: {', '.join(sorted(known))})")
+        return cls(**dict(data))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able form (for run.json)."""
+        out = dataclasses.asdict(self)
+        for name in ("producer_settings", "consumer_settings", "topic_settings"):
+            out[name] = dict(getattr(self, name))
+        return out
+
+    @property
+    def single_attempt(self) -> bool:
+        """True when the producer sends each record at most once (retries=0,
+        not idempotent): then a broker's rejection proves the record absent."""
+        if self.idempotent:
+            return False
+        settings = self.producer_settings
+        for name in ("retries", "message.send.max.retries"):
+            if name in settings:
+                return str(settings[name]).strip() == "0"
+        return False
+
+
+def _int(cfg: WorkloadConfig, name: str, low: int, high: int | None = None) -> None:
+    value = getattr(cfg, name)
+    if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
+        bound = f"an integer >= {low}" if high is None else f"an integer in {low}..{high}"
+        raise UserError(f"workload {name} must be {bound}, not {value!r}")
+
+
+def _number(cfg: WorkloadConfig, name: str, low: float) -> None:
+    value = getattr(cfg, name)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value or value < low \
+            or value == float("inf"):
+        raise UserError(f"workload {name} must be a number >= {low}, not {value!r}")
+
+
+def _settings(name: str, value: Any, reserved: Mapping[str, str]) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise UserError(f"workload {name} must be a table of client settings, not {type(value).__name__}")
+    out: dict[str, Any] = {}
+    for key, v in value.items():
+        if not isinstance(key, str) or not key:
+            raise UserError(f"workload {name}: setting names must be non-empty strings, not {key!r}")
+        if key in reserved:
+            raise UserError(f"workload {name}: {key!r} is set by the workload; use {reserved[key]}")
+        if not isinstance(v, (str, int, float, bool)):
+            raise UserError(f"workload {name}[{key!r}] must be a string, number or boolean, not {type(v).__name__}")
+        out[key] = v
+    return out

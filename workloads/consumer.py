@@ -1,0 +1,391 @@
+"""Consumers: polls, rebalances, commits and seeks recorded; the final reads.
+
+A `Reader` is one confluent-kafka `Consumer` instance, one process id. It
+either assigns partitions explicitly (assign mode: an `assign` op) or joins
+the consumer group (subscribe mode: the rebalance callbacks record each new
+assignment as an `assign` invoke and ok). Every `consume()` call is a `poll`
+op whose ok lists the records in delivery order. Read positions are
+committed every `commit_interval_s` with a synchronous commit, recorded as a
+`commit` op.
+
+A reader whose instance became unusable (a fatal error, a truncated log
+under it, an indeterminate commit) is closed within a bound, its `crash` is
+recorded, and a new reader with a new process id takes over; in assign mode
+it continues from the old reader's positions.
+
+`final_reads` runs after the fault phase: fresh readers assign every
+partition from the beginning and read until each partition's position has
+reached both the highest acknowledged offset and its high watermark, or the
+deadline passes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+
+from workloads.errors import CRASH, EOF, FAIL, INFO, classify_commit, consumer_error_action
+
+if TYPE_CHECKING:
+    from workloads.runner import Workload
+
+log = logging.getLogger(__name__)
+
+CLOSE_BOUND_S = 5.0
+# Pause before replacing a reader again, so a broken cluster does not cause a tight crash loop.
+REPLACE_BACKOFF_S = 0.5
+
+
+class Reader:
+    """One consumer instance: its process id, assignment and read positions."""
+
+    def __init__(self, workload: "Workload", pid: int, *, subscribe: bool, partitions: list[int] | None = None,
+                 start: dict[int, int] | None = None, group_id: str | None = None, eof: bool = False,
+                 commit_interval_s: float = 0.0):
+        self.workload = workload
+        self.pid = pid
+        self.topic = workload.topic
+        self.next_offset: dict[int, int] = {}   # partition -> the offset after the last one read
+        self.committed: dict[int, int] = {}
+        self.assignment: list[int] = []
+        self.crash_reason: str | None = None
+        self.finished = False
+        self.records_read = 0
+        self.commit_interval_s = commit_interval_s
+        self.next_commit = time.monotonic() + commit_interval_s
+        self._record = workload.record
+        self._stats = workload.stats_counters
+        self.consumer = workload.make_consumer(pid, group_id or workload.config.group_id, eof, self._on_error)
+        if subscribe:
+            self.consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                    on_lost=self._on_revoke)
+        else:
+            self.assign(partitions or [], start or {})
+
+    # -- assignment
+
+    def assign(self, partitions: list[int], start: dict[int, int]) -> None:
+        """Explicitly assign `partitions`, each from `start[p]` or the beginning."""
+        parts = sorted(partitions)
+        self._record(self.pid, "invoke", "assign", partitions=parts)
+        try:
+            self.consumer.assign([TopicPartition(self.topic, p, start.get(p, OFFSET_BEGINNING)) for p in parts])
+        except KafkaException as e:
+            name = _name(e)
+            self._record(self.pid, "info", "assign", partitions=parts, error=name)
+            self._stats.completion("assign", "info", name)
+            self.crash_reason = name
+            return
+        self._record(self.pid, "ok", "assign", partitions=parts)
+        self._stats.op("assign", "ok")
+        self.assignment = parts
+        self.next_offset.update({p: o for p, o in start.items() if p in parts and o >= 0})
+
+    def _rebalanced(self, partitions: set[int]) -> None:
+        if self.finished:
+            return
+        new = sorted(partitions)
+        # A group rebalance sets the partitions as one step: record it as an op that happened.
+        self._record(self.pid, "invoke", "assign", partitions=new)
+        self._record(self.pid, "ok", "assign", partitions=new)
+        self._stats.op("assign", "ok")
+        self.assignment = new
+        for p in list(self.next_offset):
+            if p not in partitions:  # a later assignment starts from the committed offset
+                del self.next_offset[p]
+                self.committed.pop(p, None)
+
+    def _current(self, consumer) -> set[int]:
+        try:
+            return {tp.partition for tp in consumer.assignment()}
+        except KafkaException:
+            return set(self.assignment)
+
+    def _on_assign(self, consumer, partitions) -> None:
+        # Eager protocol: the assignment is empty here and `partitions` is all
+        # of the new one; cooperative: `partitions` are added to the current.
+        self._rebalanced(self._current(consumer) | {tp.partition for tp in partitions})
+
+    def _on_revoke(self, consumer, partitions) -> None:
+        self._rebalanced(self._current(consumer) - {tp.partition for tp in partitions})
+
+    def _on_error(self, err) -> None:
+        self._stats.error(err.name())
+        if err.fatal():
+            log.warning("consumer process %d: fatal error %s: %s", self.pid, err.name(), err.str())
+            self.crash_reason = err.name()
+        else:
+            log.debug("consumer process %d: %s", self.pid, err.str())
+
+    # -- reading
+
+    def poll(self, batch: int, timeout_s: float) -> list[tuple[int, int]]:
+        """One recorded poll; returns the (partition, offset) of end-of-partition events."""
+        self._record(self.pid, "invoke", "poll")
+        self._stats.op("poll", "invoke")
+        try:
+            messages = self.consumer.consume(batch, timeout_s)
+        except (KafkaException, RuntimeError) as e:
+            name = _name(e)
+            self._record(self.pid, "info", "poll", error=name)
+            self._stats.completion("poll", "info", name)
+            self.crash_reason = name
+            return []
+        records = []
+        eofs = []
+        next_offset = self.next_offset
+        for m in messages:
+            err = m.error()
+            if err is None:
+                try:
+                    value = int(m.value())
+                    key = m.key()
+                    key = int(key) if key is not None else None
+                except (TypeError, ValueError):  # not a record of this workload
+                    self._stats.skipped_record()
+                    continue
+                p = m.partition()
+                o = m.offset()
+                records.append({"partition": p, "offset": o, "key": key, "value": value})
+                next_offset[p] = o + 1
+                continue
+            action = consumer_error_action(err)
+            if action == EOF:
+                eofs.append((m.partition(), m.offset()))
+            elif action == CRASH:
+                log.info("consumer process %d: %s on partition %s", self.pid, err.name(), m.partition())
+                self._stats.error(err.name())
+                self.crash_reason = err.name()
+            else:
+                self._stats.error(err.name())
+        # Records that came before an error in the same batch were still read.
+        self._record(self.pid, "ok", "poll", records=records)
+        self._stats.read(len(records))
+        self.records_read += len(records)
+        return eofs
+
+    # -- committing
+
+    def maybe_commit(self, now: float) -> None:
+        if self.commit_interval_s <= 0 or now < self.next_commit:
+            return
+        self.next_commit = now + self.commit_interval_s
+        assigned = set(self.assignment)
+        offsets = [(p, o) for p, o in sorted(self.next_offset.items())
+                   if p in assigned and self.committed.get(p) != o]
+        if offsets:
+            self.commit(offsets)
+
+    def commit(self, offsets: list[tuple[int, int]]) -> str:
+        """One recorded synchronous commit; returns its completion type."""
+        listed = [{"partition": p, "offset": o} for p, o in offsets]
+        self._record(self.pid, "invoke", "commit", offsets=listed)
+        self._stats.op("commit", "invoke")
+        try:
+            result = self.consumer.commit(offsets=[TopicPartition(self.topic, p, o) for p, o in offsets],
+                                          asynchronous=False)
+        except (KafkaException, RuntimeError) as e:
+            code = e.args[0].code() if e.args and isinstance(e.args[0], KafkaError) else KafkaError._STATE
+            outcome = classify_commit(code)
+            type_, error = outcome.type, outcome.error
+        else:
+            errors = [tp.error for tp in (result or []) if tp.error is not None]
+            if not errors:
+                self._record(self.pid, "ok", "commit", offsets=listed)
+                self._stats.op("commit", "ok")
+                self.committed.update(dict(offsets))
+                return "ok"
+            outcomes = [classify_commit(err.code()) for err in errors]
+            # Some partitions committed and some not: the op as a whole is unknown.
+            definite = len(errors) == len(offsets) and all(o.type == FAIL for o in outcomes)
+            type_, error = (FAIL if definite else INFO), errors[0].name()
+        self._record(self.pid, type_, "commit", offsets=listed, error=error)
+        self._stats.completion("commit", type_, error)
+        if type_ == INFO and self.workload.config.replace_on_info:
+            self.crash_reason = error
+        return type_
+
+    # -- ending
+
+    def close(self, bound_s: float = CLOSE_BOUND_S) -> bool:
+        """Close the instance within `bound_s` (leaving the group may hang on an
+        unreachable coordinator); True if it closed. Later callbacks are dropped."""
+        closer = threading.Thread(target=self._close_now, name=f"wl-close-{self.pid}", daemon=True)
+        closer.start()
+        closer.join(max(0.0, bound_s))
+        self.finished = True
+        if closer.is_alive():
+            log.warning("consumer process %d did not close within %.1f s; left behind", self.pid, bound_s)
+            return False
+        return True
+
+    def _close_now(self) -> None:
+        try:
+            self.consumer.close()
+        except (KafkaException, RuntimeError) as e:
+            log.debug("consumer process %d close: %s", self.pid, e)
+
+
+def _name(e: BaseException) -> str:
+    if e.args and isinstance(e.args[0], KafkaError):
+        return e.args[0].name()
+    if isinstance(e, RuntimeError):
+        return "_CLOSED" if "closed" in str(e).lower() else type(e).__name__
+    return type(e).__name__
+
+
+class ConsumerSlot(threading.Thread):
+    """One consumer of the workload: a thread, successive reader instances."""
+
+    def __init__(self, workload: "Workload", slot: int, first: Reader, partitions: list[int] | None):
+        super().__init__(name=f"wl-consumer-{slot}", daemon=True)
+        self.workload = workload
+        self.slot = slot
+        self.reader = first
+        self.partitions = partitions  # None in subscribe mode
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception as e:
+            log.exception("consumer slot %d failed", self.slot)
+            self.workload.stats_counters.thread_failed(f"{self.name}: {type(e).__name__}: {e}")
+
+    def _run(self) -> None:
+        wl = self.workload
+        cfg = wl.config
+        reader = self.reader
+        while not wl.stopping.is_set():
+            reader.poll(cfg.poll_batch, cfg.poll_timeout_s)
+            if reader.crash_reason is None:
+                reader.maybe_commit(time.monotonic())
+            if reader.crash_reason is not None and not wl.stopping.is_set():
+                reader = self.reader = self._replace(reader)
+        reader.close(min(CLOSE_BOUND_S, max(0.0, wl.stop_deadline - time.monotonic())))
+
+    def _replace(self, old: Reader) -> Reader:
+        wl = self.workload
+        log.info("consumer process %d replaced after %s", old.pid, old.crash_reason)
+        old.close()
+        wl.record_crash(old.pid)
+        wl.stopping.wait(REPLACE_BACKOFF_S)
+        return wl.new_reader(self.partitions, dict(old.next_offset))
+
+
+# --------------------------------------------------------------------------
+# Final reads
+
+
+@dataclass
+class PartitionReach:
+    """How far final reads got in one partition."""
+
+    partition: int
+    acked_offset: int | None      # the highest offset an ok send reported (None: no ok send)
+    high_watermark: int | None    # the latest high watermark seen (None: never learned)
+    reached: int                  # the next offset to read: every offset below it was read past
+    done: bool
+
+
+@dataclass
+class FinalReadReport:
+    """What final reads achieved; `complete` when every partition is done."""
+
+    complete: bool
+    seconds: float
+    records: int
+    processes: list[int] = field(default_factory=list)
+    partitions: list[PartitionReach] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        missing = [r.partition for r in self.partitions if not r.done]
+        state = "complete" if self.complete else f"incomplete (partitions {missing} short)"
+        return f"final reads {state}: {self.records} records in {self.seconds:.1f} s"
+
+
+WATERMARK_REFRESH_S = 1.0
+
+
+def final_reads(workload: "Workload", deadline_s: float) -> FinalReadReport:
+    """Read every partition from the beginning until each reaches its targets
+    (see module docstring) or `deadline_s` seconds have passed."""
+    cfg = workload.config
+    started = time.monotonic()
+    end = started + deadline_s
+    acked = workload.stats_counters.acked_offsets()
+    partitions = sorted(set(range(cfg.partitions)) | set(acked))
+    high: dict[int, int] = {}
+    reached = {p: 0 for p in partitions}
+    done: set[int] = set()
+    processes: list[int] = []
+    records = 0
+    batch = max(cfg.poll_batch, 2000)
+
+    def new_reader() -> Reader:
+        pid = workload.process_ids.next()
+        workload.stats_counters.process_started()
+        processes.append(pid)
+        # Start where the previous reader got to: what it read stays read.
+        start = {p: reached[p] for p in partitions if reached[p] > 0}
+        return Reader(workload, pid, subscribe=False, partitions=partitions, start=start,
+                      group_id=f"{cfg.group_id}-final", eof=True)
+
+    def target(p: int) -> int | None:
+        if p not in high:
+            return None
+        return max(high[p], acked.get(p, -1) + 1)
+
+    reader = new_reader()
+    next_refresh = 0.0
+    try:
+        while len(done) < len(partitions) and time.monotonic() < end:
+            if time.monotonic() >= next_refresh:
+                _refresh_watermarks(reader, [p for p in partitions if p not in done], high, end)
+                next_refresh = time.monotonic() + WATERMARK_REFRESH_S
+            eofs = reader.poll(batch, min(cfg.poll_timeout_s, max(0.01, end - time.monotonic())))
+            for p, o in list(reader.next_offset.items()) + eofs:
+                if o > reached.get(p, 0):
+                    reached[p] = o
+            for p in partitions:
+                t = target(p)
+                if t is not None and reached[p] >= t:
+                    done.add(p)
+            if reader.crash_reason is not None and len(done) < len(partitions):
+                records += reader.records_read
+                reader.close(min(CLOSE_BOUND_S, max(0.0, end - time.monotonic())))
+                workload.record_crash(reader.pid)
+                time.sleep(min(REPLACE_BACKOFF_S, max(0.0, end - time.monotonic())))
+                reader = new_reader()
+    finally:
+        records += reader.records_read
+        reader.close(min(CLOSE_BOUND_S, max(1.0, end - time.monotonic())))
+    return FinalReadReport(
+        complete=len(done) == len(partitions),
+        seconds=time.monotonic() - started,
+        records=records,
+        processes=processes,
+        partitions=[PartitionReach(p, acked.get(p), high.get(p), reached[p], p in done) for p in partitions],
+    )
+
+
+def _refresh_watermarks(reader: Reader, partitions: list[int], high: dict[int, int], end: float) -> None:
+    for p in partitions:
+        timeout = min(2.0, end - time.monotonic())
+        if timeout <= 0:
+            return
+        try:
+            _, hw = reader.consumer.get_watermark_offsets(TopicPartition(reader.topic, p), timeout=timeout,
+                                                          cached=False)
+        except KafkaException as e:
+            log.debug("final reads: no high watermark for partition %d yet: %s", p, e)
+            continue
+        if hw >= 0:
+            high[p] = hw

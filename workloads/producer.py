@@ -1,0 +1,248 @@
+"""Producers: unique integers sent at a target rate, every send recorded.
+
+One `ProducerSlot` thread per configured producer. A slot drives one
+confluent-kafka `Producer` instance at a time (`ProducerClient`, one process
+id). Each send is recorded as an `invoke` *before* `produce()` and completed
+in the delivery callback, classified by `workloads.errors`.
+
+A client that gets an indeterminate (`info`) result, or a fatal error, is
+retired: the slot switches at once to a new instance with a new process id,
+and a helper thread lets the old instance deliver what it still has in
+flight (bounded by `retire_flush_s`), purges the rest, and then records the
+old process's `crash`.
+
+Rate control: a slot owes `rate / producers` sends per second since it
+started; it sends what is due in small bursts, never more than
+`max_in_flight` outstanding, and forgives a backlog older than a second (a
+stalled cluster does not cause a storm of sends when it heals).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Iterator
+
+from confluent_kafka import KafkaException
+
+from workloads.errors import (ACKS_0, INFO, classify_delivery, classify_produce_exception,
+                              produce_exception_is_fatal)
+
+if TYPE_CHECKING:
+    from workloads.runner import Workload
+
+log = logging.getLogger(__name__)
+
+# Sends issued between two polls of the delivery queue.
+BURST = 256
+# The shortest wait between bursts: a shorter poll timeout rounds to 0 ms
+# and the thread would spin, starving the brokers on a small machine.
+MIN_WAIT_S = 0.002
+# When a deadline has passed, time still given to purged sends' reports.
+PURGE_GRACE_S = 1.0
+
+
+class ProducerClient:
+    """One producer instance: its process id, its outstanding sends.
+
+    Its counters are plain ints touched by one thread at a time (the slot's,
+    then the retiring thread's): the hot path takes no lock besides the
+    history's own. `Stats` sums them for a snapshot.
+    """
+
+    def __init__(self, workload: "Workload", pid: int):
+        self.workload = workload
+        self.pid = pid
+        self.outstanding = 0
+        self.invoked = 0
+        self.acked = 0
+        self.acked_max: dict[int, int] = {}  # partition -> highest acknowledged offset
+        # Why this instance must be replaced (an error name), or None.
+        self.tainted: str | None = None
+        self._history_record = workload.history.record
+        self._recorder = workload.record
+        self._stats = workload.stats_counters
+        self._single_attempt = workload.config.single_attempt
+        self._acks0 = workload.config.acks == "0"
+        self.producer = workload.make_producer(pid, self._on_delivery, self._on_error)
+        workload.stats_counters.add_producer(self)
+
+    def _on_delivery(self, err, msg) -> None:
+        self.outstanding -= 1
+        if err is None and not self._acks0:
+            partition = msg.partition()
+            offset = msg.offset()
+            try:
+                self._history_record(self.pid, "ok", "send", value=int(msg.value()), partition=partition,
+                                     offset=offset)
+            except RuntimeError:  # the history is closed: a report arriving after the run
+                if not self._recorder.abandoned:
+                    raise
+                return
+            self.acked += 1
+            if offset > self.acked_max.get(partition, -1):
+                self.acked_max[partition] = offset
+            return
+        value = int(msg.value())
+        if err is None:
+            # acks=0: the broker never answers; expected for every send, so no replacement.
+            self._recorder(self.pid, "info", "send", value=value, error=ACKS_0)
+            self._stats.completion("send", "info", ACKS_0)
+            return
+        outcome = classify_delivery(err.code(), self._single_attempt)
+        self._recorder(self.pid, outcome.type, "send", value=value, error=outcome.error)
+        self._stats.completion("send", outcome.type, outcome.error)
+        if outcome.type == INFO and self.tainted is None:
+            self.tainted = outcome.error
+
+    def _on_error(self, err) -> None:
+        self._stats.error(err.name())
+        if err.fatal():
+            log.warning("producer process %d: fatal error %s: %s", self.pid, err.name(), err.str())
+            self.tainted = err.name()
+        else:
+            log.debug("producer process %d: %s", self.pid, err.str())
+
+    def drain(self, until: float) -> None:
+        """Let outstanding sends complete until `until` (monotonic), then purge
+        the rest so each gets its completion; serve their reports briefly."""
+        while self.outstanding > 0:
+            # stop() may bring the deadline forward while we wait
+            left = min(until, self.workload.stop_deadline - PURGE_GRACE_S) - time.monotonic()
+            if left <= 0:
+                break
+            self.producer.flush(min(left, 0.2))
+        if self.outstanding > 0:
+            self.producer.purge(in_queue=True, in_flight=True, blocking=True)
+            grace_until = time.monotonic() + PURGE_GRACE_S
+            while self.outstanding > 0 and time.monotonic() < grace_until:
+                self.producer.poll(0.05)
+        if self.outstanding > 0:
+            log.warning("producer process %d: %d sends left without completion", self.pid, self.outstanding)
+
+    def close(self) -> None:
+        if self.outstanding == 0:
+            self.producer.close()  # flushes: nothing is left, so it returns at once
+        self.producer = None
+
+
+class ProducerSlot(threading.Thread):
+    """One producer of the workload: a thread, successive client instances."""
+
+    def __init__(self, workload: "Workload", slot: int, values: Iterator[int], first: ProducerClient):
+        super().__init__(name=f"wl-producer-{slot}", daemon=True)
+        self.workload = workload
+        self.slot = slot
+        self.values = values
+        self.client = first
+        self.retiring: list[tuple[ProducerClient, threading.Thread]] = []
+        self.skipped = 0  # sends the rate owed but the slot could not issue in time
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception as e:  # a bug: keep the run going, report it in stats
+            log.exception("producer slot %d failed", self.slot)
+            self.workload.stats_counters.thread_failed(f"{self.name}: {type(e).__name__}: {e}")
+
+    def _run(self) -> None:
+        wl = self.workload
+        cfg = wl.config
+        stopping = wl.stopping
+        per_slot = cfg.rate / cfg.producers if cfg.rate > 0 else 0.0
+        max_lag = max(BURST, int(per_slot)) if per_slot else 0
+        started = time.monotonic()
+        issued = 0
+        client = self.client
+        while not stopping.is_set():
+            if client.tainted is not None and cfg.replace_on_info:
+                client = self.client = self._replace(client)
+            room = cfg.max_in_flight - client.outstanding - self._retiring_outstanding()
+            if per_slot:
+                now = time.monotonic()
+                due = int((now - started) * per_slot) - issued
+                if due > max_lag:
+                    self.skipped += due - max_lag
+                    issued += due - max_lag
+                    due = max_lag
+            else:
+                due = BURST
+            n = min(due, room, BURST)
+            if n <= 0:
+                if room <= 0 or not per_slot:
+                    wait = MIN_WAIT_S
+                else:
+                    wait = (issued + 1) / per_slot - (time.monotonic() - started)
+                client.producer.poll(min(max(wait, MIN_WAIT_S), 0.05))
+                continue
+            self._send_many(client, n)
+            issued += n
+            client.producer.poll(0)
+        self._finish(client)
+
+    def _send_many(self, client: ProducerClient, n: int) -> None:
+        """n sends: each recorded as an invoke before produce()."""
+        wl = self.workload
+        record = wl.history.record  # the producer loop never runs after the history closes
+        produce = client.producer.produce
+        next_value = self.values.__next__
+        topic, key_count, pid = wl.topic, wl.key_count, client.pid
+        partitions = wl.partitions if wl.explicit_partitions else 0
+        queued = 0
+        for _ in range(n):
+            value = next_value()
+            key = value % key_count
+            record(pid, "invoke", "send", key=key, value=value)
+            try:
+                if partitions:
+                    produce(topic, str(value).encode(), str(key).encode(), partition=key % partitions)
+                else:
+                    produce(topic, str(value).encode(), str(key).encode())
+            except (BufferError, KafkaException) as e:
+                self._produce_failed(client, value, e)
+                continue
+            queued += 1
+        client.invoked += n
+        client.outstanding += queued
+
+    def _produce_failed(self, client: ProducerClient, value: int, e: BaseException) -> None:
+        wl = self.workload
+        outcome = classify_produce_exception(e)
+        wl.record(client.pid, outcome.type, "send", value=value, error=outcome.error)
+        wl.stats_counters.completion("send", outcome.type, outcome.error)
+        if produce_exception_is_fatal(e):
+            client.tainted = outcome.error
+
+    def _retiring_outstanding(self) -> int:
+        if not self.retiring:
+            return 0
+        self.retiring = [(c, t) for c, t in self.retiring if t.is_alive()]
+        return sum(c.outstanding for c, _ in self.retiring)
+
+    def _replace(self, old: ProducerClient) -> ProducerClient:
+        wl = self.workload
+        log.info("producer process %d replaced after %s", old.pid, old.tainted)
+        retire = threading.Thread(target=self._retire, args=(old,), name=f"wl-retire-{old.pid}", daemon=True)
+        retire.start()
+        self.retiring.append((old, retire))
+        return wl.new_producer_client()
+
+    def _retire(self, client: ProducerClient) -> None:
+        wl = self.workload
+        try:
+            until = min(time.monotonic() + wl.config.retire_flush_s, wl.stop_deadline - PURGE_GRACE_S)
+            client.drain(until)
+            client.close()
+        except Exception as e:
+            log.exception("retiring producer process %d failed", client.pid)
+            wl.stats_counters.thread_failed(f"retire {client.pid}: {type(e).__name__}: {e}")
+        wl.record_crash(client.pid)
+
+    def _finish(self, client: ProducerClient) -> None:
+        """The fault phase is over: deliver or purge what is outstanding."""
+        wl = self.workload
+        client.drain(wl.stop_deadline - PURGE_GRACE_S)
+        client.close()
+        for _, thread in self.retiring:
+            thread.join(max(0.0, wl.stop_deadline - time.monotonic()))
