@@ -78,6 +78,7 @@ class Frames:
 
     client: object  # client events
     reads: object  # one row per record read: process, index, time, slot, partition, offset, value
+    poll_parts: object  # one row per (ok poll, partition it returned): first and last record, in-poll steps
     by_value: object
     cached: list
 
@@ -91,6 +92,7 @@ def build(df) -> Frames:
                      F.col("r.partition").alias("partition"), F.col("r.offset").alias("offset"),
                      F.col("r.value").alias("value"))
              .persist())
+    poll_parts = _poll_parts(client).persist()
     sends = client.where(F.col("f") == "send").select(
         "value", type_code(F.col("type")).alias("kind"), "index", "time", "process",
         F.when(F.col("type") == "ok", pos_of(F.col("partition"), F.col("offset"))).alias("pos"))
@@ -121,12 +123,36 @@ def build(df) -> Frames:
     by_value = by_value.select(
         "*", F.least("ack_pos", "read_first_pos").alias("first_pos"),
         F.greatest("ack_pos", "read_last_pos").alias("last_pos")).persist()
-    return Frames(client, reads, by_value, [reads, by_value])
+    return Frames(client, reads, poll_parts, by_value, [reads, poll_parts, by_value])
+
+
+def _poll_parts(client):
+    """Each ok poll, once per partition it returned: the first and the last
+    record of that partition in the poll, the largest offset, and the steps
+    within the poll that go back or jump (usually none). Consecutive reads
+    inside one poll are compared here, row by row, with no shuffle; only
+    the boundaries between polls need ordering across rows."""
+    F = _F()
+    records = F.transform("records", lambda r, i: F.struct(
+        i.alias("slot"), r["partition"].alias("partition"), r["offset"].alias("offset"), r["value"].alias("value")))
+    parts = (client.where((F.col("f") == "poll") & (F.col("type") == "ok"))
+             .select("process", "index", records.alias("recs"),
+                     F.explode(F.array_distinct(F.transform("records", lambda r: r["partition"]))).alias("partition")))
+    seq = F.filter("recs", lambda r: r["partition"] == F.col("partition"))
+    parts = parts.select("process", "index", "partition", seq.alias("seq"))
+    n = F.size("seq")
+    pairs = F.zip_with(F.slice("seq", 1, n - 1), F.slice("seq", 2, n - 1),
+                       lambda a, b: F.struct(a.alias("a"), b.alias("b")))
+    odd = F.filter(pairs, lambda x: (x["b"]["offset"] <= x["a"]["offset"]) | (x["b"]["offset"] > x["a"]["offset"] + 1))
+    return parts.select("process", "index", "partition", F.col("seq")[0].alias("first"),
+                        F.element_at("seq", -1).alias("last"),
+                        F.array_max(F.transform("seq", lambda r: r["offset"])).alias("max_offset"),
+                        odd.alias("odd"))
 
 
 def max_read_offsets(frames: Frames) -> dict[int, int]:
     F = _F()
-    rows = frames.reads.groupBy("partition").agg(F.max("offset").alias("m")).collect()
+    rows = frames.poll_parts.groupBy("partition").agg(F.max("max_offset").alias("m")).collect()
     return {r["partition"]: r["m"] for r in rows}
 
 
@@ -293,24 +319,33 @@ def read_order(frames: Frames, by_pos) -> dict[str, tuple[int, list[dict]]]:
     from pyspark.sql import Window
 
     F = _F()
-    reads = frames.reads
-    proc_parts = reads.select("process", "partition").distinct()
-    # Events that restart a process's read order: assign and crash restart every
-    # partition it reads, a seek its own partition.
+    parts = frames.poll_parts
+    # Steps inside one poll were found row by row.
+    inside = parts.select("process", "partition", "index", F.explode("odd").alias("s")).select(
+        "process", "partition", "index", F.col("s.b.slot").alias("slot"), F.col("s.b.offset").alias("offset"),
+        F.col("s.b.value").alias("value"), F.col("s.a.offset").alias("prev_offset"),
+        F.col("s.a.value").alias("prev_value"), F.col("index").alias("prev_index"))
+    # Steps from one poll to the next: events that restart a process's read
+    # order come between them: assign and crash for every partition it reads,
+    # a seek for its own partition.
+    proc_parts = parts.select("process", "partition").distinct()
     resets = frames.client.where(F.col("f").isin("assign", "crash", "seek")).select(
         "process", "index", F.when(F.col("f") == "seek", F.col("partition")).alias("only"))
     resets = resets.join(proc_parts, "process").where(
         F.col("only").isNull() | (F.col("only") == F.col("partition"))).select(
-        "process", "partition", "index", F.lit(-1).alias("slot"),
-        F.lit(None).cast("long").alias("offset"), F.lit(None).cast("long").alias("value"))
-    stream = reads.select("process", "partition", "index", "slot", "offset", "value").unionByName(resets)
-    w = Window.partitionBy("process", "partition").orderBy("index", "slot")
-    steps = stream.select(
-        "*", F.lag("offset").over(w).alias("prev_offset"), F.lag("index").over(w).alias("prev_index"),
-        F.lag("value").over(w).alias("prev_value"),
-    ).where(F.col("offset").isNotNull() & F.col("prev_offset").isNotNull()
-            & ((F.col("offset") <= F.col("prev_offset")) | (F.col("offset") > F.col("prev_offset") + 1))
-            ).persist()
+        "process", "partition", "index", F.lit(None).cast(parts.schema["first"].dataType).alias("first"),
+        F.lit(None).cast(parts.schema["last"].dataType).alias("last"))
+    stream = parts.select("process", "partition", "index", "first", "last").unionByName(resets)
+    w = Window.partitionBy("process", "partition").orderBy("index")
+    between = stream.select(
+        "process", "partition", "index", "first", F.lag("last").over(w).alias("prev"),
+        F.lag("index").over(w).alias("prev_index"),
+    ).where(F.col("first").isNotNull() & F.col("prev").isNotNull()).select(
+        "process", "partition", "index", F.col("first.slot").alias("slot"), F.col("first.offset").alias("offset"),
+        F.col("first.value").alias("value"), F.col("prev.offset").alias("prev_offset"),
+        F.col("prev.value").alias("prev_value"), "prev_index",
+    ).where((F.col("offset") <= F.col("prev_offset")) | (F.col("offset") > F.col("prev_offset") + 1))
+    steps = inside.unionByName(between).persist()
     try:
         backwards = steps.where(F.col("offset") <= F.col("prev_offset"))
         back_rows = backwards.orderBy("index", "slot").limit(MAX_EXAMPLES).collect()

@@ -87,7 +87,7 @@ def _analyse(df, promised: dict, opts: Options) -> dict:
     frames = an.build(df)
     cached = list(frames.cached)
     try:
-        ops, unfinished_other = stats.ordered_ops(df)
+        ops, unfinished_other, pipelined = stats.ordered_ops(df)
         cached.append(ops)
         stage.done("pair-operations")
         max_read = an.max_read_offsets(frames)
@@ -108,7 +108,7 @@ def _analyse(df, promised: dict, opts: Options) -> dict:
         stage.done("send-order")
         totals, throughput = stats.op_counts(df)
         stage.done("throughput")
-        overall, per_second = stats.latency(frames.by_value, ops)
+        overall, per_second = stats.latency(frames.by_value, ops, pipelined)
         stage.done("latency")
         faults = stats.faults(df)
         stage.done("faults")

@@ -51,7 +51,8 @@ def ordered_ops(df):
     """Every operation but sends, with its place among its process's operations of that f.
 
     Raises HistoryError at the first completion with no invocation left to
-    answer. Returns (the frame, persisted; unfinished invocations by f).
+    answer. Returns the frame (persisted), unfinished invocations by f, and
+    whether any process had several of one f outstanding (pipelined).
     """
     from pyspark.sql import Window
 
@@ -65,17 +66,18 @@ def ordered_ops(df):
                    F.last(F.when(inv, F.col("time")), ignorenulls=True).over(w).alias("last_inv_time"))
            .persist())
     row = ops.where(~inv).agg(
-        F.min(F.when(F.col("k_comp") > F.col("k_inv"), F.col("index"))).alias("orphan")).collect()[0]
+        F.min(F.when(F.col("k_comp") > F.col("k_inv"), F.col("index"))).alias("orphan"),
+        F.count(F.when(F.col("k_comp") < F.col("k_inv"), 1)).alias("pipelined")).collect()[0]
     if row["orphan"] is not None:
         ops.unpersist()
         raise HistoryError(f"index {row['orphan']}: a completion without an invocation (same process and f) before it")
     open_ = (ops.where(F.col("process") >= 0).groupBy("process", "f")
              .agg((F.max("k_inv") - F.max("k_comp")).alias("open"))
              .groupBy("f").agg(F.sum("open").alias("n")).collect())
-    return ops, {r["f"]: int(r["n"]) for r in open_ if r["n"]}
+    return ops, {r["f"]: int(r["n"]) for r in open_ if r["n"]}, row["pipelined"] > 0
 
 
-def _op_latencies(ops):
+def _op_latencies(ops, pipelined: bool):
     """(f, type, time, latency) of client completions, from `ordered_ops`."""
     F = _F()
     comp = ops.where((F.col("type") != "invoke") & (F.col("process") >= 0))
@@ -83,6 +85,8 @@ def _op_latencies(ops):
     # process pipelined, the k-th invocation answers the k-th completion.
     direct = comp.where(F.col("k_inv") == F.col("k_comp")).select(
         "f", "type", "time", (F.col("time") - F.col("last_inv_time")).alias("latency"))
+    if not pipelined:
+        return direct
     invs = ops.where(F.col("type") == "invoke").select(
         "process", "f", F.col("k_inv").alias("k"), F.col("time").alias("inv_time"))
     piped = (comp.where(F.col("k_inv") > F.col("k_comp")).withColumnRenamed("k_comp", "k")
@@ -91,7 +95,7 @@ def _op_latencies(ops):
     return direct.unionByName(piped)
 
 
-def latency(by_value, ops) -> tuple[list[dict], list[dict]]:
+def latency(by_value, ops, pipelined: bool) -> tuple[list[dict], list[dict]]:
     """Latency quantiles in ms by (f, outcome), overall and per second of completion."""
     F = _F()
     outcome = F.col("outcome")
@@ -99,7 +103,7 @@ def latency(by_value, ops) -> tuple[list[dict], list[dict]]:
         F.lit("send").alias("f"),
         F.when(outcome == 1, KIND_NAMES[1]).when(outcome == 2, KIND_NAMES[2]).otherwise(KIND_NAMES[3]).alias("type"),
         F.col("comp_time").alias("time"), (F.col("comp_time") - F.col("inv_time")).alias("latency"))
-    lat = sends.unionByName(_op_latencies(ops))
+    lat = sends.unionByName(_op_latencies(ops, pipelined))
     bucket = F.when(F.col("latency") <= BUCKET_FLOOR_NS, 0).otherwise(
         F.ceil(F.log(BUCKET_GROWTH, F.col("latency") / BUCKET_FLOOR_NS))).cast("int")
     hist = (lat.groupBy("f", "type", F.floor(F.col("time") / 1e9).cast("long").alias("second"),

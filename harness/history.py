@@ -185,35 +185,44 @@ def check_event(event: Any, where: str) -> None:
         if type_ == "invoke" and "key" in event:
             _check_int(event, "key", where, nullable=True)
         if type_ == "ok":
-            _check_int(event, "partition", where)
-            _check_int(event, "offset", where)
+            _check_position(event, where)
     elif f == "poll" and type_ == "ok":
-        records = event.get("records")
-        if not isinstance(records, list):
-            raise HistoryError(f"{where}: an ok poll needs 'records', a list")
-        for i, r in enumerate(records):
-            if not isinstance(r, dict):
-                raise HistoryError(f"{where}: records[{i}] must be an object")
-            for name in ("partition", "offset", "value"):
-                _check_int(r, name, f"{where}: records[{i}]")
-            if "key" in r:
-                _check_int(r, "key", f"{where}: records[{i}]", nullable=True)
+        _check_objects(event, "records", where, _check_record)
     elif f == "assign" and type_ in ("invoke", "ok"):
         parts = event.get("partitions")
         if not isinstance(parts, list) or not all(_is_int(p) for p in parts):
             raise HistoryError(f"{where}: 'partitions' must be a list of integers")
     elif f == "seek" and type_ in ("invoke", "ok"):
-        _check_int(event, "partition", where)
-        _check_int(event, "offset", where)
+        _check_position(event, where)
     elif f == "commit" and type_ in ("invoke", "ok"):
-        offsets = event.get("offsets")
-        if not isinstance(offsets, list):
-            raise HistoryError(f"{where}: 'offsets' must be a list")
-        for i, o in enumerate(offsets):
-            if not isinstance(o, dict):
-                raise HistoryError(f"{where}: offsets[{i}] must be an object")
-            _check_int(o, "partition", f"{where}: offsets[{i}]")
-            _check_int(o, "offset", f"{where}: offsets[{i}]")
+        _check_objects(event, "offsets", where, _check_position)
+
+
+def _check_position(x: dict, where: str) -> None:
+    """`partition` and `offset`: integers, not negative (the checker packs them into one long)."""
+    for name in ("partition", "offset"):
+        _check_int(x, name, where)
+        if x[name] < 0 or x[name] >= (1 << 40 if name == "offset" else 1 << 23):
+            raise HistoryError(f"{where}: '{name}' {x[name]} is out of range")
+
+
+def _check_record(r: dict, where: str) -> None:
+    _check_position(r, where)
+    _check_int(r, "value", where)
+    if "key" in r:
+        _check_int(r, "key", where, nullable=True)
+
+
+def _check_objects(event: dict, name: str, where: str, check_one) -> None:
+    """`event[name]` is a list of objects, each passing `check_one(obj, where)`."""
+    items = event.get(name)
+    if not isinstance(items, list):
+        raise HistoryError(f"{where}: '{name}' must be a list")
+    for i, item in enumerate(items):
+        at = f"{where}: {name}[{i}]"
+        if not isinstance(item, dict):
+            raise HistoryError(f"{at} must be an object")
+        check_one(item, at)
 
 
 class OrderCheck:
@@ -549,6 +558,7 @@ def _check_parquet_batch(file: Path, batch, order: OrderCheck, pa, pc) -> None:
             bad(ok_send, f"an ok send needs '{name}'")
         else:
             bad(pc.and_(ok_send, pc.is_null(cols[name])), f"an ok send needs '{name}'")
+            bad(pc.and_(ok_send, pc.fill_null(pc.less(cols[name], 0), False)), f"'{name}' must not be negative")
     ok_poll = pc.and_(pc.and_(client, pc.equal(f, "poll")), pc.equal(type_, "ok"))
     if "records" not in cols:
         bad(ok_poll, "an ok poll needs 'records'")
@@ -560,11 +570,13 @@ def _check_parquet_batch(file: Path, batch, order: OrderCheck, pa, pc) -> None:
             for name in ("partition", "offset", "value"):
                 if name not in [flat.type.field(i).name for i in range(flat.type.num_fields)]:
                     raise HistoryError(f"{file.name}: records lack '{name}'")
-                missing = pc.is_null(pc.struct_field(flat, name))
-                if pc.any(missing).as_py():
-                    parents = pc.list_parent_indices(records)
-                    i = parents[pc.index(missing, True).as_py()].as_py()
-                    raise HistoryError(f"{file.name} index {first + i}: a record lacks '{name}'")
+                field = pc.struct_field(flat, name)
+                for missing, what in ((pc.is_null(field), f"a record lacks '{name}'"),
+                                      (pc.fill_null(pc.less(field, 0), False), f"a record's '{name}' is negative")):
+                    if pc.any(missing).as_py():
+                        parents = pc.list_parent_indices(records)
+                        i = parents[pc.index(missing, True).as_py()].as_py()
+                        raise HistoryError(f"{file.name} index {first + i}: {what}")
     order.next_index = first + n
     order.last_time = time_[n - 1].as_py()
 

@@ -48,6 +48,7 @@ class Run:
     history: object = None
     workload: object = None
     nemesis: object = None
+    faultfs: object = None  # the disk-fault filesystems under the data dirs (infra.faultfs), if mounted
     problem: str | None = None  # why the run could not be carried out
 
 
@@ -140,6 +141,12 @@ def _execute(r: Run) -> None:
     r.zookeeper.setup(r.cluster)
     _phase(f"starting the {s.system} system")
     r.system = _system(s, r.zookeeper.connect_string())
+    if s.uses_faultfs:  # disk faults (issue 7): the faultfs under every data dir, before the system uses it
+        from infra import faultfs
+
+        _phase("mounting the fault-injecting filesystem under the data dirs")
+        r.faultfs = faultfs.mount_system(r.cluster, r.system, s.disk)
+        r.info["faultfs"] = r.faultfs.to_dict()
     r.system.setup(r.cluster)
     r.info["versions"] = {"system": r.system.version(), "zookeeper": _zookeeper_version()}
     bootstrap = r.system.bootstrap()
@@ -254,6 +261,7 @@ def _finish(r: Run) -> None:
                 ("close history", r.history, lambda: r.history.close()),
                 ("collect logs", r.cluster, lambda: _collect_logs(r)),
                 ("stop the system", r.system, lambda: r.system.teardown(r.cluster)),
+                ("unmount the faultfs", r.faultfs, lambda: _unmount_faultfs(r)),
                 ("stop ZooKeeper", r.zookeeper, lambda: r.zookeeper.teardown(r.cluster)),
                 ("tear down the cluster", r.cluster, lambda: r.cluster.teardown())):
             if started is None:
@@ -273,10 +281,16 @@ def _finish(r: Run) -> None:
     r.dir.write_json("run.json", r.info)
 
 
+def _unmount_faultfs(r: Run) -> None:
+    from infra.faultfs import unmount_system
+
+    unmount_system(r.cluster, r.faultfs)
+
+
 def _collect_logs(r: Run) -> None:
     from infra.system import collect_logs
 
-    systems = [x for x in (r.zookeeper, r.system) if x is not None]
+    systems = [x for x in (r.zookeeper, r.system, r.faultfs) if x is not None]
     collect_logs(r.cluster, r.dir.nodes, systems)
 
 

@@ -21,12 +21,14 @@ from harness.errors import UserError
 
 SYSTEMS = ("own", "kafka")
 PROVIDERS = ("local", "ssh", "vagrant")
-FAULTS = ("partition", "kill", "pause")
+FAULTS = ("partition", "kill", "pause", "disk-stall", "disk-slow", "disk-fail", "power-loss")
+DISK_FAULTS = ("disk-stall", "disk-slow", "disk-fail", "power-loss")  # need the faultfs under the data dirs
+FAULT_GROUPS = {"disk": ("disk-stall", "disk-slow", "disk-fail")}  # a name that means several faults
 TARGETS = ("random", "one", "minority", "majority", "leaders", "controller", "all")
 CONSUMER_MODES = ("assign", "subscribe")
 ACKS = ("0", "1", "all")
 KAFKA_MODES = ("zk", "kraft")  # --system kafka (issue 6)
-TABLES = ("broker", "producer", "consumer", "expect")
+TABLES = ("broker", "producer", "consumer", "expect", "disk")
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
 
@@ -60,6 +62,7 @@ class TestSpec:
     seed: int | None = None  # None: drawn at random, then recorded
     results: str = "results"
     debug_bug: tuple[str, ...] = ()  # planted broker bugs (own broker only)
+    faultfs: bool = False  # mount the fault-injecting filesystem under the data dirs (disk faults imply it)
     # --- Apache Kafka (--system kafka; issue 6, infra/kafka.py) ---
     kafka_version: str = ""  # "" = the --kafka-dist's version, else infra.kafka's default (3.9.2)
     kafka_mode: str = "zk"  # zk (ZooKeeper) or kraft
@@ -75,11 +78,17 @@ class TestSpec:
     broker: dict = field(default_factory=dict)
     producer: dict = field(default_factory=dict)
     consumer: dict = field(default_factory=dict)
+    disk: dict = field(default_factory=dict)  # disk faults: slow-ms, ops (infra.faultfs.SETTINGS)
     # A scenario's words: what it shows, and what the checker should find
     # ({"valid": true} or anomaly name -> "present" / "absent").
     scenario: str = ""
     description: str = ""
     expect: dict = field(default_factory=dict)
+
+    @property
+    def uses_faultfs(self) -> bool:
+        """Whether the run mounts the faultfs under each node's data dir."""
+        return self.faultfs or any(f in DISK_FAULTS for f in self.nemesis)
 
     @property
     def test_name(self) -> str:
@@ -107,7 +116,8 @@ def add_arguments(parser) -> None:
     a("--provider", choices=PROVIDERS, help="where nodes come from (default local)")
     a("--nodes", type=int, help="number of nodes (default 5)")
     a("--zk-nodes", type=int, help="ZooKeeper ensemble size, 1 or 3 (default 3)")
-    a("--nemesis", help=f"comma list of faults: {', '.join(FAULTS)} (default none)")
+    a("--nemesis", help=f"comma list of faults: {', '.join(FAULTS)}; disk means the three disk-* "
+                        "(default none)")
     a("--nemesis-targets", choices=TARGETS, help="which nodes faults hit (default random)")
     a("--nemesis-interval", type=float, metavar="S", help="mean seconds between fault changes (default 8)")
     a("--time-limit", type=float, metavar="S", help="seconds of workload under faults (default 60)")
@@ -135,6 +145,8 @@ def add_arguments(parser) -> None:
     a("--nodes-file", help="ssh provider: a file naming one node a line")
     a("--ssh-insecure", action="store_const", const=True, help="ssh provider: skip host key checks")
     a("--vagrant-dir", help="vagrant provider: folder of the Vagrantfile")
+    a("--faultfs", action="store_const", const=True,
+      help="mount the fault-injecting filesystem under the data dirs even without disk faults")
 
 
 def load_file(path: str) -> dict[str, Any]:
@@ -183,6 +195,9 @@ def build(values: dict[str, Any]) -> TestSpec:
         v["nemesis"] = [x.strip() for x in v["nemesis"].split(",") if x.strip()]
     if isinstance(v.get("debug_bug"), str):
         v["debug_bug"] = [v["debug_bug"]]
+    if "nemesis" in v and isinstance(v["nemesis"], (list, tuple)):
+        v["nemesis"] = list(dict.fromkeys(x for f in v["nemesis"] for x in
+                                          (FAULT_GROUPS.get(f, (f,)) if isinstance(f, str) else (f,))))
     for name in ("nemesis", "debug_bug"):
         if name in v:
             if not isinstance(v[name], (list, tuple)) or not all(isinstance(x, str) for x in v[name]):
@@ -233,8 +248,7 @@ def validate(s: TestSpec) -> None:
         bad(f"--provider {s.provider!r}: expected one of {', '.join(PROVIDERS)}")
     for fault in s.nemesis:
         if fault not in FAULTS:
-            hint = " (disk faults come with a later release)" if fault in ("disk", "power-loss") else ""
-            bad(f"--nemesis {fault!r}: expected a comma list of {', '.join(FAULTS)}{hint}")
+            bad(f"--nemesis {fault!r}: expected a comma list of {', '.join(FAULTS)} or disk")
     if s.nemesis_targets not in TARGETS:
         bad(f"--nemesis-targets {s.nemesis_targets!r}: expected one of {', '.join(TARGETS)}")
     if s.consumer_mode not in CONSUMER_MODES:
@@ -283,6 +297,10 @@ def validate(s: TestSpec) -> None:
 
         check_spec(KafkaOptions(version=s.kafka_version, mode=s.kafka_mode, dist=s.kafka_dist), s.provider, s.broker)
     # --- end Apache Kafka ---
+    if s.disk:
+        from infra.faultfs import validate_settings
+
+        validate_settings(s.disk)
     from checkers.anomalies import ANOMALIES
 
     for key, want in s.expect.items():

@@ -73,6 +73,7 @@ CASES = {
     "value-sent-twice": (lines(GOOD + [{**GOOD[0], "index": 4, "time": 10}]), ["line 5", "sent twice"]),
     "completed-twice": (lines(GOOD + [{**GOOD[1], "index": 4, "time": 10}]), ["line 5", "second completion"]),
     "completed-by-another-process": (lines(changed(1, process=3)), ["line 2", "completed by 3"]),
+    "negative-offset": (lines(changed(1, offset=-1)), ["line 2", "'offset' -1 is out of range"]),
     "bool-is-not-an-int": (lines(changed(1, offset=True)), ["line 2", "'offset'"]),
     "blank-line-in-the-middle": (lines(GOOD[:2]) + "\n" + lines(GOOD[2:]), ["line 3", "empty line"]),
 }
