@@ -59,6 +59,7 @@ class HistoryWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "xb", buffering=1 << 20)
+        self._write = self._file.write
         self._lock = threading.Lock()
         self._index = 0
         self._origin = time.monotonic_ns() if origin_ns is None else origin_ns
@@ -86,16 +87,16 @@ class HistoryWriter:
             if self._closed.is_set():
                 raise RuntimeError(f"history {self.path} is closed")
             event = {"index": self._index, "time": time.monotonic_ns() - self._origin,
-                     "process": process, "type": type, "f": f}
-            event.update(fields)
-            self._file.write(orjson.dumps(event) + b"\n")
+                     "process": process, "type": type, "f": f, **fields}
+            self._write(orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE))
             self._index += 1
             self._dirty = True
-        for listener in self._listeners:
-            try:
-                listener(event)
-            except Exception:  # a display must never lose an event
-                log.exception("history listener failed")
+        if self._listeners:
+            for listener in self._listeners:
+                try:
+                    listener(event)
+                except Exception:  # a display must never lose an event
+                    log.exception("history listener failed")
         return event
 
     def _flush_loop(self) -> None:

@@ -151,9 +151,12 @@ def plots(results: dict, source: h.HistorySource | None, intervals: list[dict]) 
         for type_ in ("ok", "info", "fail"):
             g = lat[lat["type"] == type_]
             ax.scatter(g["t"], g["ms"], s=3, alpha=0.4, color=COLORS.get(type_, "#495057"), label=f"send {type_}")
-    by_second = [x for x in stats.get("latency_by_second", []) if x["f"] == "send" and x["type"] == "ok"]
-    if by_second:
-        ax.plot([x["second"] + 0.5 for x in by_second], [x["p99_ms"] for x in by_second], color="black", lw=1,
+    p99 = {x["second"]: x["p99_ms"] for x in stats.get("latency_by_second", [])
+           if x["f"] == "send" and x["type"] == "ok"}
+    if p99:
+        # Seconds without a completion break the line rather than bridging it.
+        seconds = range(min(p99), max(p99) + 1)
+        ax.plot([x + 0.5 for x in seconds], [p99.get(x, float("nan")) for x in seconds], color="black", lw=1,
                 label="send ok p99")
     ax.set_yscale("log")
     ax.set_xlabel("time (s)")
@@ -169,9 +172,10 @@ def plots(results: dict, source: h.HistorySource | None, intervals: list[dict]) 
     for x in stats.get("throughput", []):
         if x["f"] in ("send", "poll"):
             series.setdefault((x["f"], x["type"]), {})[x["second"]] = x["count"]
+    last = max((max(points) for points in series.values()), default=0)
     for (f, type_), points in sorted(series.items()):
-        xs = sorted(points)
-        ax.plot([x + 0.5 for x in xs], [points[x] for x in xs], lw=1.2, label=f"{f} {type_}",
+        xs = range(0, last + 1)  # a second without completions is a zero, not a gap
+        ax.plot([x + 0.5 for x in xs], [points.get(x, 0) for x in xs], lw=1.2, label=f"{f} {type_}",
                 color=COLORS.get(type_) if f == "send" else None, ls="-" if f == "send" else "--")
     ax.set_xlabel("time (s)")
     ax.set_ylabel("operations / s")
@@ -342,7 +346,7 @@ def _faults_html(faults: list[dict]) -> str:
     rows = []
     for e in faults:
         detail = {k: v for k, v in e.items() if k not in ("index", "time", "type", "f", "process")}
-        rows.append(f"<tr id='n{int(e['index'])}'><td class='num'>{e['time'] / 1e9:.3f}</td><td>{_link(e['index'])}</td>"
+        rows.append(f"<tr id='e{int(e['index'])}'><td class='num'>{e['time'] / 1e9:.3f}</td><td>{int(e['index'])}</td>"
                     f"<td>{esc(e['type'])}</td><td><code>{esc(e['f'])}</code></td>"
                     f"<td><pre>{esc(orjson.dumps(detail).decode())}</pre></td></tr>")
     return ("<h2>Nemesis</h2><table><tr><th>time (s)</th><th>event</th><th>type</th><th>action</th>"
@@ -358,6 +362,7 @@ def _settings_html(run: dict) -> str:
 
 
 def _excerpt_html(events: list[dict]) -> str:
+    events = [e for e in events if e["process"] != h.NEMESIS]  # those are in the nemesis table
     if not events:
         return ""
     rows = "".join(f"<tr id='e{int(e['index'])}'><td class='num'>{int(e['index'])}</td>"

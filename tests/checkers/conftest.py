@@ -12,15 +12,6 @@ from checkers.check import Options, check_history
 from tests.checkers.reference import reference_counts
 
 
-@pytest.fixture(scope="session")
-def spark():
-    from checkers.spark import get_session
-
-    session = get_session("local[2]")
-    yield session
-    session.stop()
-
-
 class Hist:
     """Builds a history event by event; indexes and times follow the call order."""
 
