@@ -136,6 +136,7 @@ def _execute(r: Run) -> None:
         provider=s.provider, nodes=s.nodes, ssh_user=s.ssh_user, ssh_key=s.ssh_key,
         nodes_file=s.nodes_file, ssh_insecure=s.ssh_insecure, vagrant_dir=s.vagrant_dir))
     r.info["nodes"] = {n.name: n.address for n in r.cluster.nodes}
+    r.info["cluster"] = r.cluster.cluster_id
     _phase(f"starting ZooKeeper on {s.zk_nodes} node(s)")
     r.zookeeper = ZooKeeper(ZooKeeperOptions(nodes=s.zk_nodes))
     r.zookeeper.setup(r.cluster)

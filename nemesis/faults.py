@@ -9,7 +9,9 @@ verdict), `stop(ctx, state) -> value` undoes it and verifies that too.
 - kill: SIGKILL of the system's process on the target nodes; verified when
   the process is gone; stop restarts it and verifies it runs;
 - pause: SIGSTOP; verified when the process is in state T (stopped); stop
-  sends SIGCONT and verifies it left that state.
+  sends SIGCONT and verifies it left that state;
+- disk-stall, disk-slow, disk-fail, power-loss: through the faultfs under
+  the data dirs (nemesis.disk), merged into FAULTS below.
 
 The system (own broker or Kafka) provides kill/start/pause/resume and, for
 probes, `running(node)` and `process_state(node)`; for targets, optionally
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from harness.errors import UserError
 from infra import net
 from infra.cluster import Cluster, parallel
+from nemesis.disk import DISK_FAULTS, heal_disks
 from nemesis.schedule import Step, grudge_for
 
 log = logging.getLogger(__name__)
@@ -179,6 +182,7 @@ FAULTS = {
     "kill": ("kill", start_kill, "start", stop_kill),
     "pause": ("pause", start_pause, "resume", stop_pause),
 }
+FAULTS.update(DISK_FAULTS)  # disk-stall, disk-slow, disk-fail, power-loss (nemesis.disk)
 
 
 def heal_everything(ctx: Context) -> dict:
@@ -190,6 +194,7 @@ def heal_everything(ctx: Context) -> dict:
         done["rules_removed"] = {k: v for k, v in removed.items() if v}
     except Exception as e:  # keep healing the rest
         done["rules_error"] = str(e)
+    done.update(heal_disks(ctx))  # stalled or failing disks back to passthrough, before restarts
     for name in ctx.names:
         node = ctx.cluster.node(name)
         try:

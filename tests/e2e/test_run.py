@@ -28,12 +28,14 @@ def harness_run(results: Path, *argv: str, timeout: float = 600) -> tuple[subpro
     return proc, (runs[-1].parent if runs else results)
 
 
-def left_behind() -> dict:
-    """Namespaces, broker/ZooKeeper/sshd processes and rules a run could leave."""
+def left_behind(run_dir: Path) -> dict:
+    """Namespaces and broker/ZooKeeper/sshd processes of the run's cluster
+    still there (other clusters on this machine are not this run's)."""
+    cluster = json.loads((run_dir / "run.json").read_text())["cluster"]
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    ours = [line for line in netns.splitlines() if line.startswith("harness-")]
+    ours = [line for line in netns.splitlines() if line.startswith(f"harness-{cluster}-")]
     procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
-    daemons = [p for p in procs if "/var/lib/harness" in p and ("broker" in p or "QuorumPeerMain" in p or "sshd" in p)]
+    daemons = [p for p in procs if f"/var/lib/harness/clusters/{cluster}/" in p]
     return {"namespaces": ours, "processes": daemons}
 
 
@@ -58,7 +60,7 @@ def test_a_partition_run_with_safe_settings_is_valid(tmp_path):
     assert run["outcome"] == "completed" and run["seed"] == 11 and set(run["nodes"]) == {"n1", "n2", "n3", "n4", "n5"}
     starts = [e for e in nemesis_events(run_dir) if e["f"] == "start-partition" and e["type"] != "invoke"]
     assert starts and all(e["type"] == "ok" and e["value"]["verified"]["ok"] for e in starts)
-    assert left_behind() == {"namespaces": [], "processes": []}
+    assert left_behind(run_dir) == {"namespaces": [], "processes": []}
 
 
 def test_acknowledging_before_replication_loses_writes_when_leaders_die(tmp_path):
@@ -71,7 +73,7 @@ def test_acknowledging_before_replication_loses_writes_when_leaders_die(tmp_path
     assert results["anomalies"]["lost-write"]["count"] > 0, proc.stdout
     kills = [e for e in nemesis_events(run_dir) if e["f"] == "kill" and e["type"] == "ok"]
     assert kills and all(e["value"]["verified"]["process_gone"] for e in kills)
-    assert left_behind() == {"namespaces": [], "processes": []}
+    assert left_behind(run_dir) == {"namespaces": [], "processes": []}
 
 
 def test_the_same_seed_replays_the_same_faults(tmp_path):
@@ -119,7 +121,7 @@ def test_ctrl_c_heals_tears_down_and_keeps_a_partial_history(tmp_path):
     heals = [e["index"] for e in events if e["f"] == "heal" and e["type"] == "ok"]
     starts = [e["index"] for e in events if e["f"] == "start-partition"]
     assert heals and max(starts) < heals[-1]  # healed, and nothing started after
-    assert left_behind() == {"namespaces": [], "processes": []}
+    assert left_behind(run_dir) == {"namespaces": [], "processes": []}
     check = subprocess.run([HARNESS, "check", str(run_dir), "--out", str(tmp_path / "recheck")],
                            capture_output=True, text=True, timeout=300)
     assert check.returncode in (0, 1), check.stderr

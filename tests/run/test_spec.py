@@ -28,7 +28,7 @@ def test_a_file_with_flags_over_it(tmp_path, capsys):
 
 @pytest.mark.parametrize("values,words", [
     ({"nemesis": "partition,earthquake"}, ["earthquake"]),
-    ({"nemesis": "disk"}, ["later release"]),
+    ({"nemesis": "disk-quake"}, ["disk-quake"]),
     ({"nodes": 0}, ["--nodes"]),
     ({"replication_factor": 6}, ["--replication-factor 6"]),
     ({"min_insync": 4}, ["--min-insync 4"]),

@@ -1,0 +1,163 @@
+"""Benchmark: what the faultfs (in passthrough) costs the brokers' acks=all throughput.
+
+    .venv/bin/python bench/faultfs_overhead.py [--systems own,kafka] [--records 100000]
+        [--size 100] [--repeats 3] [--json out.json]
+
+For each system and repeat, two runs that differ only in the data dirs:
+`plain` (the node's directory as it is) and `faultfs` (the faultfs mounted
+over it in passthrough, as a run with disk faults has it). Each run brings
+up a local 3-node cluster (namespaces, one-node ZooKeeper), the system on
+all three nodes, a topic of 3 partitions x RF 3 with min.insync.replicas=2,
+then one confluent-kafka producer (acks=all, idempotent, linger.ms=5) sends
+--records values of --size bytes as fast as it can: throughput, latency
+from produce() to delivery (p50/p99, queueing included), and the CPU seconds
+the three faultfs daemons used. Variants alternate within a repeat, so that
+the machine's load drifts over both alike; the table reports medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from infra import faultfs  # noqa: E402
+from infra.cluster import ProvisionOptions, provision  # noqa: E402
+from infra.zookeeper import ZooKeeper, ZooKeeperOptions  # noqa: E402
+from workloads.config import WorkloadConfig  # noqa: E402
+from workloads.topic import create_topic  # noqa: E402
+
+TOPIC = "bench"
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def produce(bootstrap: str, records: int, size: int) -> dict:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
+                  "queue.buffering.max.messages": 1_000_000, "batch.size": 1_000_000})
+    payload = b"x" * size
+    latencies: list[float] = []
+    errors: list[str] = []
+
+    def done(err, msg, sent):
+        if err is not None:
+            errors.append(err.name())
+        else:
+            latencies.append(time.perf_counter() - sent)
+
+    for _ in range(200):  # connections, metadata, producer id: outside the measurement
+        p.produce(TOPIC, payload)
+    p.flush(60)
+    start = time.perf_counter()
+    for i in range(records):
+        sent = time.perf_counter()
+        while True:
+            try:
+                p.produce(TOPIC, payload, on_delivery=lambda e, m, s=sent: done(e, m, s))
+                break
+            except BufferError:
+                p.poll(0.01)
+        if i % 1000 == 0:
+            p.poll(0)
+    left = p.flush(300)
+    elapsed = time.perf_counter() - start
+    return {"records_per_s": len(latencies) / elapsed, "seconds": elapsed, "p50_ms": percentile(latencies, .5) * 1e3,
+            "p99_ms": percentile(latencies, .99) * 1e3, "errors": len(errors), "undelivered": left}
+
+
+def one_run(system_name: str, mounted: bool, records: int, size: int) -> dict:
+    settings = {"default.replication.factor": 3, "min.insync.replicas": 2, "num.partitions": 3,
+                "unclean.leader.election.enable": "false"}
+    cluster = provision("local", ProvisionOptions(nodes=3))
+    zk = system = mounts = None
+    try:
+        zk = ZooKeeper(ZooKeeperOptions(nodes=1))
+        zk.setup(cluster)
+        if system_name == "own":
+            from infra.own_broker import OwnBroker
+
+            system = OwnBroker(zk.connect_string(), settings)
+        else:
+            from infra.kafka import KafkaSystem
+
+            system = KafkaSystem(zk.connect_string(), settings)
+        if mounted:
+            mounts = faultfs.mount_system(cluster, system)
+        system.setup(cluster)
+        create_topic(system.bootstrap(), WorkloadConfig(topic=TOPIC, partitions=3, replication_factor=3,
+                                                        topic_settings={"min.insync.replicas": "2"}))
+        pids = [m.pid for m in mounts.mounts.values()] if mounts else []
+        cpu0 = [cpu_seconds(p) for p in pids]
+        result = produce(system.bootstrap(), records, size)
+        result["faultfs_cpu_s"] = sum(cpu_seconds(p) - c for p, c in zip(pids, cpu0))
+        return result
+    finally:
+        if system is not None:
+            system.teardown(cluster)
+        if mounts is not None:
+            faultfs.unmount_system(cluster, mounts)
+        if zk is not None:
+            zk.teardown(cluster)
+        cluster.teardown()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--systems", default="own,kafka", help="comma list of own, kafka")
+    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json", metavar="FILE", help="write every measurement here")
+    args = ap.parse_args()
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    if not systems or set(systems) - {"own", "kafka"} or args.records < 1 or args.repeats < 1:
+        ap.error("--systems takes own and/or kafka; --records and --repeats must be positive")
+    runs: dict = {s: {"plain": [], "faultfs": []} for s in systems}
+    for r in range(args.repeats):
+        for s in systems:
+            order = ("plain", "faultfs") if r % 2 == 0 else ("faultfs", "plain")
+            for variant in order:
+                res = one_run(s, variant == "faultfs", args.records, args.size)
+                runs[s][variant].append(res)
+                print(f"{s:5} {variant:7} repeat {r + 1}: {res['records_per_s']:9,.0f} records/s  "
+                      f"p50 {res['p50_ms']:6.1f} ms  p99 {res['p99_ms']:7.1f} ms  "
+                      f"faultfs CPU {res['faultfs_cpu_s']:.1f} s  errors {res['errors']}", flush=True)
+    print(f"\nmedians of {args.repeats}, {args.records:,} x {args.size} B, acks=all, 3 partitions x RF 3:")
+    print("| system | data dir | records/s | p50 ms | p99 ms | faultfs CPU s (3 daemons) | throughput vs plain |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for s in systems:
+        base = statistics.median(x["records_per_s"] for x in runs[s]["plain"])
+        for variant in ("plain", "faultfs"):
+            xs = runs[s][variant]
+            tput = statistics.median(x["records_per_s"] for x in xs)
+            print(f"| {s} | {variant} | {tput:,.0f} | {statistics.median(x['p50_ms'] for x in xs):.1f} | "
+                  f"{statistics.median(x['p99_ms'] for x in xs):.1f} | "
+                  f"{statistics.median(x['faultfs_cpu_s'] for x in xs):.1f} | {tput / base:.2f} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(runs, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

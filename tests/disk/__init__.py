@@ -1,0 +1,1 @@
+"""Disk faults: the faultfs, its control, the disk nemesis, runs that use them."""

@@ -1,0 +1,58 @@
+"""Disk faults in the spec and the nemesis registry (no processes started)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.cli import main
+from harness.errors import UserError
+from harness.report import FAULT_ENDS
+from harness.spec import build
+from nemesis.disk import DISK_FAULTS
+from nemesis.faults import FAULTS
+from nemesis.schedule import plan
+
+
+def test_disk_means_the_three_disk_faults_and_they_need_the_faultfs():
+    s = build({"nemesis": "partition,disk", "disk": {"slow-ms": 50, "ops": "fsync"}})
+    assert s.nemesis == ("partition", "disk-stall", "disk-slow", "disk-fail")
+    assert s.uses_faultfs and s.disk == {"slow-ms": 50, "ops": "fsync"}
+    assert build({"nemesis": ["power-loss", "power-loss"]}).nemesis == ("power-loss",)
+    assert not build({"nemesis": "kill"}).uses_faultfs
+    assert build({"nemesis": "kill", "faultfs": True}).uses_faultfs
+
+
+def test_every_disk_fault_is_registered_and_shaded_in_reports():
+    for name, (start_f, start, stop_f, stop) in DISK_FAULTS.items():
+        assert FAULTS[name] == (start_f, start, stop_f, stop)
+        assert FAULT_ENDS[start_f] == stop_f, name
+
+
+def test_disk_faults_are_planned_like_kill_with_their_targets():
+    steps = [s for s in plan(("disk-stall", "power-loss"), "majority", 5, 3.0, 60.0, seed=4) if s.action == "start"]
+    assert {s.fault for s in steps} == {"disk-stall", "power-loss"}
+    assert all(len(s.picks) == 3 for s in steps)
+
+
+@pytest.mark.parametrize("values,words", [
+    ({"nemesis": "disk-quake"}, "--nemesis 'disk-quake'"),
+    ({"disk": {"slow-ms": 0}}, "disk.slow-ms 0"),
+    ({"disk": {"slow-ms": True}}, "disk.slow-ms True"),
+    ({"disk": {"ops": "reads"}}, "disk.ops 'reads'"),
+    ({"disk": {"colour": "red"}}, "disk.colour: unknown setting"),
+    ({"disk": "fast"}, "[disk] must be a table"),
+    ({"faultfs": "yes"}, "--faultfs: expected true or false"),
+])
+def test_bad_disk_settings(values, words):
+    with pytest.raises(UserError) as e:
+        build(values)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_bad_disk_settings_from_the_command_line_are_one_line(tmp_path, capsys):
+    spec = tmp_path / "spec.toml"
+    spec.write_text('nemesis = ["disk"]\n[disk]\nslow-ms = -3\n')
+    status = main(["run", "--results", str(tmp_path / "r"), "-c", str(spec)])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and "disk.slow-ms -3" in err
+    assert not (tmp_path / "r").exists()  # nothing started
