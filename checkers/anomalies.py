@@ -44,6 +44,10 @@ MAX_OFFSET = (1 << POS_BITS) - 1
 # Gaps in a consumer's offsets up to this wide are checked offset by offset;
 # wider ones (rare: a jump to the end of a log) by ordering the known offsets.
 NARROW_GAP = 1024
+# Odd steps of read order (backwards or jumping) are classified on the driver up to this many.
+STEPS_ON_DRIVER = 100_000
+_STEP_SCHEMA = ("process long, partition long, index long, slot int, offset long, value long, "
+                "prev_offset long, prev_value long, prev_index long")
 
 
 def _F():
@@ -346,23 +350,36 @@ def read_order(frames: Frames, by_pos) -> dict[str, tuple[int, list[dict]]]:
         F.col("first.value").alias("value"), F.col("prev.offset").alias("prev_offset"),
         F.col("prev.value").alias("prev_value"), "prev_index",
     ).where((F.col("offset") <= F.col("prev_offset")) | (F.col("offset") > F.col("prev_offset") + 1))
-    steps = inside.unionByName(between).persist()
+    steps = inside.unionByName(between)
+    # Steps that go back or jump are few in any real history: take them to
+    # the driver in one job. Only a pathological history keeps them in Spark.
+    rows = steps.limit(STEPS_ON_DRIVER + 1).collect()
+    if len(rows) <= STEPS_ON_DRIVER:
+        return _classify_steps(rows, by_pos, frames)
+    steps = steps.persist()
     try:
         backwards = steps.where(F.col("offset") <= F.col("prev_offset"))
         back_rows = backwards.orderBy("index", "slot").limit(MAX_EXAMPLES).collect()
-        n_back = backwards.count() if len(back_rows) == MAX_EXAMPLES else len(back_rows)
         skips = _skips(steps.where(F.col("offset") > F.col("prev_offset") + 1), by_pos)
         skip_rows = skips.orderBy("index", "slot").limit(MAX_EXAMPLES).collect()
-        n_skip = skips.count() if len(skip_rows) == MAX_EXAMPLES else len(skip_rows)
-        skip_examples = []
-        for r in skip_rows:
-            e = _step(r)
-            e["skipped_offset"] = r["skipped_offset"]
-            skip_examples.append(e)
-        return {"nonmonotonic-poll": (n_back, [_step(r) for r in back_rows]),
-                "poll-skip": (n_skip, skip_examples)}
+        return {"nonmonotonic-poll": (backwards.count(), [_step(r) for r in back_rows]),
+                "poll-skip": (skips.count(), [_step(r, skipped=True) for r in skip_rows])}
     finally:
         steps.unpersist()
+
+
+def _classify_steps(rows: list, by_pos, frames: Frames) -> dict[str, tuple[int, list[dict]]]:
+    """nonmonotonic-poll and poll-skip from the odd steps, collected."""
+    order = lambda r: (r["index"], r["slot"])  # noqa: E731
+    back = sorted((r for r in rows if r["offset"] <= r["prev_offset"]), key=order)
+    gaps = [r for r in rows if r["offset"] > r["prev_offset"] + 1]
+    skipped = []
+    if gaps:
+        columns = [c.split()[0] for c in _STEP_SCHEMA.split(", ")]
+        gaps_df = by_pos.sparkSession.createDataFrame([tuple(r[c] for c in columns) for r in gaps], _STEP_SCHEMA)
+        skipped = sorted(_skips(gaps_df, by_pos).collect(), key=order)
+    return {"nonmonotonic-poll": (len(back), [_step(r) for r in back[:MAX_EXAMPLES]]),
+            "poll-skip": (len(skipped), [_step(r, skipped=True) for r in skipped[:MAX_EXAMPLES]])}
 
 
 def _skips(gaps, by_pos):
@@ -390,10 +407,13 @@ def _skips(gaps, by_pos):
     return narrow.unionByName(wide)
 
 
-def _step(r) -> dict:
-    return {"process": r["process"], "partition": r["partition"],
+def _step(r, skipped: bool = False) -> dict:
+    step = {"process": r["process"], "partition": r["partition"],
             "prev_offset": r["prev_offset"], "prev_value": r["prev_value"], "prev_index": r["prev_index"],
             "offset": r["offset"], "value": r["value"], "index": r["index"]}
+    if skipped:
+        step["skipped_offset"] = r["skipped_offset"]
+    return step
 
 
 def send_order(frames: Frames) -> tuple[int, list[dict]]:

@@ -87,7 +87,7 @@ def _analyse(df, promised: dict, opts: Options) -> dict:
     frames = an.build(df)
     cached = list(frames.cached)
     try:
-        ops, unfinished_other, pipelined = stats.ordered_ops(df)
+        ops, pipelined = stats.ordered_ops(df)
         cached.append(ops)
         stage.done("pair-operations")
         max_read = an.max_read_offsets(frames)
@@ -107,6 +107,9 @@ def _analyse(df, promised: dict, opts: Options) -> dict:
         found["nonmonotonic-send"] = an.send_order(frames)
         stage.done("send-order")
         totals, throughput = stats.op_counts(df)
+        # Invocations left without a completion, by f (sends are counted by value).
+        unfinished_other = {f: n for f, t in totals.items() if f != "send"
+                             and (n := t.get("invoke", 0) - sum(v for k, v in t.items() if k != "invoke")) > 0}
         stage.done("throughput")
         overall, per_second = stats.latency(frames.by_value, ops, pipelined)
         stage.done("latency")

@@ -51,8 +51,8 @@ def ordered_ops(df):
     """Every operation but sends, with its place among its process's operations of that f.
 
     Raises HistoryError at the first completion with no invocation left to
-    answer. Returns the frame (persisted), unfinished invocations by f, and
-    whether any process had several of one f outstanding (pipelined).
+    answer. Returns the frame (persisted) and whether any process had
+    several of one f outstanding (pipelined).
     """
     from pyspark.sql import Window
 
@@ -71,10 +71,7 @@ def ordered_ops(df):
     if row["orphan"] is not None:
         ops.unpersist()
         raise HistoryError(f"index {row['orphan']}: a completion without an invocation (same process and f) before it")
-    open_ = (ops.where(F.col("process") >= 0).groupBy("process", "f")
-             .agg((F.max("k_inv") - F.max("k_comp")).alias("open"))
-             .groupBy("f").agg(F.sum("open").alias("n")).collect())
-    return ops, {r["f"]: int(r["n"]) for r in open_ if r["n"]}, row["pipelined"] > 0
+    return ops, row["pipelined"] > 0
 
 
 def _op_latencies(ops, pipelined: bool):
@@ -142,8 +139,8 @@ def _quantiles(g) -> dict:
 def faults(df) -> list[dict]:
     """The nemesis's events, in order."""
     F = _F()
-    rows = (df.where(F.col("process") == NEMESIS_PROCESS_ID)
-            .select("index", "time", "type", "f", "extra").orderBy("index").collect())
+    rows = sorted(df.where(F.col("process") == NEMESIS_PROCESS_ID)
+                  .select("index", "time", "type", "f", "extra").collect(), key=lambda r: r["index"])
     events = []
     for r in rows:
         extra = orjson.loads(r["extra"]) if r["extra"] else {}
