@@ -177,6 +177,11 @@ class OwnBroker:
         return {p: names[b] for p, b in zk_state.leaders(self.zookeeper_connect, CHROOT, topic).items()
                 if b in names}
 
+    def replicas(self, topic: str) -> dict[int, list[str]]:
+        names = {i: name for name, i in self._ids.items()}
+        return {p: [names[b] for b in brokers if b in names]
+                for p, brokers in zk_state.replicas(self.zookeeper_connect, CHROOT, topic).items()}
+
     def controller(self) -> str | None:
         names = {i: name for name, i in self._ids.items()}
         return names.get(zk_state.controller(self.zookeeper_connect, CHROOT))

@@ -72,6 +72,19 @@ def leaders(connect: str, chroot: str, topic: str) -> dict[int, int]:
     return out
 
 
+def replicas(connect: str, chroot: str, topic: str) -> dict[int, list[int]]:
+    """partition -> its replicas' broker ids, from the topic's assignment."""
+    from kazoo.exceptions import NoNodeError
+
+    with session(connect, chroot) as zk:
+        try:
+            data, _ = zk.get(f"/brokers/topics/{topic}")
+            assignment = json.loads(data)["partitions"]
+        except (NoNodeError, ValueError, KeyError):
+            return {}
+    return {int(p): [int(b) for b in brokers] for p, brokers in assignment.items()}
+
+
 def controller(connect: str, chroot: str = "") -> int | None:
     from kazoo.exceptions import NoNodeError
 

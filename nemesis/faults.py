@@ -15,7 +15,8 @@ verdict), `stop(ctx, state) -> value` undoes it and verifies that too.
 
 The system (own broker or Kafka) provides kill/start/pause/resume and, for
 probes, `running(node)` and `process_state(node)`; for targets, optionally
-`leaders(topic) -> {partition: node}` and `controller() -> node`.
+`leaders(topic) -> {partition: node}`, `replicas(topic) -> {partition: [node]}`
+and `controller() -> node`.
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ def targets(ctx: Context, step: Step) -> tuple[list[str], dict]:
     if step.mode == "leaders":
         leader = _leader(ctx, step.extra.get("partition", 0))
         return [leader], {"leader_of": step.extra.get("partition", 0)}
+    if step.mode == "replicas":
+        partition = step.extra.get("partition", 0)
+        return _replicas(ctx, partition), {"replicas_of": partition}
     if step.mode == "controller":
         return [_controller(ctx)], {"controller": True}
     return [ctx.names[i] for i in step.picks], {}
@@ -74,6 +78,16 @@ def _leader(ctx: Context, partition: int) -> str:
         raise FaultError(f"no leader known for topic {ctx.topic}")
     node = by_partition.get(partition) or by_partition[sorted(by_partition)[0]]
     return node
+
+
+def _replicas(ctx: Context, partition: int) -> list[str]:
+    replicas = getattr(ctx.system, "replicas", None)
+    if replicas is None:
+        raise FaultError(f"the {getattr(ctx.system, 'name', 'system')} system cannot name replicas")
+    by_partition = replicas(ctx.topic)
+    if partition not in by_partition:
+        raise FaultError(f"no replicas known for partition {partition} of topic {ctx.topic}")
+    return sorted(by_partition[partition])
 
 
 def _controller(ctx: Context) -> str:
@@ -126,6 +140,10 @@ def start_partition(ctx: Context, step: Step) -> tuple[dict, dict]:
         node = _leader(ctx, step.extra.get("partition", 0))
         grudge = net.isolate(ctx.cluster, [node])
         value = {"mode": mode, "leader_of": step.extra.get("partition", 0), "isolated": node}
+    elif mode == "isolate-replicas":
+        nodes = _replicas(ctx, step.extra.get("partition", 0))
+        grudge = net.isolate(ctx.cluster, nodes)
+        value = {"mode": mode, "replicas_of": step.extra.get("partition", 0), "isolated": nodes}
     elif mode == "isolate-controller":
         node = _controller(ctx)
         grudge = net.isolate(ctx.cluster, [node])

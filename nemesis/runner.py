@@ -129,7 +129,8 @@ def _label(value: dict) -> str:
     if "nodes" in value:
         return ",".join(value["nodes"])
     if "isolated" in value:
-        return f"{value['mode']} {value['isolated']}"
+        isolated = value["isolated"]
+        return f"{value['mode']} {','.join(isolated) if isinstance(isolated, list) else isolated}"
     return value.get("mode", "")
 
 

@@ -52,7 +52,8 @@ def plan(faults: tuple[str, ...], targets: str, n_nodes: int, interval: float, t
         elapsed += wait
         fault = rng.choice(faults)
         if fault == "partition":
-            mode = {"one": "isolate-one", "leaders": "isolate-leader", "controller": "isolate-controller",
+            mode = {"one": "isolate-one", "leaders": "isolate-leader", "replicas": "isolate-replicas",
+                    "controller": "isolate-controller",
                     "minority": "isolate-minority", "majority": "isolate-majority", "all": "split-all",
                     }.get(targets) or rng.choice(PARTITION_MODES)
             picks = tuple(rng.sample(range(n_nodes), n_nodes))  # a shuffle, for modes that need one
@@ -60,7 +61,8 @@ def plan(faults: tuple[str, ...], targets: str, n_nodes: int, interval: float, t
             mode = targets
             k = count_for(targets, n_nodes, rng)
             picks = tuple(sorted(rng.sample(range(n_nodes), k)))
-        extra = {"partition": rng.randrange(partitions)} if targets == "leaders" or mode == "isolate-leader" else {}
+        # Which topic partition's leader or replicas, when those are the targets.
+        extra = {"partition": rng.randrange(partitions)} if targets in ("leaders", "replicas") else {}
         steps.append(Step(wait, "start", fault, mode, picks, extra))
         wait = min(max(rng.expovariate(1 / interval), 1.0), 3 * interval)
         elapsed += wait

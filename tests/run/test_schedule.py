@@ -50,3 +50,12 @@ def test_partition_modes():
     assert all(len(v) == 4 for v in grudge_for("split-all", NAMES, shuffle).values())
     for mode in PARTITION_MODES:
         assert _symmetric(grudge_for(mode, NAMES, shuffle))
+
+
+def test_leader_and_replica_targets_name_a_topic_partition():
+    for targets in ("leaders", "replicas"):
+        starts = [s for s in plan(("kill", "partition"), targets, 5, 2.0, 60.0, seed=3, partitions=4)
+                  if s.action == "start"]
+        assert starts and all(0 <= s.extra["partition"] < 4 for s in starts)
+        modes = {s.mode for s in starts if s.fault == "partition"}
+        assert modes <= {"isolate-leader", "isolate-replicas"}
