@@ -13,6 +13,7 @@ TARGETS: dict[str, tuple[str, str]] = {
     "cluster": ("infra.bench", "bring-up and teardown of a 5-node local cluster with ZooKeeper"),
     "check": ("checkers.bench", "the checker's wall time and peak memory on 1M and 10M event histories"),
     "broker": ("broker.bench", "acks=all produce throughput and latency of the own broker on a local 3-node cluster"),
+    "kafka": ("infra.kafka_bench", "own broker vs Apache Kafka: acks=all produce throughput and p99 side by side; Kafka bring-up"),
 }
 
 

@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gen-history": ("harness.synthetic", "write a synthetic history with planted anomalies"),
     "bench": ("harness.bench", "run a benchmark and print its measurements"),
     "cluster": ("infra.cli_cluster", "bring a cluster up, show it, take it down (local namespaces, ssh hosts, vagrant VMs)"),
+    "scenarios": ("harness.scenarios", "list the named scenarios (scenarios/*.toml) and what each should show"),
     "clean": ("infra.cli_clean", "remove everything harness runs left on this machine (namespaces, rules, daemons, mounts, keys)"),
 }
 

@@ -1,0 +1,77 @@
+"""Run one named scenario several times and tally what the checker found.
+
+    python bench/scenario_tally.py kafka-acks1-leader-kill --runs 10 [--results DIR] [--first-seed 1]
+                                   [-- EXTRA harness run FLAGS]
+
+Each run is `harness run --scenario NAME --seed S` (seeds first-seed,
+first-seed+1, ...) in a subprocess, as a user runs it. Prints one line per
+run (exit status, lost writes, inconsistent offsets, whether the scenario's
+expectation was met, seconds) and a summary such as "lost writes in 9 of 10
+runs"; `--json FILE` keeps the raw numbers. docs/scenarios.md records the
+tallies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HARNESS = str(Path(sys.executable).with_name("harness"))
+
+
+def one_run(name: str, seed: int, results: Path, extra: list[str]) -> dict:
+    started = time.monotonic()
+    proc = subprocess.run([HARNESS, "run", "--scenario", name, "--seed", str(seed), "--results", str(results),
+                           *extra], capture_output=True, text=True)
+    seconds = time.monotonic() - started
+    runs = sorted(results.glob(f"{name}/*/run.json"), key=lambda p: p.stat().st_mtime)
+    row = {"seed": seed, "exit": proc.returncode, "seconds": round(seconds, 1), "lost_write": None,
+           "inconsistent_offset": None, "met": None, "dir": str(runs[-1].parent) if runs else None}
+    if runs and (runs[-1].parent / "results.json").is_file():
+        results_json = json.loads((runs[-1].parent / "results.json").read_text())
+        row["lost_write"] = results_json["anomalies"]["lost-write"]["count"]
+        row["inconsistent_offset"] = results_json["anomalies"]["inconsistent-offset"]["count"]
+        row["met"] = json.loads(runs[-1].read_text()).get("expectation", {}).get("met")
+    if proc.returncode == 2:
+        row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1]
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scenario")
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--first-seed", type=int, default=1)
+    parser.add_argument("--results", help="results folder (default: a temporary one, removed)")
+    parser.add_argument("--json", help="write the rows here")
+    # Anything else (after --) goes to `harness run` as it is.
+    args, extra = parser.parse_known_args(argv)
+    args.extra = [a for a in extra if a != "--"]
+    tmp = None
+    results = Path(args.results) if args.results else Path(tmp := tempfile.mkdtemp(prefix="tally-"))
+    rows = []
+    for i in range(args.runs):
+        row = one_run(args.scenario, args.first_seed + i, results, args.extra)
+        rows.append(row)
+        print(f"seed {row['seed']:>3}: exit {row['exit']}  lost-write {row['lost_write']}  "
+              f"inconsistent-offset {row['inconsistent_offset']}  expectation met {row['met']}  "
+              f"{row['seconds']:.0f} s" + (f"  {row['error']}" if "error" in row else ""), flush=True)
+    lost = sum(1 for r in rows if (r["lost_write"] or 0) > 0)
+    met = sum(1 for r in rows if r["met"])
+    print(f"{args.scenario}: lost writes in {lost} of {len(rows)} runs; expectation met in {met} of {len(rows)}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+    if tmp:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

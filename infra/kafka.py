@@ -1,0 +1,557 @@
+"""Apache Kafka as a System: one `kafka.Kafka` JVM per node, ZooKeeper or KRaft mode.
+
+The jars come from `infra.kafka_dist` (the cache `make setup` fills) or from
+a distribution the user names (`--kafka-dist`, a folder or a tarball). Local
+nodes share this machine's filesystem and run the jars where they are; SSH
+and Vagrant nodes get them uploaded once into their run folder (a marker
+file says which tarball is there, so a second run uploads nothing).
+
+Each node gets a generated `server.properties` in its run folder: broker id
+n1 -> 1, n2 -> 2, ..., one PLAINTEXT listener on the node's address, the data
+dir `<data_dir>/kafka`, and the spec's settings (replication factor,
+min.insync.replicas, unclean election, flush policy, anything in `[broker]`)
+over a few defaults that suit a small cluster that fails over in seconds.
+
+- ZooKeeper mode (`zk`, the default; Kafka 3.x only): every broker uses the
+  run's ensemble under the chroot `/kafka`; leaders and the controller are
+  read from ZooKeeper (`infra.zk_state`, Kafka's own layout).
+- KRaft mode (`kraft`, Kafka 3.3 and later): the first three nodes (one, on
+  clusters of one or two) are voters running broker and controller in one
+  process, the others brokers only; storage is formatted with one cluster
+  id per run. Leaders come from a metadata request, the controller from the
+  voters' `quorum-state` files.
+
+A broker that dies while starting is a UserError quoting the last lines of
+its log. In ZooKeeper mode a restarted broker waits until the registration
+of its killed predecessor has expired: Kafka refuses to start while another
+session still owns `/brokers/ids/<id>`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import os
+import re
+import shlex
+import socket
+import tarfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import UserError
+from infra import kafka_dist
+from infra import zk_state
+from infra.cluster import Cluster, Node, parallel
+from infra.remote import RemoteError, one_line
+
+log = logging.getLogger(__name__)
+# The admin client's connection complaints while brokers start or are cut off are expected.
+client_log = logging.getLogger("infra.kafka.librdkafka")
+client_log.setLevel(logging.ERROR)
+
+DAEMON = "kafka"
+CHROOT = "/kafka"
+PORT = 9092
+CONTROLLER_PORT = 9093
+MODES = ("zk", "kraft")
+DEFAULT_VERSION = kafka_dist.DEFAULT_VERSION
+CACHE_ENV = "HARNESS_KAFKA_CACHE"  # another jar cache than .cache/kafka (shared machines, tests)
+# Releases this system knows how to configure: KRaft is production-ready from
+# 3.3; ZooKeeper mode is gone from 4.0.
+OLDEST, NEWEST_MAJOR = (3, 3), 4
+LOG_ERROR_RE = re.compile(r"^\[[^]]*\] (ERROR|FATAL) |^Error: |^Exception in thread ")
+
+# What a small test cluster needs where Kafka's production defaults differ;
+# the spec's settings and [broker] table override every one of these.
+BASE_SETTINGS = {
+    "auto.create.topics.enable": "false",
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.num.partitions": "10",
+    "num.network.threads": "2",
+    "num.io.threads": "4",
+    "num.recovery.threads.per.data.dir": "1",
+    "log.cleaner.dedupe.buffer.size": str(16 << 20),
+    # A dead broker is noticed in seconds, not Kafka's 18 s / 9 s.
+    "zookeeper.session.timeout.ms": "6000",
+    "broker.session.timeout.ms": "6000",
+    "broker.heartbeat.interval.ms": "1000",
+    "controlled.shutdown.enable": "false",
+}
+# Which of those belong to one mode only (Kafka warns about the others).
+MODE_ONLY = {"zk": ("zookeeper.session.timeout.ms",),
+             "kraft": ("broker.session.timeout.ms", "broker.heartbeat.interval.ms")}
+# Settings that are the harness's to set; a [broker] table cannot move them.
+OWN_KEYS = ("broker.id", "node.id", "listeners", "advertised.listeners", "log.dirs", "log.dir",
+            "zookeeper.connect", "process.roles", "controller.quorum.voters", "controller.listener.names",
+            "listener.security.protocol.map", "inter.broker.listener.name", "metadata.log.dir")
+
+LOG4J = """\
+# Written by the harness: everything to ${kafka.logs.dir}/server.log.
+log4j.rootLogger=INFO, file
+log4j.appender.file=org.apache.log4j.FileAppender
+log4j.appender.file.File=${kafka.logs.dir}/server.log
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka.request.logger=WARN
+"""
+LOG4J2 = """\
+# Written by the harness: everything to ${sys:kafka.logs.dir}/server.log.
+status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = ${sys:kafka.logs.dir}/server.log
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.file.ref = FILE
+logger.request.name = kafka.request.logger
+logger.request.level = warn
+"""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or kafka_dist.DEFAULT_CACHE)
+
+
+def _major_minor(version: str) -> tuple[int, int]:
+    parts = version.split(".")
+    return int(parts[0]), int(parts[1])
+
+
+def check_version(version: str, mode: str) -> str:
+    """The version if this system can run it in `mode`, else a one-line UserError."""
+    if not isinstance(version, str) or not re.fullmatch(r"\d+\.\d+\.\d+", version):
+        raise UserError(f"--kafka-version {version!r}: unknown Kafka version; expected a release "
+                        f"number such as {DEFAULT_VERSION}")
+    mm = _major_minor(version)
+    if mm < OLDEST or mm[0] > NEWEST_MAJOR:
+        raise UserError(f"--kafka-version {version}: unknown Kafka version; the harness runs "
+                        f"{OLDEST[0]}.{OLDEST[1]}.x to {NEWEST_MAJOR}.x (default {DEFAULT_VERSION})")
+    if mode == "zk" and mm[0] >= 4:
+        raise UserError(f"--kafka-version {version} has no ZooKeeper mode (removed in 4.0): "
+                        "use --kafka-mode kraft, or a 3.x version such as 3.9.2")
+    return version
+
+
+@dataclass(frozen=True)
+class KafkaOptions:
+    """How to run Kafka: which jars, which mode, and JVM sizing."""
+
+    version: str = ""  # "" = the dist's version, else DEFAULT_VERSION
+    mode: str = "zk"
+    dist: str | None = None  # --kafka-dist: a folder or tarball; None = the jar cache
+    port: int = PORT
+    controller_port: int = CONTROLLER_PORT
+    heap: str = "512m"
+    java: str = "java"
+    start_timeout: float = 120.0
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Where the jars are on this machine, and what to ship to remote nodes."""
+
+    version: str
+    home: Path | None  # a folder with libs/ (None: a tarball only usable by upload)
+    source: kafka_dist.KafkaDist | None  # the user's --kafka-dist, if any
+
+
+def resolve(options: KafkaOptions, provider: str = "local", unpack: bool = True) -> Distribution:
+    """Find the jars without downloading anything: the user's --kafka-dist, or
+    the cache. Unknown versions and a missing cache are UserErrors. With
+    `unpack` false nothing is written (a check before a run starts)."""
+    if options.mode not in MODES:
+        raise UserError(f"--kafka-mode {options.mode!r}: expected one of {', '.join(MODES)}")
+    if options.dist:
+        dist = kafka_dist.resolve_kafka_dist(options.dist)
+        if options.version and options.version != dist.version:
+            raise UserError(f"--kafka-dist {options.dist} holds Kafka {dist.version}, "
+                            f"not --kafka-version {options.version}")
+        check_version(dist.version, options.mode)
+        if dist.kind == "folder":
+            return Distribution(dist.version, dist.path, dist)
+        if provider == "local" and unpack:  # local nodes run from a folder: unpack the tarball once
+            return Distribution(dist.version, _unpack_once(dist), dist)
+        return Distribution(dist.version, None, dist)
+    version = check_version(options.version or DEFAULT_VERSION, options.mode)
+    cache = cache_dir()
+    if not kafka_dist.is_cached(version, cache):
+        raise UserError(f"Kafka {version} jars are not in the cache {cache / version} (run `make setup`, or "
+                        f"`python -m infra.kafka_dist --version {version}` to resolve them from Maven Central)")
+    return Distribution(version, kafka_dist.kafka_home(version, cache), None)
+
+
+def check_spec(options: KafkaOptions, provider: str, broker_settings: dict) -> None:
+    """Everything about a Kafka run that can be checked before anything starts."""
+    resolve(options, provider, unpack=False)
+    taken = sorted(set(broker_settings) & set(OWN_KEYS))
+    if taken:
+        raise UserError(f"[broker] {taken[0]}: the harness sets this one itself, per node")
+
+
+def _unpack_once(dist: kafka_dist.KafkaDist) -> Path:
+    """A tarball --kafka-dist unpacked into the cache, keyed by its size and mtime."""
+    st = dist.path.stat()
+    key = hashlib.sha1(f"{dist.path}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
+    target = cache_dir() / "dists" / f"{dist.version}-{key}"
+    home = target / dist.top if dist.top else target
+    if (target / ".complete").is_file():
+        return home
+    staging = target.with_name(target.name + f".tmp{os.getpid()}")
+    staging.mkdir(parents=True, exist_ok=True)
+    try:
+        with tarfile.open(dist.path) as tar:
+            tar.extractall(staging, filter="data")
+        (staging / ".complete").write_text(str(dist.path) + "\n")
+        if target.exists():
+            import shutil
+
+            shutil.rmtree(target)
+        staging.rename(target)
+    except (tarfile.TarError, OSError) as e:
+        raise UserError(f"--kafka-dist {dist.path}: cannot unpack: {e}") from None
+    finally:
+        if staging.exists():
+            import shutil
+
+            shutil.rmtree(staging, ignore_errors=True)
+    return home
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64, never starting with '-'."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
+def _value(v) -> str:
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+
+def _tail_line(text: str) -> str:
+    """The telling lines of a log's end: the last ERROR/FATAL entry and the
+    exception under it; else the last two lines that are not stack frames."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith(("at ", "..."))]
+    for i in range(len(lines) - 1, -1, -1):
+        if LOG_ERROR_RE.search(lines[i]):
+            picked = [lines[i]]
+            if i + 1 < len(lines) and not lines[i + 1].startswith("["):
+                picked.append(lines[i + 1])  # the exception the entry logged
+            return " | ".join(picked)
+    return " | ".join(lines[-2:]) if lines else "no output"
+
+
+class KafkaSystem:
+    """Apache Kafka on every node of a cluster (see the module docstring)."""
+
+    name = "kafka"
+
+    def __init__(self, zookeeper_connect: str, settings: dict | None = None,
+                 options: KafkaOptions | None = None):
+        self.zookeeper_connect = zookeeper_connect
+        self.settings = {k: _value(v) for k, v in (settings or {}).items()}
+        self.options = options or KafkaOptions()
+        taken = sorted(set(self.settings) & set(OWN_KEYS))
+        if taken:
+            raise UserError(f"[broker] {taken[0]}: the harness sets this one itself, per node")
+        self._nodes: list[Node] = []
+        self._ids: dict[str, int] = {}
+        self._local = True
+        self._homes: dict[str, str] = {}  # node -> Kafka home (libs/) on that node
+        self.cluster_id = new_cluster_id()
+        self.dist: Distribution | None = None
+
+    # -- where things are
+
+    @property
+    def mode(self) -> str:
+        return self.options.mode
+
+    def nodes(self, cluster: Cluster | None = None) -> list[Node]:
+        return list(self._nodes)
+
+    def broker_id(self, node: Node) -> int:
+        return self._ids[node.name]
+
+    def bootstrap(self) -> str:
+        return ",".join(f"{n.address}:{self.options.port}" for n in self._nodes)
+
+    @staticmethod
+    def data_dir(node: Node) -> str:
+        return f"{node.data_dir}/kafka"
+
+    @staticmethod
+    def config_file(node: Node) -> str:
+        return f"{node.run_dir}/kafka.properties"
+
+    @staticmethod
+    def log_config_file(node: Node) -> str:
+        return f"{node.run_dir}/kafka-log4j.properties"
+
+    def log_files(self, node: Node) -> list[str]:
+        return [f"{node.log_dir}/server.log", f"{node.log_dir}/kafka.out", self.config_file(node)]
+
+    def version(self) -> str:
+        version = self.dist.version if self.dist else (self.options.version or DEFAULT_VERSION)
+        return f"kafka {version} ({self.mode})"
+
+    def voters(self) -> list[Node]:
+        """KRaft controller voters: the first three nodes (one on clusters of one or two)."""
+        return self._nodes[: 3 if len(self._nodes) >= 3 else 1]
+
+    # -- configuration
+
+    def _log4j2(self) -> bool:
+        return _major_minor(self.dist.version)[0] >= 4
+
+    def properties(self, node: Node) -> dict[str, str]:
+        """The node's server.properties, as a dict (written sorted)."""
+        o = self.options
+        n = len(self._nodes)
+        other_mode = MODE_ONLY["kraft" if self.mode == "zk" else "zk"]
+        props = {k: v for k, v in BASE_SETTINGS.items() if k not in other_mode}
+        props.update({
+            "offsets.topic.replication.factor": str(min(3, n)),
+            "transaction.state.log.replication.factor": str(min(3, n)),
+            "transaction.state.log.min.isr": str(min(2, n)),
+        })
+        props.update(self.settings)
+        listener = f"PLAINTEXT://{node.address}:{o.port}"
+        props.update({"log.dirs": self.data_dir(node), "advertised.listeners": listener})
+        if self.mode == "zk":
+            props.update({"broker.id": str(self.broker_id(node)), "listeners": listener,
+                          "zookeeper.connect": self.zookeeper_connect + CHROOT})
+        else:
+            voter = node in self.voters()
+            props.update({
+                "node.id": str(self.broker_id(node)),
+                "process.roles": "broker,controller" if voter else "broker",
+                "controller.quorum.voters": ",".join(f"{self.broker_id(v)}@{v.address}:{o.controller_port}"
+                                                     for v in self.voters()),
+                "listeners": listener + (f",CONTROLLER://{node.address}:{o.controller_port}" if voter else ""),
+                "controller.listener.names": "CONTROLLER",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "inter.broker.listener.name": "PLAINTEXT",
+            })
+        return props
+
+    def _java(self, node: Node, main: list[str], heap: str | None = None) -> list[str]:
+        home = self._homes[node.name]
+        flag = (f"-Dlog4j2.configurationFile={self.log_config_file(node)}" if self._log4j2()
+                else f"-Dlog4j.configuration=file:{self.log_config_file(node)}")
+        return [self.options.java, f"-Xmx{heap or self.options.heap}", "-Xms64m", "-XX:+UseG1GC",
+                "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true", "-Djava.net.preferIPv4Stack=true",
+                flag, f"-Dkafka.logs.dir={node.log_dir}", "-cp", f"{home}/libs/*", *main]
+
+    # -- lifecycle
+
+    def setup(self, cluster: Cluster) -> None:
+        self._nodes = list(cluster.nodes)
+        self._ids = {n.name: i for i, n in enumerate(self._nodes, start=1)}
+        self._local = cluster.provider == "local"
+        self.dist = resolve(self.options, cluster.provider)
+        if self.mode == "zk":
+            zk_state.ensure_chroot(self.zookeeper_connect, CHROOT)
+        parallel(self._prepare, self._nodes)
+        parallel(self.start, self._nodes)
+        self.wait_serving(self._nodes, self.options.start_timeout)
+
+    def _prepare(self, node: Node) -> None:
+        r = node.remote
+        if r.pid_of(DAEMON) is not None:  # a broker of an earlier setup on this node
+            r.signal(DAEMON, "CONT")
+            r.signal(DAEMON, "KILL")
+            r.wait_stopped(DAEMON, 10)
+        check = r.run(f"command -v {shlex.quote(self.options.java)}", check=False)
+        if check.exit_status != 0:
+            raise UserError(f"{node.name}: `{self.options.java}` not found; install openjdk-17-jre-headless")
+        # Empty the data dir but keep it: it may be a mount point (the disk-fault filesystem).
+        data = shlex.quote(self.data_dir(node))
+        r.run(f"mkdir -p {data} {shlex.quote(node.log_dir)} {shlex.quote(node.run_dir)} && "
+              f"find {data} -mindepth 1 -delete && rm -f {shlex.quote(node.log_dir)}/server.log "
+              f"{shlex.quote(node.log_dir)}/kafka.out")
+        self._homes[node.name] = str(self.dist.home) if self._local and self.dist.home else self._ship(node)
+        props = "".join(f"{k}={v}\n" for k, v in sorted(self.properties(node).items()))
+        r.write_file(self.config_file(node), props.encode())
+        r.write_file(self.log_config_file(node), (LOG4J2 if self._log4j2() else LOG4J).encode())
+        if self.mode == "kraft":
+            self._format(node)
+
+    def _format(self, node: Node) -> None:
+        """Formats the node's storage for this run's KRaft cluster id."""
+        argv = self._java(node, ["kafka.tools.StorageTool", "format", "-t", self.cluster_id,
+                                 "-c", self.config_file(node), "--ignore-formatted"], heap="256m")
+        res = node.remote.run(" ".join(shlex.quote(a) for a in argv) + " 2>&1", check=False, timeout=180)
+        if res.exit_status != 0:
+            raise UserError(f"Kafka on {node.name}: formatting KRaft storage failed: {_tail_line(res.stdout)}")
+
+    def _ship(self, node: Node) -> str:
+        """Uploads the jars to a remote node once; the Kafka home there."""
+        d = self.dist
+        source = d.source or kafka_dist.KafkaDist(d.home, "folder", d.version)
+        tarball = kafka_dist.dist_tarball(source, cache_dir() / "upload")
+        st = tarball.stat()
+        stamp = f"{tarball.name} {st.st_size} {int(st.st_mtime)}"
+        home = f"{node.run_dir}/kafka-{d.version}"
+        q = shlex.quote
+        have = node.remote.run(f"cat {q(home)}/.shipped 2>/dev/null", check=False).stdout.strip()
+        if have == stamp:
+            return home
+        top = source.top if source.kind == "tarball" else f"kafka-{d.version}"
+        strip = len([p for p in top.split("/") if p]) if top else 0
+        upload = f"{node.run_dir}/kafka-upload.tgz"
+        log.info("%s: uploading Kafka %s (%d MB)", node.name, d.version, st.st_size >> 20)
+        node.remote.put(str(tarball), upload)
+        node.remote.run(f"rm -rf {q(home)} && mkdir -p {q(home)} && tar -xzf {q(upload)} -C {q(home)} "
+                        f"--strip-components={strip} && rm -f {q(upload)} && printf '%s\\n' {q(stamp)} > "
+                        f"{q(home)}/.shipped", timeout=300)
+        return home
+
+    def start(self, node: Node) -> None:
+        """Starts the broker on the node unless it runs there already."""
+        if node.remote.pid_of(DAEMON) is not None:
+            return
+        if self.mode == "zk":
+            self._wait_registration_gone(node)
+        argv = self._java(node, ["kafka.Kafka", self.config_file(node)])
+        node.remote.start_daemon(DAEMON, argv, f"{node.log_dir}/kafka.out", cwd=node.run_dir)
+
+    def _wait_registration_gone(self, node: Node) -> None:
+        """Kafka will not start while the session of a killed predecessor still owns its id."""
+        if not self._nodes:
+            return
+        try:
+            timeout = int(self.properties(node).get("zookeeper.session.timeout.ms", "18000")) / 1000 + 5
+        except ValueError:  # Kafka itself will say what is wrong with the value
+            timeout = 23.0
+        deadline = time.monotonic() + timeout
+        me = self.broker_id(node)
+        while time.monotonic() < deadline:
+            try:
+                if me not in zk_state.registered_brokers(self.zookeeper_connect, CHROOT):
+                    return
+            except UserError:  # ZooKeeper unreachable right now: let Kafka try anyway
+                return
+            time.sleep(0.2)
+        log.warning("%s: broker %d still registered after %.0f s; starting anyway", node.name, me, timeout)
+
+    def kill(self, node: Node) -> None:
+        node.remote.signal(DAEMON, "KILL")
+        node.remote.wait_stopped(DAEMON, timeout=10)
+
+    def pause(self, node: Node) -> None:
+        node.remote.signal(DAEMON, "STOP")
+
+    def resume(self, node: Node) -> None:
+        node.remote.signal(DAEMON, "CONT")
+
+    def process_state(self, node: Node) -> str | None:
+        """The broker process's state letter (R, S, T, ...), None when not running."""
+        pid = node.remote.pid_of(DAEMON)
+        if pid is None:
+            return None
+        state = node.remote.run(f"cut -d' ' -f3 /proc/{pid}/stat 2>/dev/null", check=False).stdout.strip()
+        return None if state in ("", "Z", "X") else state
+
+    def teardown(self, cluster: Cluster) -> None:
+        def stop(node: Node) -> None:
+            try:
+                node.remote.signal(DAEMON, "CONT")
+                node.remote.signal(DAEMON, "KILL")
+                node.remote.wait_stopped(DAEMON, timeout=10)
+            except RemoteError as e:
+                log.warning("stopping Kafka on %s: %s", node.name, e)
+
+        parallel(stop, self._nodes or list(cluster.nodes))
+
+    # -- readiness
+
+    def wait_serving(self, nodes: list[Node], timeout: float) -> None:
+        """Until every broker serves (registered, or listed in metadata in KRaft
+        mode) and accepts connections; a UserError quoting the log of one that died."""
+        want = {self.broker_id(n) for n in nodes}
+        deadline = time.monotonic() + timeout
+        seen: set[int] = set()
+        while time.monotonic() < deadline:
+            dead = [n for n in nodes if self.process_state(n) is None]
+            if dead:
+                raise UserError(self.startup_failure(dead[0]))
+            seen = self._serving_ids()
+            if want <= seen and all(self._accepts(n) for n in nodes):
+                return
+            time.sleep(0.5)
+        missing = sorted(want - seen)
+        node = next((n for n in nodes if self.broker_id(n) in missing), nodes[0])
+        raise UserError(f"Kafka did not serve within {timeout:.0f} s (brokers not up: {missing or 'none'}); "
+                        f"last lines of {node.name}'s log: {self._log_tail(node)}")
+
+    def _serving_ids(self) -> set[int]:
+        if self.mode == "zk":
+            return zk_state.registered_brokers(self.zookeeper_connect, CHROOT)
+        meta = self._metadata(timeout=3.0)
+        return set(meta.brokers) if meta is not None else set()
+
+    def _accepts(self, node: Node) -> bool:
+        try:
+            with socket.create_connection((node.address, self.options.port), timeout=1.0):
+                return True
+        except OSError:
+            return False
+
+    def _log_tail(self, node: Node) -> str:
+        files = f"{node.log_dir}/kafka.out {node.log_dir}/server.log"
+        text = node.remote.run(f"tail -q -n 40 {files} 2>/dev/null", check=False).stdout
+        return one_line(_tail_line(text), 500)
+
+    def startup_failure(self, node: Node) -> str:
+        return f"Kafka on {node.name} exited while starting; its server.log ends: {self._log_tail(node)}"
+
+    # -- state, for targeted faults
+
+    def _metadata(self, topic: str | None = None, timeout: float = 5.0):
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap(), "socket.timeout.ms": int(timeout * 1000),
+                             "logger": client_log})
+        try:
+            return admin.list_topics(topic=topic, timeout=timeout)
+        except KafkaException as e:
+            log.debug("metadata request failed: %s", e)
+            return None
+
+    def leaders(self, topic: str) -> dict[int, str]:
+        """partition -> the node leading it (partitions without a leader left out)."""
+        names = {i: name for name, i in self._ids.items()}
+        if self.mode == "zk":
+            by_id = zk_state.leaders(self.zookeeper_connect, CHROOT, topic)
+        else:
+            meta = self._metadata(topic)
+            info = meta.topics.get(topic) if meta is not None else None
+            by_id = {p: pm.leader for p, pm in info.partitions.items()} if info is not None else {}
+        return {p: names[b] for p, b in by_id.items() if b in names}
+
+    def controller(self) -> str | None:
+        """The node acting as controller: from ZooKeeper, or the KRaft quorum leader."""
+        names = {i: name for name, i in self._ids.items()}
+        if self.mode == "zk":
+            return names.get(zk_state.controller(self.zookeeper_connect, CHROOT))
+
+        def quorum_state(node: Node) -> tuple[int, int]:
+            path = f"{self.data_dir(node)}/__cluster_metadata-0/quorum-state"
+            try:
+                data = json.loads(node.remote.run(f"cat {shlex.quote(path)}", check=False).stdout or "{}")
+                return int(data.get("leaderEpoch", -1)), int(data.get("leaderId", -1))
+            except (ValueError, RemoteError):
+                return -1, -1
+
+        epoch, leader = max(parallel(quorum_state, self.voters()), default=(-1, -1))
+        return names.get(leader) if epoch >= 0 else None

@@ -1,0 +1,272 @@
+"""Benchmark: the own broker against Apache Kafka, side by side, and Kafka's bring-up.
+
+    harness bench kafka [--records N] [--warmup N] [--size B] [--rate R] [--repeats K]
+                        [--bring-up-nodes 5] [--bring-up-repeats 3] [--skip-compare] [--skip-bring-up]
+
+Produce: one local cluster (3 namespaces with sshd, a 3-node ZooKeeper) runs
+each system in turn, own broker first, then Kafka in ZooKeeper mode, on the
+same nodes, with the same topic (3 partitions, replication factor 3,
+min.insync.replicas=2) and the same confluent-kafka producer on this machine
+(acks=all, idempotent, linger.ms=5): --warmup records that are not
+measured (connections, producer id, and the JVM's JIT for Kafka), a
+saturation run of --records records (throughput; latency from produce() to
+the delivery report, queueing included) and a paced run at --rate records/s
+(latency without queueing).
+With --repeats K the two systems alternate K times.
+
+Bring-up: a fresh cluster of --bring-up-nodes nodes with ZooKeeper, then
+Kafka set up on all of them until every broker is registered and accepts
+connections; the time of each phase, for each mode.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+
+from harness.errors import UserError
+
+TOPIC = "bench"
+
+
+def configure(parser) -> None:
+    a = parser.add_argument
+    a("--records", type=int, default=300_000, help="records in each saturation run (default 300000)")
+    a("--warmup", type=int, default=50_000, help="records sent before each saturation run, not measured (default 50000)")
+    a("--size", type=int, default=100, help="value size in bytes (default 100)")
+    a("--rate", type=int, default=2000, help="records/s of the paced run (default 2000)")
+    a("--paced-seconds", type=float, default=5.0, help="length of the paced run (default 5)")
+    a("--repeats", type=int, default=1, help="times each system is measured, alternating (default 1)")
+    a("--nodes", type=int, default=3, help="nodes of the produce comparison (default 3)")
+    a("--bring-up-nodes", type=int, default=5, help="nodes of the bring-up measurement (default 5)")
+    a("--bring-up-repeats", type=int, default=3, help="bring-ups per Kafka mode (default 3)")
+    a("--skip-compare", action="store_true", help="only measure bring-up")
+    a("--skip-bring-up", action="store_true", help="only compare produce throughput")
+    a("--json", action="store_true", help="also print the raw numbers as JSON")
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def produce(bootstrap: str, count: int, size: int, rate: int | None = None, warmup: int = 200) -> dict:
+    """Send `count` records of `size` bytes (paced at `rate`/s if given), after
+    `warmup` records outside the measurement; the measurements."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 5, "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000,
+                         "message.timeout.ms": 120_000})
+    payload = b"x" * size
+    latencies: list[float] = []
+    errors: list[str] = []
+
+    def delivered(err, _msg, sent):
+        if err is not None:
+            errors.append(err.name())
+        else:
+            latencies.append(time.perf_counter() - sent)
+
+    # Connections, metadata, the producer id and (for Kafka's JVMs) the JIT's first
+    # compilations happen outside the measurement.
+    for i in range(warmup):
+        while True:
+            try:
+                producer.produce(TOPIC, payload)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    producer.flush(120)
+    start = time.perf_counter()
+    for i in range(count):
+        if rate:
+            due = start + i / rate
+            while time.perf_counter() < due:
+                producer.poll(0.0005)
+        sent = time.perf_counter()
+        while True:
+            try:
+                producer.produce(TOPIC, payload, on_delivery=lambda e, m, s=sent: delivered(e, m, s))
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 1000 == 0:
+            producer.poll(0)
+    left = producer.flush(180)
+    elapsed = time.perf_counter() - start
+    return {"records": len(latencies), "seconds": round(elapsed, 3),
+            "records_per_s": round(len(latencies) / elapsed, 1) if elapsed else 0.0,
+            "p50_ms": round(_percentile(latencies, 0.5) * 1e3, 2),
+            "p99_ms": round(_percentile(latencies, 0.99) * 1e3, 2),
+            "errors": len(errors), "undelivered": left}
+
+
+def _cpu_seconds(system, node) -> float:
+    pid = node.remote.pid_of(system.name if system.name == "kafka" else "broker")
+    if pid is None:
+        return 0.0
+    import os
+
+    fields = node.remote.run(f"cat /proc/{pid}/stat", check=False).stdout.rsplit(")", 1)[-1].split()
+    try:
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (IndexError, ValueError):
+        return 0.0
+
+
+def create_topic(bootstrap: str, replication_factor: int, timeout_s: float = 60.0) -> None:
+    """The benchmark topic (3 partitions), once every partition has a leader."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = NewTopic(TOPIC, num_partitions=3, replication_factor=replication_factor,
+                     config={"min.insync.replicas": str(min(2, replication_factor))})
+    deadline = time.monotonic() + timeout_s
+    created = False
+    while time.monotonic() < deadline:
+        try:
+            if not created:
+                admin.create_topics([topic], request_timeout=10)[TOPIC].result(timeout=15)
+                created = True
+            parts = admin.list_topics(TOPIC, timeout=5).topics[TOPIC].partitions
+            if len(parts) == 3 and all(p.leader >= 0 for p in parts.values()):
+                return
+        except KafkaException as e:
+            created = created or e.args[0].name() == "TOPIC_ALREADY_EXISTS"
+        time.sleep(0.3)
+    raise UserError(f"bench kafka: topic {TOPIC} at {bootstrap} had no leader for every partition "
+                    f"within {timeout_s:g} s")
+
+
+def _measure_system(kind: str, cluster, zk_connect: str, args) -> dict:
+    settings = {"default.replication.factor": 3, "min.insync.replicas": 2, "num.partitions": 3,
+                "unclean.leader.election.enable": "false"}
+    if kind == "own":
+        from infra.own_broker import OwnBroker
+
+        system = OwnBroker(zk_connect, settings)
+    else:
+        from infra.kafka import KafkaSystem
+
+        system = KafkaSystem(zk_connect, settings)
+    try:
+        t0 = time.monotonic()
+        system.setup(cluster)
+        up = time.monotonic() - t0
+        rf = min(3, len(cluster.nodes))
+        create_topic(system.bootstrap(), rf)
+        cpu0 = [_cpu_seconds(system, n) for n in cluster.nodes]
+        saturation = produce(system.bootstrap(), args.records, args.size, warmup=args.warmup)
+        cpu = [round(_cpu_seconds(system, n) - c, 1) for n, c in zip(cluster.nodes, cpu0)]
+        paced = produce(system.bootstrap(), int(args.rate * args.paced_seconds), args.size, rate=args.rate)
+        return {"system": system.version(), "setup_s": round(up, 2), "saturation": saturation,
+                "paced": paced, "broker_cpu_s": cpu}
+    finally:
+        system.teardown(cluster)
+
+
+def compare(args) -> list[dict]:
+    from infra.cluster import ProvisionOptions, provision
+    from infra.zookeeper import ZooKeeper, ZooKeeperOptions
+
+    results = []
+    cluster = provision("local", ProvisionOptions(nodes=args.nodes))
+    try:
+        zookeeper = ZooKeeper(ZooKeeperOptions(nodes=min(3, args.nodes)))
+        zookeeper.setup(cluster)
+        for i in range(args.repeats):
+            for kind in ("own", "kafka"):
+                print(f"  measuring {kind} (round {i + 1} of {args.repeats}) ...", file=sys.stderr)
+                # Separate chroots (/own, /kafka); the topic is recreated by each system.
+                results.append({"kind": kind, "round": i + 1, **_measure_system(kind, cluster,
+                                                                                 zookeeper.connect_string(), args)})
+    finally:
+        cluster.teardown()
+    return results
+
+
+def bring_up(args) -> list[dict]:
+    from infra.cluster import ProvisionOptions, provision
+    from infra.kafka import KafkaOptions, KafkaSystem
+    from infra.zookeeper import ZooKeeper, ZooKeeperOptions
+
+    out = []
+    for mode in ("zk", "kraft"):
+        for i in range(args.bring_up_repeats):
+            print(f"  bring-up {mode} {i + 1} of {args.bring_up_repeats} ...", file=sys.stderr)
+            t0 = time.monotonic()
+            cluster = provision("local", ProvisionOptions(nodes=args.bring_up_nodes))
+            try:
+                t1 = time.monotonic()
+                zookeeper = ZooKeeper(ZooKeeperOptions(nodes=min(3, args.bring_up_nodes)))
+                zookeeper.setup(cluster)
+                t2 = time.monotonic()
+                system = KafkaSystem(zookeeper.connect_string(), {}, KafkaOptions(mode=mode))
+                system.setup(cluster)
+                t3 = time.monotonic()
+                system.teardown(cluster)
+            finally:
+                cluster.teardown()
+            out.append({"mode": mode, "nodes_s": round(t1 - t0, 2), "zookeeper_s": round(t2 - t1, 2),
+                        "kafka_s": round(t3 - t2, 2), "total_s": round(t3 - t0, 2)})
+    return out
+
+
+def _print_compare(results: list[dict], args) -> None:
+    print(f"\nproduce, acks=all, idempotent, {args.size}-byte values, 3 partitions x RF 3, "
+          f"min.insync.replicas=2, {args.nodes} local nodes")
+    print(f"{'system':<22} {'records/s':>10} {'MB/s':>6} {'sat p50':>8} {'sat p99':>8} "
+          f"{'paced p50':>9} {'paced p99':>9}  broker CPU s")
+    for r in results:
+        s, p = r["saturation"], r["paced"]
+        print(f"{r['system']:<22} {s['records_per_s']:>10,.0f} {s['records_per_s'] * args.size / 1e6:>6.1f} "
+              f"{s['p50_ms']:>6.1f}ms {s['p99_ms']:>6.1f}ms {p['p50_ms']:>7.1f}ms {p['p99_ms']:>7.1f}ms  "
+              f"{r['broker_cpu_s']}" + (f"  errors {s['errors'] + p['errors']}" if s["errors"] + p["errors"] else ""))
+    own = [r["saturation"]["records_per_s"] for r in results if r["kind"] == "own"]
+    kafka = [r["saturation"]["records_per_s"] for r in results if r["kind"] == "kafka"]
+    if own and kafka:
+        ratio = statistics.median(own) / statistics.median(kafka)
+        print(f"own / Kafka saturation throughput (medians): {ratio:.2f}x (goal: at least 0.5x)")
+
+
+def _print_bring_up(results: list[dict], args) -> None:
+    print(f"\nKafka bring-up on {args.bring_up_nodes} local nodes (seconds; median, min-max)")
+    for mode in ("zk", "kraft"):
+        rows = [r for r in results if r["mode"] == mode]
+        if not rows:
+            continue
+        parts = []
+        for key in ("nodes_s", "zookeeper_s", "kafka_s", "total_s"):
+            xs = [r[key] for r in rows]
+            parts.append(f"{key[:-2]} {statistics.median(xs):.1f} ({min(xs):.1f}-{max(xs):.1f})")
+        print(f"  {mode:<5} " + ", ".join(parts))
+
+
+def run(args) -> int:
+    if args.warmup < 0:
+        raise UserError("bench kafka: --warmup must be 0 or more")
+    for name in ("records", "size", "rate", "repeats", "nodes", "bring_up_nodes", "bring_up_repeats"):
+        if getattr(args, name) < 1:
+            raise UserError(f"bench kafka: --{name.replace('_', '-')} must be at least 1")
+    if args.nodes < 3:
+        raise UserError("bench kafka: --nodes must be at least 3 (the topic has 3 replicas)")
+    from infra.kafka import KafkaOptions, resolve
+
+    resolve(KafkaOptions(), "local", unpack=False)  # a missing jar cache fails before anything starts
+    report: dict = {}
+    if not args.skip_compare:
+        report["compare"] = compare(args)
+        _print_compare(report["compare"], args)
+    if not args.skip_bring_up:
+        report["bring_up"] = bring_up(args)
+        _print_bring_up(report["bring_up"], args)
+    if args.json:
+        print(json.dumps(report, indent=1))
+    failed = any(r["saturation"]["errors"] or r["saturation"]["undelivered"] for r in report.get("compare", []))
+    return 1 if failed else 0

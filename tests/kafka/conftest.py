@@ -1,0 +1,80 @@
+"""Helpers for the Kafka system's tests: run the harness as a user does, and
+check that a run left nothing of its own behind.
+
+Other developers run clusters on this machine at the same time, in the same
+state root (a private root would escape the lock that hands out cluster
+slots, and two runs could take one slot). So "nothing left" means nothing of
+*this* run's cluster: its namespaces, and processes under its node
+folders, found from the slot its addresses (10.213.<slot>.x) name. If
+another run has taken the slot since, there is nothing to judge.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infra import state as st
+
+HARNESS = str(Path(sys.executable).with_name("harness"))
+
+
+def harness(*argv: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([HARNESS, *argv], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def harness_run(results: Path, *argv: str, env: dict | None = None,
+                timeout: float = 600) -> tuple[subprocess.CompletedProcess, Path]:
+    proc = harness("run", "--results", str(results), *argv, env=env, timeout=timeout)
+    runs = sorted(results.glob("*/*/run.json"))
+    return proc, (runs[-1].parent if runs else results)
+
+
+def _cluster_of(run_dir: Path) -> str | None:
+    run_json = run_dir / "run.json"
+    if not run_json.is_file():
+        return None
+    addresses = list((json.loads(run_json.read_text()).get("nodes") or {}).values())
+    return f"c{addresses[0].split('.')[2]}" if addresses else None
+
+
+def _taken_by_another_run(cid: str) -> bool:
+    state = st.read_state(cid) or {}
+    owner = state.get("owner_pid")
+    return bool(owner) and Path(f"/proc/{owner}").exists()
+
+
+def left_behind(run_dir: Path) -> dict:
+    """Namespaces and processes of the run's cluster that are still there."""
+    cid = _cluster_of(run_dir)
+    if cid is None or _taken_by_another_run(cid):
+        return {"processes": [], "namespaces": []}
+    marker = f"{st.cluster_dir(cid)}/"
+    procs = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()
+    mine = [p.strip() for p in procs[1:] if marker in p]
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    return {"processes": mine, "namespaces": [ns for ns in listed if ns.startswith(f"harness-{cid}-")]}
+
+
+@pytest.fixture
+def results(tmp_path):
+    """A results folder; a cluster that one of its runs left (the run died) is removed
+    by its id afterwards (a bare `harness clean` would take other developers' clusters)."""
+    folder = tmp_path / "results"
+    try:
+        yield folder
+    finally:
+        for run_json in folder.glob("*/*/run.json"):
+            cid = _cluster_of(run_json.parent)
+            if cid and st.cluster_dir(cid).exists() and not _taken_by_another_run(cid):
+                harness("clean", "--cluster", cid, timeout=120)
+
+
+def events(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]

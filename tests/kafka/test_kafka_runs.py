@@ -1,0 +1,75 @@
+"""`harness run --system kafka` end to end on the local provider: real
+namespaces, sshd, ZooKeeper, Apache Kafka 3.9 JVMs, clients, faults, Spark.
+
+Each test runs the installed command in a subprocess, as a user would, and
+checks the verdict, the run directory and that
+nothing of the run is left on the machine.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.kafka.conftest import events, harness_run, left_behind
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def nemesis_ok(run_dir, f: str) -> list[dict]:
+    return [e for e in events(run_dir) if e["process"] == "nemesis" and e["f"] == f and e["type"] != "invoke"]
+
+
+def test_a_partition_run_with_safe_settings_is_valid(results):
+    proc, run_dir = harness_run(results, "--system", "kafka", "--nodes", "3",
+                                "--partitions", "3", "--nemesis", "partition", "--nemesis-interval", "5",
+                                "--time-limit", "25", "--acks", "all", "--min-insync", "2", "--seed", "11",
+                                "--rate", "300")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "verdict: VALID" in proc.stdout
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["valid"] is True and results["counts"]["sends"]["ok"] > 1000
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["outcome"] == "completed" and run["versions"]["system"] == "kafka 3.9.2 (zk)"
+    starts = nemesis_ok(run_dir, "start-partition")
+    assert starts and all(e["type"] == "ok" and e["value"]["verified"]["ok"] for e in starts)
+    for node in ("n1", "n2", "n3"):  # Kafka's own log and its generated config, per node
+        assert "started (kafka.server.KafkaServer)" in (run_dir / "nodes" / node / "server.log").read_text()
+        assert "broker.id=" in (run_dir / "nodes" / node / "kafka.properties").read_text()
+    assert left_behind(run_dir) == {"processes": [], "namespaces": []}
+
+
+def test_acks1_with_leaders_killed_loses_writes(results):
+    proc, run_dir = harness_run(results, "--scenario", "kafka-acks1-leader-kill",
+                                "--time-limit", "30", "--seed", "7")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["anomalies"]["lost-write"]["count"] > 0, proc.stdout
+    assert "scenario kafka-acks1-leader-kill: expectation met" in proc.stdout
+    kills = nemesis_ok(run_dir, "kill")
+    assert kills and all(e["type"] == "ok" and e["value"]["verified"]["process_gone"] for e in kills)
+    assert all("leader_of" in e["value"] for e in kills)  # aimed at leaders named by ZooKeeper
+    restarts = nemesis_ok(run_dir, "start")
+    assert restarts and all(e["value"]["verified"]["ok"] for e in restarts)
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["expectation"]["met"] is True
+    assert left_behind(run_dir) == {"processes": [], "namespaces": []}
+
+
+def test_kraft_mode_serves_the_workload_while_its_controller_is_killed(results):
+    proc, run_dir = harness_run(results, "--system", "kafka", "--kafka-mode", "kraft",
+                                "--nodes", "3", "--partitions", "3", "--nemesis", "kill",
+                                "--nemesis-targets", "controller", "--nemesis-interval", "6",
+                                "--time-limit", "20", "--rate", "300", "--seed", "3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads((run_dir / "results.json").read_text())
+    # Sends to a killed broker's partitions time out until KRaft fences it; the rest go through.
+    assert results["valid"] is True and results["counts"]["sends"]["ok"] > 600
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["versions"]["system"] == "kafka 3.9.2 (kraft)"
+    props = (run_dir / "nodes" / "n1" / "kafka.properties").read_text()
+    assert "process.roles=broker,controller" in props and "zookeeper.connect" not in props
+    kills = nemesis_ok(run_dir, "kill")
+    assert kills and all(e["type"] == "ok" and e["value"].get("controller") for e in kills)
+    assert left_behind(run_dir) == {"processes": [], "namespaces": []}
