@@ -16,7 +16,6 @@ reason. Otherwise: 0 valid, 1 anomalies.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 import time
@@ -201,10 +200,15 @@ def _system(s: specs.TestSpec, zk_connect: str):
 
 
 def _zookeeper_version() -> str:
-    import glob
+    """The ZooKeeper release the ensemble runs (Debian's package)."""
+    import subprocess
 
-    jars = sorted(glob.glob("/usr/share/java/zookeeper-*.jar"))
-    return os.path.basename(jars[-1]).removesuffix(".jar") if jars else "zookeeper (Debian)"
+    try:
+        out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "zookeeper"], capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    return f"zookeeper {out}" if out else "zookeeper (Debian)"
 
 
 def _progress(r: Run, seconds: float) -> None:

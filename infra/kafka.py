@@ -539,6 +539,17 @@ class KafkaSystem:
             by_id = {p: pm.leader for p, pm in info.partitions.items()} if info is not None else {}
         return {p: names[b] for p, b in by_id.items() if b in names}
 
+    def replicas(self, topic: str) -> dict[int, list[str]]:
+        """partition -> the nodes holding its replicas."""
+        names = {i: name for name, i in self._ids.items()}
+        if self.mode == "zk":
+            by_id = zk_state.replicas(self.zookeeper_connect, CHROOT, topic)
+        else:
+            meta = self._metadata(topic)
+            info = meta.topics.get(topic) if meta is not None else None
+            by_id = {p: list(pm.replicas) for p, pm in info.partitions.items()} if info is not None else {}
+        return {p: [names[b] for b in brokers if b in names] for p, brokers in by_id.items()}
+
     def controller(self) -> str | None:
         """The node acting as controller: from ZooKeeper, or the KRaft quorum leader."""
         names = {i: name for name, i in self._ids.items()}

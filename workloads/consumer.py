@@ -16,7 +16,10 @@ it continues from the old reader's positions.
 `final_reads` runs after the fault phase: fresh readers assign every
 partition from the beginning and read until each partition's position has
 reached both the highest acknowledged offset and its high watermark, or the
-deadline passes.
+deadline passes. A partition whose log ends below its highest acknowledged
+offset (acknowledged records were lost) is done once everything up to its
+high watermark is read and the watermark has stood still for STABLE_END_S:
+waiting out the deadline for offsets that no longer exist tells nothing more.
 """
 
 from __future__ import annotations
@@ -290,6 +293,10 @@ class PartitionReach:
     high_watermark: int | None    # the latest high watermark seen (None: never learned)
     reached: int                  # the next offset to read: every offset below it was read past
     done: bool
+    # Done although the log ends below the highest acknowledged offset: the
+    # high watermark stood still for STABLE_END_S with everything below it read
+    # (acknowledged records were lost; the checker says which).
+    ends_below_acked: bool = False
 
 
 @dataclass
@@ -308,10 +315,14 @@ class FinalReadReport:
     def summary(self) -> str:
         missing = [r.partition for r in self.partitions if not r.done]
         state = "complete" if self.complete else f"incomplete (partitions {missing} short)"
+        short = [r.partition for r in self.partitions if r.ends_below_acked]
+        if short:
+            state += f"; partitions {short} end below their highest acknowledged offset"
         return f"final reads {state}: {self.records} records in {self.seconds:.1f} s"
 
 
 WATERMARK_REFRESH_S = 1.0
+STABLE_END_S = 5.0  # a log end that stays put this long, all read, is the end
 
 
 def final_reads(workload: "Workload", deadline_s: float) -> FinalReadReport:
@@ -325,6 +336,8 @@ def final_reads(workload: "Workload", deadline_s: float) -> FinalReadReport:
     high: dict[int, int] = {}
     reached = {p: 0 for p in partitions}
     done: set[int] = set()
+    short: set[int] = set()  # done at a log end below the acked offset
+    end_since: dict[int, tuple[int, float]] = {}  # p -> (high watermark, when it was first seen)
     processes: list[int] = []
     records = 0
     batch = max(cfg.poll_batch, 2000)
@@ -350,6 +363,9 @@ def final_reads(workload: "Workload", deadline_s: float) -> FinalReadReport:
             if time.monotonic() >= next_refresh:
                 _refresh_watermarks(reader, [p for p in partitions if p not in done], high, end)
                 next_refresh = time.monotonic() + WATERMARK_REFRESH_S
+                for p, h in high.items():
+                    if end_since.get(p, (None,))[0] != h:
+                        end_since[p] = (h, time.monotonic())
             eofs = reader.poll(batch, min(cfg.poll_timeout_s, max(0.01, end - time.monotonic())))
             for p, o in list(reader.next_offset.items()) + eofs:
                 if o > reached.get(p, 0):
@@ -358,6 +374,10 @@ def final_reads(workload: "Workload", deadline_s: float) -> FinalReadReport:
                 t = target(p)
                 if t is not None and reached[p] >= t:
                     done.add(p)
+                elif (p in end_since and reached[p] >= high[p]
+                      and time.monotonic() - end_since[p][1] >= STABLE_END_S):
+                    done.add(p)
+                    short.add(p)
             if reader.crash_reason is not None and len(done) < len(partitions):
                 records += reader.records_read
                 reader.close(min(CLOSE_BOUND_S, max(0.0, end - time.monotonic())))
@@ -372,7 +392,8 @@ def final_reads(workload: "Workload", deadline_s: float) -> FinalReadReport:
         seconds=time.monotonic() - started,
         records=records,
         processes=processes,
-        partitions=[PartitionReach(p, acked.get(p), high.get(p), reached[p], p in done) for p in partitions],
+        partitions=[PartitionReach(p, acked.get(p), high.get(p), reached[p], p in done, p in short)
+                    for p in partitions],
     )
 
 
