@@ -39,6 +39,11 @@ $(KAFKA_STAMP): | $(SYSTEM_STAMP) $(STAMP)
 run: setup
 	$(HARNESS) run --nemesis partition
 
+# The whole suite, slow end-to-end cases included (they are marked `slow` so
+# `pytest -m "not slow"` gives a quick loop, but CI runs them all).
+test: setup
+	$(PY) -m pytest -q
+
 bench: setup
 	$(HARNESS) bench check --out .cache/bench/check.json
 

@@ -7,7 +7,7 @@ ZooKeeper, and writes what must change with a conditional multi-op that
 also checks this broker still holds /controller at the version it won.
 So a controller that lost its session cannot overwrite a newer one.
 
-Rules (shared/DESIGN.md, "The own broker"):
+Rules (docs/design.md, "The own broker"):
 - a leader that is gone, or came back as a new incarnation, is replaced by
   the first live ISR member (in replica order) that is the same incarnation
   the ISR recorded; the leader epoch goes up by one;

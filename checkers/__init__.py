@@ -1,1 +1,1 @@
-"""Checkers: turn a history into results (shared/HISTORY.md), with PySpark."""
+"""Checkers: turn a history into results (docs/history.md), with PySpark."""

@@ -1,4 +1,4 @@
-"""The anomalies of shared/HISTORY.md, computed with Spark.
+"""The anomalies of docs/history.md, computed with Spark.
 
 The history is reshaped a few ways, each by one shuffle, and every anomaly
 is read off one of them:

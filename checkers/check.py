@@ -1,7 +1,7 @@
 """Check one history: load it, compute every anomaly and statistic, decide.
 
 `check_history` is the checker as a function from a history to results
-(the dict written as results.json, shape in shared/HISTORY.md).
+(the dict written as results.json, shape in docs/history.md).
 """
 
 from __future__ import annotations

@@ -12,4 +12,4 @@ class UserError(Exception):
 
 
 class HistoryError(UserError):
-    """A history that does not follow shared/HISTORY.md."""
+    """A history that does not follow docs/history.md."""

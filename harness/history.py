@@ -1,4 +1,4 @@
-"""The history of a run: the contract of shared/HISTORY.md, in code.
+"""The history of a run: the contract of docs/history.md, in code.
 
 - `HistoryWriter` appends events to `history.jsonl` from many client threads:
   one lock assigns index and time (so both are in file order), a background

@@ -1,7 +1,7 @@
 """Which client errors prove an operation did not happen: the classification table.
 
 A send is `fail` only when the error proves the record was not written;
-anything else is `info` (shared/HISTORY.md). Getting this wrong in the `fail`
+anything else is `info` (docs/history.md). Getting this wrong in the `fail`
 direction is what makes a checker cry wolf (an "aborted read" of a record
 that was in fact written), so the rules below are conservative.
 
