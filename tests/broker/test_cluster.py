@@ -203,7 +203,9 @@ def test_controller_death_moves_the_controller(make_cluster):
     cluster.kill(old)
     new = wait_for(lambda: (lambda c: c if c != old else None)(cluster.controller()), 20, 0.1, "a new controller")
     assert new in cluster.brokers and new != old
-    assert f"CONTROLLER: broker {new} is now the controller" in cluster.log_text(new)
+    # The broker logs the change after it has bumped the controller epoch, a moment later.
+    wait_for(lambda: f"CONTROLLER: broker {new} is now the controller" in cluster.log_text(new), 10, 0.1,
+             "the new controller's log line")
     # The new controller does its job: partitions the old one led got new leaders.
     wait_for(lambda: all(cluster.leader("ctl", p) not in (-1, old) for p in range(3)), 20, 0.1,
              "leaders re-elected by the new controller")
