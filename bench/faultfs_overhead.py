@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,58 +30,10 @@ from infra import faultfs  # noqa: E402
 from infra.cluster import ProvisionOptions, provision  # noqa: E402
 from infra.zookeeper import ZooKeeper, ZooKeeperOptions  # noqa: E402
 from workloads.config import WorkloadConfig  # noqa: E402
+from workloads.produce_bench import cpu_seconds, produce_timed  # noqa: E402
 from workloads.topic import create_topic  # noqa: E402
 
 TOPIC = "bench"
-
-
-def cpu_seconds(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
-def percentile(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
-
-
-def produce(bootstrap: str, records: int, size: int) -> dict:
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
-                  "queue.buffering.max.messages": 1_000_000, "batch.size": 1_000_000})
-    payload = b"x" * size
-    latencies: list[float] = []
-    errors: list[str] = []
-
-    def done(err, msg, sent):
-        if err is not None:
-            errors.append(err.name())
-        else:
-            latencies.append(time.perf_counter() - sent)
-
-    for _ in range(200):  # connections, metadata, producer id: outside the measurement
-        p.produce(TOPIC, payload)
-    p.flush(60)
-    start = time.perf_counter()
-    for i in range(records):
-        sent = time.perf_counter()
-        while True:
-            try:
-                p.produce(TOPIC, payload, on_delivery=lambda e, m, s=sent: done(e, m, s))
-                break
-            except BufferError:
-                p.poll(0.01)
-        if i % 1000 == 0:
-            p.poll(0)
-    left = p.flush(300)
-    elapsed = time.perf_counter() - start
-    return {"records_per_s": len(latencies) / elapsed, "seconds": elapsed, "p50_ms": percentile(latencies, .5) * 1e3,
-            "p99_ms": percentile(latencies, .99) * 1e3, "errors": len(errors), "undelivered": left}
 
 
 def one_run(system_name: str, mounted: bool, records: int, size: int) -> dict:
@@ -109,7 +59,7 @@ def one_run(system_name: str, mounted: bool, records: int, size: int) -> dict:
                                                         topic_settings={"min.insync.replicas": "2"}))
         pids = [m.pid for m in mounts.mounts.values()] if mounts else []
         cpu0 = [cpu_seconds(p) for p in pids]
-        result = produce(system.bootstrap(), records, size)
+        result = produce_timed(system.bootstrap(), TOPIC, records, size, flush_timeout=300)
         result["faultfs_cpu_s"] = sum(cpu_seconds(p) - c for p, c in zip(pids, cpu0))
         return result
     finally:

@@ -27,6 +27,7 @@ import sys
 import time
 
 from harness.errors import UserError
+from workloads.produce_bench import produce_timed
 
 TOPIC = "bench"
 
@@ -45,65 +46,6 @@ def configure(parser) -> None:
     a("--skip-compare", action="store_true", help="only measure bring-up")
     a("--skip-bring-up", action="store_true", help="only compare produce throughput")
     a("--json", action="store_true", help="also print the raw numbers as JSON")
-
-
-def _percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
-def produce(bootstrap: str, count: int, size: int, rate: int | None = None, warmup: int = 200) -> dict:
-    """Send `count` records of `size` bytes (paced at `rate`/s if given), after
-    `warmup` records outside the measurement; the measurements."""
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                         "linger.ms": 5, "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000,
-                         "message.timeout.ms": 120_000})
-    payload = b"x" * size
-    latencies: list[float] = []
-    errors: list[str] = []
-
-    def delivered(err, _msg, sent):
-        if err is not None:
-            errors.append(err.name())
-        else:
-            latencies.append(time.perf_counter() - sent)
-
-    # Connections, metadata, the producer id and (for Kafka's JVMs) the JIT's first
-    # compilations happen outside the measurement.
-    for i in range(warmup):
-        while True:
-            try:
-                producer.produce(TOPIC, payload)
-                break
-            except BufferError:
-                producer.poll(0.01)
-    producer.flush(120)
-    start = time.perf_counter()
-    for i in range(count):
-        if rate:
-            due = start + i / rate
-            while time.perf_counter() < due:
-                producer.poll(0.0005)
-        sent = time.perf_counter()
-        while True:
-            try:
-                producer.produce(TOPIC, payload, on_delivery=lambda e, m, s=sent: delivered(e, m, s))
-                break
-            except BufferError:
-                producer.poll(0.01)
-        if i % 1000 == 0:
-            producer.poll(0)
-    left = producer.flush(180)
-    elapsed = time.perf_counter() - start
-    return {"records": len(latencies), "seconds": round(elapsed, 3),
-            "records_per_s": round(len(latencies) / elapsed, 1) if elapsed else 0.0,
-            "p50_ms": round(_percentile(latencies, 0.5) * 1e3, 2),
-            "p99_ms": round(_percentile(latencies, 0.99) * 1e3, 2),
-            "errors": len(errors), "undelivered": left}
 
 
 def _cpu_seconds(system, node) -> float:
@@ -162,9 +104,10 @@ def _measure_system(kind: str, cluster, zk_connect: str, args) -> dict:
         rf = min(3, len(cluster.nodes))
         create_topic(system.bootstrap(), rf)
         cpu0 = [_cpu_seconds(system, n) for n in cluster.nodes]
-        saturation = produce(system.bootstrap(), args.records, args.size, warmup=args.warmup)
+        saturation = produce_timed(system.bootstrap(), TOPIC, args.records, args.size, warmup=args.warmup)
         cpu = [round(_cpu_seconds(system, n) - c, 1) for n, c in zip(cluster.nodes, cpu0)]
-        paced = produce(system.bootstrap(), int(args.rate * args.paced_seconds), args.size, rate=args.rate)
+        paced = produce_timed(system.bootstrap(), TOPIC, int(args.rate * args.paced_seconds), args.size,
+                              rate=args.rate)
         return {"system": system.version(), "setup_s": round(up, 2), "saturation": saturation,
                 "paced": paced, "broker_cpu_s": cpu}
     finally:
