@@ -113,10 +113,14 @@ def is_mounted(node, target: str) -> bool:
     return node.remote.run(_mounted_script(target), check=False).exit_status == 0
 
 
+# Where the Vagrantfile installs mfusepy on VMs (kept in step with it).
+NODE_VENV_PYTHON = "/opt/harness/venv/bin/python"
+
+
 def _pick_python(node) -> str:
     """A Python on the node that has mfusepy: this one (local nodes share the
-    machine), else the node's python3."""
-    candidates = " ".join(shlex.quote(p) for p in (sys.executable, "python3"))
+    machine), the venv the Vagrantfile provisions, else the node's python3."""
+    candidates = " ".join(shlex.quote(p) for p in (sys.executable, NODE_VENV_PYTHON, "python3"))
     res = node.remote.run(f"for py in {candidates}; do \"$py\" -c 'import mfusepy' >/dev/null 2>&1 && "
                           f"{{ echo \"$py\"; exit 0; }}; done; exit 3", check=False)
     if res.exit_status != 0 or not res.stdout.strip():

@@ -281,6 +281,13 @@ def test_vagrantfile_provisioning_script_installs_what_nodes_need(tmp_path):
     for package in ("openjdk-17-jre-headless", "zookeeper", "iptables", "conntrack", "iproute2", "fuse3", "sudo"):
         assert package in script
     assert "/var/lib/harness/nodes" in script
+    # mfusepy for the faulty-disk layer: the locked version, where faultfs looks for it.
+    from infra.faultfs import NODE_VENV_PYTHON
+
+    locked = [line for line in (REPO / "requirements.lock").read_text().splitlines() if line.startswith("mfusepy==")]
+    assert locked and f"pip install -q {locked[0]}" in script
+    venv = NODE_VENV_PYTHON.removesuffix("/bin/python")
+    assert f"python3 -m venv {venv}" in script and f"{venv}/bin/pip" in script
     path = tmp_path / "provision.sh"
     path.write_text(script)
     syntax = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
