@@ -136,10 +136,11 @@ def isolate(cluster: Cluster, names: list[str]) -> dict[str, list[str]]:
 
 
 def grudge_from_components(components: list[list[str]]) -> dict[str, list[str]]:
-    """The grudge for a partition into components: each node drops every other component."""
+    """The grudge for a partition into components: each node drops every
+    other component (sorted, so that equal partitions record equal grudges)."""
     grudge: dict[str, list[str]] = {}
     for i, comp in enumerate(components):
-        others = [n for j, c in enumerate(components) if j != i for n in c]
+        others = sorted(n for j, c in enumerate(components) if j != i for n in c)
         for n in comp:
             if others:
                 grudge[n] = list(others)

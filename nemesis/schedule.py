@@ -14,6 +14,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from infra.net import grudge_from_components
+
 PARTITION_MODES = ("isolate-one", "halves", "majorities-ring", "bridge")
 
 
@@ -81,13 +83,7 @@ def grudge_for(mode: str, names: list[str], picks: tuple[int, ...]) -> dict[str,
     n = len(order)
 
     def components(*parts):
-        g: dict[str, list[str]] = {}
-        for i, comp in enumerate(parts):
-            others = [x for j, c in enumerate(parts) if j != i for x in c]
-            for x in comp:
-                if others:
-                    g[x] = sorted(others)
-        return g
+        return grudge_from_components(list(parts))
 
     if mode in ("isolate-one",):
         return components(order[:1], order[1:])
