@@ -284,7 +284,7 @@ class Partition:
         self.maybe_advance_hw()
         self.wake_fetchers()
 
-    def become_follower(self, state: PartitionState, truncate: bool) -> None:
+    def become_follower(self, state: PartitionState, truncate: bool, note: str = "") -> None:
         was = (self.role, self.leader_id, self.leader_epoch)
         if self.role == "leader":
             self.fail_waiters(P.NOT_LEADER_OR_FOLLOWER)
@@ -299,7 +299,7 @@ class Partition:
             self.truncate_to(self.hw)
         log.info("FOLLOWER %s: broker %d follows leader %d, epoch %d, isr %s, log end %d, hw %d (was %s)%s",
                  self.name, self.broker_id, state.leader, state.leader_epoch, state.isr, self.leo, self.hw, was,
-                 "" if truncate else " [planted bug skip-truncation: kept records above the HW]")
+                 note)
         self.wake_fetchers()
 
     def become_offline(self, state: PartitionState | None, reason: str) -> None:

@@ -333,8 +333,20 @@ class Broker:
                 p.state = st
                 p.isr = list(st.isr)
                 return
+            # Truncate to the HW only when the leader changed (another broker,
+            # or a restarted one): following the same incarnation under a new
+            # epoch (the controller shrank the ISR), the log is a prefix of the
+            # leader's, and cutting it to a stale HW can drop acknowledged
+            # records that this replica may soon lead with (as Kafka, which
+            # skips followers whose leader is unchanged).
+            same_leader = (p.role == "follower" and p.leader_id == st.leader and p.state is not None
+                           and st.leader in st.incarnations
+                           and p.state.incarnations.get(st.leader) == st.incarnations.get(st.leader))
             self._stop_following(tp)
-            p.become_follower(st, truncate=not self.cfg.bug("skip-truncation"))
+            bug = self.cfg.bug("skip-truncation")
+            note = (" [planted bug skip-truncation: kept records above the HW]" if bug and not same_leader else
+                    " (same leader: no truncation)" if same_leader else "")
+            p.become_follower(st, truncate=not same_leader and not bug, note=note)
             f = self.fetchers.get(st.leader)
             if f is None:
                 f = self.fetchers[st.leader] = Fetcher(self, st.leader)
