@@ -10,18 +10,16 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from infra import hostops
-from infra import state as st
 from infra.faultfs import fs as faultfs_fs
+from tests.support import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "infra" / "faultfs" / "fs.py"
-HARNESS = str(Path(sys.executable).with_name("harness"))
 
 
 def need_fuse():
@@ -33,17 +31,6 @@ def need_fuse():
 
 def faultfs_mounts(root: Path) -> list[str]:
     return [m.mount_point for m in hostops.mounts_under(root) if m.fstype == "fuse.faultfs"]
-
-
-def wait_for(check, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 class Mounted:
@@ -122,11 +109,3 @@ def node1():
         yield cluster.node("n1")
     finally:
         cluster.teardown()
-
-
-def clusters_owned_by(pid: int) -> list[str]:
-    return [c for c in st.list_cluster_ids() if (st.read_state(c) or {}).get("owner_pid") == pid]
-
-
-def harness_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([HARNESS, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)

@@ -15,24 +15,15 @@ import pytest
 from infra import hostops
 from infra import state as st
 
-from .conftest import HARNESS, clusters_owned_by, faultfs_mounts, harness_cli, need_fuse
+from tests.support import HARNESS, clusters_owned_by, harness, harness_run, history_events
+
+from .conftest import faultfs_mounts, need_fuse
 
 pytestmark = pytest.mark.integration
 
 
-def harness_run(results: Path, *argv: str, timeout: float = 600) -> tuple[subprocess.CompletedProcess, Path]:
-    proc = subprocess.run([HARNESS, "run", "--results", str(results), *argv],
-                          capture_output=True, text=True, timeout=timeout)
-    runs = sorted(results.glob("*/*/run.json"))
-    return proc, (runs[-1].parent if runs else results)
-
-
-def events(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
-
-
 def nemesis(run_dir: Path, f: str, type_: str = "ok") -> list[dict]:
-    return [e for e in events(run_dir) if e["process"] == "nemesis" and e["f"] == f and e["type"] == type_]
+    return [e for e in history_events(run_dir) if e["process"] == "nemesis" and e["f"] == f and e["type"] == type_]
 
 
 def assert_unmounted(run_dir: Path) -> None:
@@ -96,14 +87,14 @@ def test_a_stalled_leader_makes_writes_wait_and_loses_nothing(tmp_path):
     assert all(e["value"]["verified"]["ok"] for e in nemesis(run_dir, "unstall-disk"))
     # Writes waited for the disk: some send invoked during a stall completed only after it.
     windows, start = [], None
-    for e in events(run_dir):
+    for e in history_events(run_dir):
         if e["process"] == "nemesis" and e["f"] == "stall-disk" and e["type"] == "ok":
             start = e["time"]
         elif e["process"] == "nemesis" and e["f"] == "unstall-disk" and e["type"] == "invoke" and start:
             windows.append((start, e["time"]))
             start = None
     invoked, waited = {}, 0
-    for e in events(run_dir):
+    for e in history_events(run_dir):
         if e["f"] != "send":
             continue
         if e["type"] == "invoke":
@@ -143,7 +134,7 @@ def test_a_run_killed_during_a_disk_stall_is_cleaned_up(tmp_path):
         run.send_signal(signal.SIGKILL)
         run.wait(10)
 
-        res = harness_cli("clean", "--cluster", cid)
+        res = harness("clean", "--cluster", cid, timeout=120)
         assert res.returncode == 0, res.stdout + res.stderr
         assert f"removed mount {mounts[0]}" in res.stdout
         assert not faultfs_mounts(st.state_root() / "clusters" / cid)
@@ -154,4 +145,4 @@ def test_a_run_killed_during_a_disk_stall_is_cleaned_up(tmp_path):
             run.kill()
             run.wait(10)
         for cid in cids or clusters_owned_by(run.pid):
-            harness_cli("clean", "--cluster", cid)
+            harness("clean", "--cluster", cid, timeout=120)

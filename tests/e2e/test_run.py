@@ -10,23 +10,14 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.support import HARNESS, harness_run, history_events
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-HARNESS = str(Path(sys.executable).with_name("harness"))
-
-
-def harness_run(results: Path, *argv: str, timeout: float = 600) -> tuple[subprocess.CompletedProcess, Path]:
-    proc = subprocess.run([HARNESS, "run", "--results", str(results), *argv],
-                          capture_output=True, text=True, timeout=timeout)
-    runs = sorted(results.glob("*/*/run.json"))
-    return proc, (runs[-1].parent if runs else results)
-
 
 def left_behind(run_dir: Path) -> dict:
     """Namespaces and broker/ZooKeeper/sshd processes of the run's cluster
@@ -40,8 +31,7 @@ def left_behind(run_dir: Path) -> dict:
 
 
 def nemesis_events(run_dir: Path) -> list[dict]:
-    events = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
-    return [e for e in events if e["process"] == "nemesis"]
+    return [e for e in history_events(run_dir) if e["process"] == "nemesis"]
 
 
 def test_a_partition_run_with_safe_settings_is_valid(tmp_path):

@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -86,21 +85,6 @@ def new_things(before: dict[str, set], after: dict[str, set]) -> dict[str, set]:
     diff = {k: after[k] - before[k] for k in after}
     diff["processes"] = {(pid, comm) for pid, comm in diff["processes"] if comm != "sshd"}
     return {k: v for k, v in diff.items() if v}
-
-
-def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-
-
-def clusters_owned_by(pid: int) -> list[str]:
-    return [c for c in st.list_cluster_ids() if (st.read_state(c) or {}).get("owner_pid") == pid]
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,9 @@ import pytest
 from infra import hostops
 from infra import state as st
 
-from .conftest import REPO, assert_nothing_left, clusters_owned_by, harness_cli, inventory, need_root, wait_for
+from tests.support import clusters_owned_by, wait_for
+
+from .conftest import REPO, assert_nothing_left, harness_cli, inventory, need_root
 
 pytestmark = pytest.mark.integration
 

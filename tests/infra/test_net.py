@@ -10,7 +10,7 @@ from harness.errors import UserError
 from infra import net
 from infra.cluster import parallel
 
-from .conftest import wait_for
+from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 from infra.cluster import parallel
 from infra.remote import Remote, RemoteError
 
-from .conftest import wait_for
+from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,9 @@ import pytest
 from infra import hostops
 from infra.cluster import ProvisionOptions, provision
 
-from .conftest import assert_nothing_left, assert_one_line_error, harness_cli, inventory, new_things, wait_for
+from tests.support import wait_for
+
+from .conftest import assert_nothing_left, assert_one_line_error, harness_cli, inventory, new_things
 
 pytestmark = pytest.mark.integration
 

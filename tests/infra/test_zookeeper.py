@@ -10,7 +10,7 @@ from harness.errors import UserError
 from infra.system import System, collect_logs
 from infra.zookeeper import ZooKeeper, ZooKeeperOptions
 
-from .conftest import wait_for
+from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -12,29 +12,13 @@ another run has taken the slot since, there is nothing to judge.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from infra import state as st
-
-HARNESS = str(Path(sys.executable).with_name("harness"))
-
-
-def harness(*argv: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([HARNESS, *argv], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
-
-
-def harness_run(results: Path, *argv: str, env: dict | None = None,
-                timeout: float = 600) -> tuple[subprocess.CompletedProcess, Path]:
-    proc = harness("run", "--results", str(results), *argv, env=env, timeout=timeout)
-    runs = sorted(results.glob("*/*/run.json"))
-    return proc, (runs[-1].parent if runs else results)
-
+from tests.support import harness
 
 def _cluster_of(run_dir: Path) -> str | None:
     run_json = run_dir / "run.json"
@@ -75,6 +59,3 @@ def results(tmp_path):
             if cid and st.cluster_dir(cid).exists() and not _taken_by_another_run(cid):
                 harness("clean", "--cluster", cid, timeout=120)
 
-
-def events(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]

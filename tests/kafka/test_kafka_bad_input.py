@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from tests.kafka.conftest import harness, harness_run, left_behind
+from tests.kafka.conftest import left_behind
+from tests.support import harness, harness_run
 
 
 def one_error_line(stderr: str) -> str:

@@ -12,13 +12,14 @@ import json
 
 import pytest
 
-from tests.kafka.conftest import events, harness_run, left_behind
+from tests.kafka.conftest import left_behind
+from tests.support import harness_run, history_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def nemesis_ok(run_dir, f: str) -> list[dict]:
-    return [e for e in events(run_dir) if e["process"] == "nemesis" and e["f"] == f and e["type"] != "invoke"]
+    return [e for e in history_events(run_dir) if e["process"] == "nemesis" and e["f"] == f and e["type"] != "invoke"]
 
 
 def test_a_partition_run_with_safe_settings_is_valid(results):
