@@ -36,6 +36,7 @@ import logging
 import os
 import re
 import shlex
+import shutil
 import socket
 import tarfile
 import time
@@ -189,7 +190,11 @@ def resolve(options: KafkaOptions, provider: str = "local", unpack: bool = True)
 def check_spec(options: KafkaOptions, provider: str, broker_settings: dict) -> None:
     """Everything about a Kafka run that can be checked before anything starts."""
     resolve(options, provider, unpack=False)
-    taken = sorted(set(broker_settings) & set(OWN_KEYS))
+    _refuse_own_keys(broker_settings)
+
+
+def _refuse_own_keys(settings: dict) -> None:
+    taken = sorted(set(settings) & set(OWN_KEYS))
     if taken:
         raise UserError(f"[broker] {taken[0]}: the harness sets this one itself, per node")
 
@@ -209,16 +214,12 @@ def _unpack_once(dist: kafka_dist.KafkaDist) -> Path:
             tar.extractall(staging, filter="data")
         (staging / ".complete").write_text(str(dist.path) + "\n")
         if target.exists():
-            import shutil
-
             shutil.rmtree(target)
         staging.rename(target)
     except (tarfile.TarError, OSError) as e:
         raise UserError(f"--kafka-dist {dist.path}: cannot unpack: {e}") from None
     finally:
         if staging.exists():
-            import shutil
-
             shutil.rmtree(staging, ignore_errors=True)
     return home
 
@@ -259,9 +260,7 @@ class KafkaSystem:
         self.zookeeper_connect = zookeeper_connect
         self.settings = {k: _value(v) for k, v in (settings or {}).items()}
         self.options = options or KafkaOptions()
-        taken = sorted(set(self.settings) & set(OWN_KEYS))
-        if taken:
-            raise UserError(f"[broker] {taken[0]}: the harness sets this one itself, per node")
+        _refuse_own_keys(self.settings)
         self._nodes: list[Node] = []
         self._ids: dict[str, int] = {}
         self._local = True
@@ -367,9 +366,7 @@ class KafkaSystem:
     def _prepare(self, node: Node) -> None:
         r = node.remote
         if r.pid_of(DAEMON) is not None:  # a broker of an earlier setup on this node
-            r.signal(DAEMON, "CONT")
-            r.signal(DAEMON, "KILL")
-            r.wait_stopped(DAEMON, 10)
+            r.stop_daemon(DAEMON)
         check = r.run(f"command -v {shlex.quote(self.options.java)}", check=False)
         if check.exit_status != 0:
             raise UserError(f"{node.name}: `{self.options.java}` not found; install openjdk-17-jre-headless")
@@ -455,18 +452,12 @@ class KafkaSystem:
 
     def process_state(self, node: Node) -> str | None:
         """The broker process's state letter (R, S, T, ...), None when not running."""
-        pid = node.remote.pid_of(DAEMON)
-        if pid is None:
-            return None
-        state = node.remote.run(f"cut -d' ' -f3 /proc/{pid}/stat 2>/dev/null", check=False).stdout.strip()
-        return None if state in ("", "Z", "X") else state
+        return node.remote.process_state(DAEMON)
 
     def teardown(self, cluster: Cluster) -> None:
         def stop(node: Node) -> None:
             try:
-                node.remote.signal(DAEMON, "CONT")
-                node.remote.signal(DAEMON, "KILL")
-                node.remote.wait_stopped(DAEMON, timeout=10)
+                node.remote.stop_daemon(DAEMON)
             except RemoteError as e:
                 log.warning("stopping Kafka on %s: %s", node.name, e)
 
@@ -528,15 +519,19 @@ class KafkaSystem:
             log.debug("metadata request failed: %s", e)
             return None
 
+    def _partition_metadata(self, topic: str) -> dict:
+        """partition -> its metadata from a metadata request ({} when no broker answers)."""
+        meta = self._metadata(topic)
+        info = meta.topics.get(topic) if meta is not None else None
+        return info.partitions if info is not None else {}
+
     def leaders(self, topic: str) -> dict[int, str]:
         """partition -> the node leading it (partitions without a leader left out)."""
         names = {i: name for name, i in self._ids.items()}
         if self.mode == "zk":
             by_id = zk_state.leaders(self.zookeeper_connect, CHROOT, topic)
         else:
-            meta = self._metadata(topic)
-            info = meta.topics.get(topic) if meta is not None else None
-            by_id = {p: pm.leader for p, pm in info.partitions.items()} if info is not None else {}
+            by_id = {p: pm.leader for p, pm in self._partition_metadata(topic).items()}
         return {p: names[b] for p, b in by_id.items() if b in names}
 
     def replicas(self, topic: str) -> dict[int, list[str]]:
@@ -545,9 +540,7 @@ class KafkaSystem:
         if self.mode == "zk":
             by_id = zk_state.replicas(self.zookeeper_connect, CHROOT, topic)
         else:
-            meta = self._metadata(topic)
-            info = meta.topics.get(topic) if meta is not None else None
-            by_id = {p: list(pm.replicas) for p, pm in info.partitions.items()} if info is not None else {}
+            by_id = {p: list(pm.replicas) for p, pm in self._partition_metadata(topic).items()}
         return {p: [names[b] for b in brokers if b in names] for p, brokers in by_id.items()}
 
     def controller(self) -> str | None:

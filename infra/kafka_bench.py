@@ -27,7 +27,7 @@ import sys
 import time
 
 from harness.errors import UserError
-from workloads.produce_bench import produce_timed
+from workloads.produce_bench import cpu_seconds_of_stat, produce_timed
 
 TOPIC = "bench"
 
@@ -52,38 +52,16 @@ def _cpu_seconds(system, node) -> float:
     pid = node.remote.pid_of(system.name if system.name == "kafka" else "broker")
     if pid is None:
         return 0.0
-    import os
-
-    fields = node.remote.run(f"cat /proc/{pid}/stat", check=False).stdout.rsplit(")", 1)[-1].split()
-    try:
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (IndexError, ValueError):
-        return 0.0
+    return cpu_seconds_of_stat(node.remote.run(f"cat /proc/{pid}/stat", check=False).stdout)
 
 
-def create_topic(bootstrap: str, replication_factor: int, timeout_s: float = 60.0) -> None:
+def create_topic(bootstrap: str, replication_factor: int) -> None:
     """The benchmark topic (3 partitions), once every partition has a leader."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from workloads.config import WorkloadConfig
+    from workloads.topic import create_topic as create
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    topic = NewTopic(TOPIC, num_partitions=3, replication_factor=replication_factor,
-                     config={"min.insync.replicas": str(min(2, replication_factor))})
-    deadline = time.monotonic() + timeout_s
-    created = False
-    while time.monotonic() < deadline:
-        try:
-            if not created:
-                admin.create_topics([topic], request_timeout=10)[TOPIC].result(timeout=15)
-                created = True
-            parts = admin.list_topics(TOPIC, timeout=5).topics[TOPIC].partitions
-            if len(parts) == 3 and all(p.leader >= 0 for p in parts.values()):
-                return
-        except KafkaException as e:
-            created = created or e.args[0].name() == "TOPIC_ALREADY_EXISTS"
-        time.sleep(0.3)
-    raise UserError(f"bench kafka: topic {TOPIC} at {bootstrap} had no leader for every partition "
-                    f"within {timeout_s:g} s")
+    create(bootstrap, WorkloadConfig(topic=TOPIC, partitions=3, replication_factor=replication_factor,
+                                     topic_settings={"min.insync.replicas": str(min(2, replication_factor))}))
 
 
 def _measure_system(kind: str, cluster, zk_connect: str, args) -> dict:

@@ -134,19 +134,12 @@ class OwnBroker:
 
     def process_state(self, node: Node) -> str | None:
         """The broker process's state letter (R, S, T, ...), None when not running."""
-        pid = node.remote.pid_of(DAEMON)
-        if pid is None:
-            return None
-        res = node.remote.run(f"cut -d' ' -f3 /proc/{pid}/stat 2>/dev/null", check=False)
-        state = res.stdout.strip()
-        return None if state in ("", "Z", "X") else state
+        return node.remote.process_state(DAEMON)
 
     def teardown(self, cluster: Cluster) -> None:
         def stop(node: Node) -> None:
             try:
-                node.remote.signal(DAEMON, "CONT")
-                node.remote.signal(DAEMON, "KILL")
-                node.remote.wait_stopped(DAEMON, timeout=10)
+                node.remote.stop_daemon(DAEMON)
             except RemoteError as e:
                 log.warning("stopping the broker on %s: %s", node.name, e)
 

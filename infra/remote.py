@@ -541,6 +541,21 @@ class Remote:
                            check=False)
         return res.exit_status == 0
 
+    def process_state(self, name: str) -> str | None:
+        """The named daemon's process state letter (R, S, T, D, ...); None
+        when it is not running (a zombie counts as gone)."""
+        pid = self.pid_of(name)
+        if pid is None:
+            return None
+        state = self.run(f"cut -d' ' -f3 /proc/{pid}/stat 2>/dev/null", check=False).stdout.strip()
+        return None if state in ("", "Z", "X") else state
+
+    def stop_daemon(self, name: str, timeout: float = 10.0) -> bool:
+        """Kills the named daemon, paused or not, and waits until it is gone."""
+        self.signal(name, "CONT")
+        self.signal(name, "KILL")
+        return self.wait_stopped(name, timeout)
+
     def daemons(self) -> dict[str, int | None]:
         """Every daemon with a pid file in the run dir: name -> pid if running."""
         res = self.run(f"ls {shlex.quote(self.run_dir)} 2>/dev/null", check=False)

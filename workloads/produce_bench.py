@@ -20,13 +20,21 @@ def percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
+def cpu_seconds_of_stat(stat: str) -> float:
+    """User + system CPU seconds from the text of a /proc/<pid>/stat (0 if unreadable)."""
+    fields = stat.rsplit(")", 1)[-1].split()
+    try:
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (IndexError, ValueError):
+        return 0.0
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds a local process has used (0 if it is gone)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
+            return cpu_seconds_of_stat(f.read())
+    except OSError:
         return 0.0
 
 
