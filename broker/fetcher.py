@@ -25,8 +25,8 @@ LIST_OFFSETS_VERSION = 5
 
 
 class Fetcher:
-    def __init__(self, broker, leader_id: int):
-        self.broker = broker
+    def __init__(self, replicas, leader_id: int):
+        self.replicas = replicas  # the ReplicaManager: cfg, live brokers, partitions
         self.leader_id = leader_id
         self.partitions: dict[tuple[str, int], int] = {}  # (topic, p) -> leader epoch
         self.task: asyncio.Task | None = None
@@ -50,11 +50,11 @@ class Fetcher:
             self.conn = None
 
     async def _connect(self) -> AsyncConnection:
-        info = self.broker.live.get(self.leader_id)
+        info = self.replicas.live.get(self.leader_id)
         if info is None:
             raise ConnectionError(f"leader {self.leader_id} is not registered")
-        conn = AsyncConnection(info.host, info.port, client_id=f"replica-{self.broker.cfg.broker_id}",
-                               timeout=max(10.0, self.broker.cfg.replica_fetch_wait_max_ms / 1000 + 10))
+        conn = AsyncConnection(info.host, info.port, client_id=f"replica-{self.replicas.cfg.broker_id}",
+                               timeout=max(10.0, self.replicas.cfg.replica_fetch_wait_max_ms / 1000 + 10))
         await conn.connect()
         return conn
 
@@ -81,11 +81,11 @@ class Fetcher:
                 backoff = min(backoff * 2, 1.0)
 
     async def _fetch_once(self) -> None:
-        cfg = self.broker.cfg
+        cfg = self.replicas.cfg
         snapshot = dict(self.partitions)
         by_topic: dict[str, list] = {}
         for (topic, p), epoch in snapshot.items():
-            part = self.broker.partitions.get((topic, p))
+            part = self.replicas.partitions.get((topic, p))
             if part is None:
                 continue
             by_topic.setdefault(topic, []).append(FetchRequest.FetchTopic.FetchPartition(
@@ -104,7 +104,7 @@ class Fetcher:
         for topic_resp in resp.responses:
             for pd in topic_resp.partitions:
                 tp = (topic_resp.topic, pd.partition_index)
-                part = self.broker.partitions.get(tp)
+                part = self.replicas.partitions.get(tp)
                 if part is None or self.partitions.get(tp) != snapshot.get(tp) or part.role != "follower" \
                         or part.leader_epoch != snapshot.get(tp):
                     continue  # the partition moved on while the fetch was in flight
@@ -123,7 +123,7 @@ class Fetcher:
             await asyncio.sleep(0.1)
 
     async def _handle_out_of_range(self, tp, part) -> None:
-        req = ListOffsetsRequest(replica_id=self.broker.cfg.broker_id, isolation_level=0, topics=[
+        req = ListOffsetsRequest(replica_id=self.replicas.cfg.broker_id, isolation_level=0, topics=[
             ListOffsetsRequest.ListOffsetsTopic(name=tp[0], partitions=[
                 ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
                     partition_index=tp[1], current_leader_epoch=part.leader_epoch, timestamp=-1)])])

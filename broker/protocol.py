@@ -59,6 +59,23 @@ UNKNOWN_LEADER_EPOCH = 76
 MEMBER_ID_REQUIRED = 79
 UNKNOWN_SERVER_ERROR = -1
 
+# API keys (Kafka's numbering).
+PRODUCE = 0
+FETCH = 1
+LIST_OFFSETS = 2
+METADATA = 3
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+FIND_COORDINATOR = 10
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+API_VERSIONS = 18
+CREATE_TOPICS = 19
+INIT_PRODUCER_ID = 22
+OFFSET_FOR_LEADER_EPOCH = 23
+
 # api_key -> (request class, response class, min version, max version)
 APIS = {
     0: (ProduceRequest, ProduceResponse, 3, 8),
@@ -77,7 +94,6 @@ APIS = {
     22: (InitProducerIdRequest, InitProducerIdResponse, 0, 1),
     23: (OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 3),
 }
-API_VERSIONS = 18
 
 _HEADER = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
 _INT32 = struct.Struct(">i")
