@@ -4,9 +4,9 @@ The history is reshaped a few ways, each by one shuffle, and every anomaly
 is read off one of them:
 
 - by value: a send's invocation and completion, and every read of the value
-  (lost-write, unseen, aborted-read, duplicate; and the contract's checks
-  across events: values are unique, each send completes once, after its
-  invocation, in its process);
+  (lost-write, lost-acked, dirty-read, unseen, aborted-read, duplicate; and
+  the contract's checks across events: values are unique, each send
+  completes once, after its invocation, in its process);
 - by position (partition, offset): the distinct values seen there
   (inconsistent-offset), and which offsets are known at all (poll-skip);
 - in each process's order: consecutive reads of one partition
@@ -18,29 +18,42 @@ aggregation: an operation's type is a small code, and a position is one long,
 `partition << 40 | offset`. Examples (at most 20 of each) are looked up
 afterwards, with the history indexes that prove them.
 
-One reading of the contract is ours to make: a `seek` carries a partition,
-so it restarts the read order of that partition only; `assign` and `crash`
-restart every partition of the process. A seek that names no partition (a
-failed or unknown one) restarts them all, to stay on the safe side.
+Durability is read from the final log: the `final-reads` operations are
+few, so their brackets (which polls are final reads) and the ends they
+report are collected on the driver (`final_logs`), and each read is marked
+final or not on its way into the by-value frame. A value's partitions in
+the final log, and the partitions it was read from during the run, are kept
+as min/max per value; the rare value seen in two partitions or more (a
+duplicate across partitions) is settled exactly by a second, small pass.
+
+Read order restarts where the contract says: an `assign` or `crash` of the
+process restarts every partition it reads, a `seek` the partition it names.
+Only an operation that happened restarts it: one completed `ok`, or `info`
+(it may have happened), at its completion; a `fail` or an invocation that
+never completed does not. An `info` seek that names no partition takes its
+invocation's; one that names none at all restarts them all, to stay on the
+safe side.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.errors import HistoryError
+from harness.history import FINAL_READS, MAX_OFFSET, MAX_PARTITION
 
-ANOMALIES = ("lost-write", "duplicate", "inconsistent-offset", "aborted-read",
+ANOMALIES = ("lost-write", "lost-acked", "dirty-read", "duplicate", "inconsistent-offset", "aborted-read",
              "nonmonotonic-poll", "poll-skip", "nonmonotonic-send", "unseen")
-ALWAYS_ERRORS = {"lost-write", "inconsistent-offset", "aborted-read", "nonmonotonic-poll", "poll-skip"}
+ALWAYS_ERRORS = {"lost-write", "lost-acked", "dirty-read", "inconsistent-offset", "aborted-read",
+                 "nonmonotonic-poll", "poll-skip"}
 # Errors only where the run's configuration promises to prevent them.
 IDEMPOTENCE_ERRORS = {"duplicate", "nonmonotonic-send"}
 MAX_EXAMPLES = 20
 
 OK, FAIL, INFO = 1, 2, 3  # a send's outcome, as a small number
 KIND_NAMES = {OK: "ok", FAIL: "fail", INFO: "info"}
-POS_BITS = 40  # offsets below 2**40; partitions below 2**23
-MAX_OFFSET = (1 << POS_BITS) - 1
+POS_BITS = 40  # history validation keeps offsets within 40 bits and partitions within 23
+assert MAX_OFFSET == (1 << POS_BITS) - 1 and MAX_PARTITION < (1 << (63 - POS_BITS))
 # Gaps in a consumer's offsets up to this wide are checked offset by offset;
 # wider ones (rare: a jump to the end of a log) by ordering the known offsets.
 NARROW_GAP = 1024
@@ -77,24 +90,114 @@ def type_code(col):
 
 
 @dataclass
+class FinalLogs:
+    """What the history's `final-reads` operations say (docs/history.md).
+
+    `brackets`: process -> [(invoke index, completion index)], the spans in
+    which that process's polls are final reads (an invocation never completed
+    runs to the end of the history). `ends`: partition -> the end of its
+    known final log, from the latest ok completion that lists it. `asked`:
+    every partition some final-reads invocation named.
+    """
+
+    present: bool = False
+    brackets: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    ends: dict[int, int] = field(default_factory=dict)
+    asked: set[int] = field(default_factory=set)
+
+    def warnings(self) -> list[str]:
+        if not self.present:
+            return ["durability was not checked: the history has no final-reads operation, so no final log "
+                    "is known (lost-acked and dirty-read are 0)"]
+        short = sorted(self.asked - set(self.ends))
+        if short:
+            return [f"durability of partitions {_ranges(short)} was not checked: "
+                    "the final reads did not report reaching their end"]
+        return []
+
+
+def _ranges(ps: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    out, start = [], None
+    for i, p in enumerate(ps):
+        if start is None:
+            start = p
+        if i + 1 == len(ps) or ps[i + 1] != p + 1:
+            out.append(str(start) if start == p else f"{start}-{p}")
+            start = None
+    return ", ".join(out)
+
+
+def final_logs(df) -> FinalLogs:
+    """The final-reads operations, paired by order within their process, on the driver."""
+    F = _F()
+    rows = (df.where((F.col("process") >= 0) & (F.col("f") == FINAL_READS))
+            .select("process", "index", "type", "partitions", "ends").orderBy("index").collect())
+    logs = FinalLogs(present=bool(rows))
+    open_: dict[int, list[int]] = {}
+    end_at: dict[int, int] = {}  # partition -> index of the completion that set its end
+    last_index = 1 << 62
+    for r in rows:
+        if r["type"] == "invoke":
+            open_.setdefault(r["process"], []).append(r["index"])
+            logs.asked.update(r["partitions"] or [])
+            continue
+        pending = open_.get(r["process"])
+        if not pending:
+            continue  # a completion with no invocation: ordered_ops reports it
+        logs.brackets.setdefault(r["process"], []).append((pending.pop(0), r["index"]))
+        if r["type"] == "ok":
+            for e in r["ends"] or []:
+                if e["partition"] not in end_at or end_at[e["partition"]] < r["index"]:
+                    logs.ends[e["partition"]], end_at[e["partition"]] = e["offset"], r["index"]
+    for process, pending in open_.items():
+        logs.brackets.setdefault(process, []).extend((i, last_index) for i in pending)
+    return logs
+
+
+def _in_brackets(brackets: dict[int, list[tuple[int, int]]]):
+    """Whether an event (by its process and index) lies inside a final-reads bracket."""
+    F = _F()
+    if not brackets:
+        return F.lit(False)
+    pairs = []
+    for process, spans in brackets.items():
+        pairs += [F.lit(process), F.array(*[F.struct(F.lit(lo).alias("lo"), F.lit(hi).alias("hi"))
+                                            for lo, hi in spans])]
+    spans = F.element_at(F.create_map(*pairs), F.col("process"))
+    return F.coalesce(F.exists(spans, lambda b: (F.col("index") > b["lo"]) & (F.col("index") < b["hi"])),
+                      F.lit(False))
+
+
+@dataclass
 class Frames:
     """The DataFrames an analysis shares; `cached` lists what to unpersist."""
 
     client: object  # client events
-    reads: object  # one row per record read: process, index, time, slot, partition, offset, value
+    # One row per record read: process, index, time, slot, partition, offset, value, and
+    # `final` (read by the final reads), `in_final` (so, and below its partition's known end),
+    # `in_run` (read during the run, from a partition whose final log is known).
+    reads: object
     poll_parts: object  # one row per (ok poll, partition it returned): first and last record, in-poll steps
     by_value: object
     cached: list
 
 
-def build(df) -> Frames:
+def build(df, logs: FinalLogs) -> Frames:
     F = _F()
     client = df.where(F.col("process") >= 0)
     reads = (client.where((F.col("f") == "poll") & (F.col("type") == "ok"))
-             .select("process", "index", "time", F.posexplode("records").alias("slot", "r"))
+             .select("process", "index", "time", _in_brackets(logs.brackets).alias("final"),
+                     F.posexplode("records").alias("slot", "r"))
              .select("process", "index", "time", "slot",
                      F.col("r.partition").alias("partition"), F.col("r.offset").alias("offset"),
-                     F.col("r.value").alias("value")))
+                     F.col("r.value").alias("value"), "final"))
+    if logs.ends:
+        end = _lookup(logs.ends, F.col("partition"))
+        reads = reads.select("*", (F.col("final") & (F.col("offset") < end)).alias("in_final"),
+                             (~F.col("final") & end.isNotNull()).alias("in_run"))
+    else:
+        reads = reads.select("*", F.lit(False).alias("in_final"), F.lit(False).alias("in_run"))
     poll_parts = _poll_parts(client).persist()
     # Each side fills only the columns of its role, so that the aggregation
     # below is plain min/max/count over columns (nulls skipped), no CASE per row.
@@ -105,11 +208,15 @@ def build(df) -> Frames:
         F.when(~inv, index).alias("comp_index"), F.when(~inv, time).alias("comp_time"),
         F.when(~inv, type_code(typ)).alias("outcome"),
         F.when(typ == "ok", pos_of(F.col("partition"), F.col("offset"))).alias("ack_pos"),
-        F.col("process").alias("send_process"), null.alias("read_pos"), null.alias("read_index"))
+        F.col("process").alias("send_process"), null.alias("read_pos"), null.alias("read_index"),
+        null.alias("final_part"), null.alias("run_part"), null.alias("run_index"))
     union = sends.unionByName(reads.select(
         "value", *[null.alias(c) for c in ("inv_index", "inv_time", "comp_index", "comp_time")],
         F.lit(None).cast("int").alias("outcome"), null.alias("ack_pos"), null.alias("send_process"),
-        pos_of(F.col("partition"), F.col("offset")).alias("read_pos"), F.col("index").alias("read_index")))
+        pos_of(F.col("partition"), F.col("offset")).alias("read_pos"), F.col("index").alias("read_index"),
+        F.when(F.col("in_final"), F.col("partition")).alias("final_part"),
+        F.when(F.col("in_run"), F.col("partition")).alias("run_part"),
+        F.when(F.col("in_run"), F.col("index")).alias("run_index")))
     by_value = union.groupBy("value").agg(
         F.count("inv_index").alias("n_inv"),
         F.min("inv_index").alias("inv_index"),
@@ -127,6 +234,13 @@ def build(df) -> Frames:
         F.min("read_pos").alias("read_first_pos"),
         F.max("read_pos").alias("read_last_pos"),
         F.min("read_index").alias("read_index"),
+        # The partitions whose final log holds the value, and those it was read
+        # from during the run (final log known), as ranges: almost always one.
+        F.min("final_part").alias("final_part_min"),
+        F.max("final_part").alias("final_part_max"),
+        F.min("run_part").alias("run_part_min"),
+        F.max("run_part").alias("run_part_max"),
+        F.min("run_index").alias("run_index"),
     )
     # least/greatest skip nulls: two or more distinct positions iff they differ.
     by_value = by_value.select(
@@ -178,17 +292,36 @@ def _lookup(mapping: dict[int, int], column):
     return F.element_at(F.create_map(*pairs), column)
 
 
-def value_checks(frames: Frames, max_read: dict[int, int]) -> dict:
-    """One pass over the by-value frame: contract violations, counts, value anomalies."""
+def value_checks(frames: Frames, max_read: dict[int, int], logs: FinalLogs) -> dict:
+    """One pass over the by-value frame: contract violations, counts, value anomalies.
+
+    lost-acked and dirty-read are settled here for values seen in one
+    partition (of the final log, and of the run's reads); the rest are
+    flagged `multi` and settled by `multi_partition_checks`.
+    """
     F = _F()
     v = frames.by_value
     outcome, n_read = F.col("outcome"), F.col("n_read")
     unfinished = (F.col("n_inv") == 1) & (F.col("n_comp") == 0)
-    maxread = _lookup(max_read, partition_of(F.col("ack_pos")))
+    ack_part = partition_of(F.col("ack_pos"))
+    maxread = _lookup(max_read, ack_part)
+    ack_end = _lookup(logs.ends, ack_part)
     never_read = n_read == 0
+    read_past = offset_of(F.col("ack_pos")) < F.coalesce(maxread, F.lit(-1))
+    fin_min, fin_max = F.col("final_part_min"), F.col("final_part_max")
+    run_part = F.col("run_part_min")
+    multi = F.coalesce((fin_min != fin_max) | (run_part != F.col("run_part_max")), F.lit(False))
+
+    def in_final(p):
+        return F.coalesce((fin_min == p) | (fin_max == p), F.lit(False))
+
+    lost_write = (outcome == OK) & never_read & read_past
+    unsettled = outcome.isNull() | (outcome == INFO)  # no send of it completed ok or fail
     flags = {
-        "lost-write": (outcome == OK) & never_read & (offset_of(F.col("ack_pos")) < F.coalesce(maxread, F.lit(-1))),
-        "unseen": (outcome == OK) & never_read & ~(offset_of(F.col("ack_pos")) < F.coalesce(maxread, F.lit(-1))),
+        "lost-write": lost_write,
+        "lost-acked": (outcome == OK) & ack_end.isNotNull() & ~in_final(ack_part) & ~lost_write & ~multi,
+        "dirty-read": unsettled & run_part.isNotNull() & ~in_final(run_part) & ~multi,
+        "unseen": (outcome == OK) & never_read & ~read_past & ack_end.isNull(),
         "aborted-read": (outcome == FAIL) & (n_read > 0),
         "duplicate": F.col("first_pos") != F.col("last_pos"),
     }
@@ -211,6 +344,7 @@ def value_checks(frames: Frames, max_read: dict[int, int]) -> dict:
         count_if(((outcome == INFO) | unfinished) & (n_read > 0)).alias("info_read"),
         count_if(((outcome == INFO) | unfinished) & never_read).alias("info_unread"),
         count_if((F.col("n_inv") == 0) & (n_read > 0)).alias("unknown_values"),
+        count_if(multi).alias("multi"),
         F.sum("n_read").alias("records_read"),
         *[count_if(cond).alias(name) for name, cond in flags.items()],
     ).collect()[0]
@@ -225,17 +359,64 @@ def value_checks(frames: Frames, max_read: dict[int, int]) -> dict:
         if row[key] is not None:
             raise HistoryError(f"index {row[key]}: {message}")
     result = row.asDict()
-    result["frame"] = v.select("*", maxread.alias("max_read_offset"),
+    result["frame"] = v.select("*", maxread.alias("max_read_offset"), ack_end.alias("final_end"),
+                               _lookup(logs.ends, run_part).alias("run_final_end"), multi.alias("multi"),
                                *[cond.alias("is_" + name) for name, cond in flags.items()])
     return result
 
 
-def _error_of(frames: Frames, indexes: list[int]) -> dict[int, str]:
+def multi_partition_checks(checked: dict, frames: Frames, logs: FinalLogs) -> dict[str, tuple[int, list[dict]]]:
+    """lost-acked and dirty-read, exactly, for the values seen in two partitions
+    or more (of the final log, or of the run's reads): per (value, partition)."""
+    F = _F()
+    found = {"lost-acked": (0, []), "dirty-read": (0, [])}
+    if not checked["multi"]:
+        return found
+    values = checked["frame"].where(F.col("multi")).select(
+        "value", "outcome", "ack_pos", "inv_index", "comp_index", "read_index", "is_lost-write")
+    per_part = (frames.reads.join(values.select("value"), "value", "left_semi")
+                .groupBy("value", "partition")
+                .agg(F.max("in_final").alias("in_final"), F.max("in_run").alias("in_run"),
+                     F.min(F.when(F.col("in_run"), F.col("index"))).alias("run_index")))
+    dirty_part = F.col("in_run") & ~F.col("in_final")
+    per_value = per_part.groupBy("value").agg(
+        F.collect_list(F.when(F.col("in_final"), F.col("partition"))).alias("final_parts"),
+        F.min(F.when(dirty_part, F.col("partition"))).alias("dirty_partition"),
+        F.min(F.when(dirty_part, F.col("run_index"))).alias("dirty_index"))
+    rows = values.join(per_value, "value", "left").orderBy("value").collect()
+    lost, dirty = [], []
+    for r in rows:
+        if r["outcome"] == OK and not r["is_lost-write"]:
+            p = r["ack_pos"] >> POS_BITS
+            if p in logs.ends and p not in (r["final_parts"] or []):
+                lost.append(_lost_example(r, logs.ends[p]))
+        if r["outcome"] in (None, INFO) and r["dirty_partition"] is not None:
+            dirty.append(_dirty_example(r, r["dirty_partition"], r["dirty_index"],
+                                        logs.ends[r["dirty_partition"]]))
+    return {"lost-acked": (len(lost), lost[:MAX_EXAMPLES]), "dirty-read": (len(dirty), dirty[:MAX_EXAMPLES])}
+
+
+def _lost_example(r, final_end: int) -> dict:
+    return {"value": r["value"], "partition": r["ack_pos"] >> POS_BITS, "offset": r["ack_pos"] & MAX_OFFSET,
+            "invoke_index": r["inv_index"], "ack_index": r["comp_index"], "read_index": r["read_index"],
+            "final_end": final_end}
+
+
+def _dirty_example(r, partition: int, read_index: int, final_end: int) -> dict:
+    send = {OK: "ok", FAIL: "fail", INFO: "info"}.get(r["outcome"])
+    if send is None:
+        send = "never completed" if r["inv_index"] is not None else "no send"
+    return {"value": r["value"], "partition": partition, "read_index": read_index, "send": send,
+            "invoke_index": r["inv_index"], "completion_index": r["comp_index"], "final_end": final_end}
+
+
+def _fields_at(frames: Frames, indexes: list[int], name: str) -> dict[int, object]:
+    """index -> the event's `name` field, for the client events at `indexes`."""
     F = _F()
     if not indexes:
         return {}
-    rows = frames.client.where(F.col("index").isin(indexes)).select("index", "error").collect()
-    return {r["index"]: r["error"] for r in rows}
+    rows = frames.client.where(F.col("index").isin(indexes)).select("index", name).collect()
+    return {r["index"]: r[name] for r in rows}
 
 
 def _read_indexes(frames: Frames, values: list[int]) -> dict[tuple[int, int, int], int]:
@@ -257,22 +438,28 @@ def _positions(r, reads: dict) -> list[dict]:
     return [{"partition": p, "offset": o, **found[(p, o)]} for (p, o) in sorted(found)]
 
 
-def value_examples(checked: dict, frames: Frames) -> dict[str, list[dict]]:
-    """Examples of every value anomaly found, looked up together."""
+def value_examples(checked: dict, frames: Frames, multi: dict[str, tuple[int, list[dict]]]) -> dict[str, list[dict]]:
+    """Examples of every value anomaly found, looked up together; `multi`
+    holds the examples `multi_partition_checks` found, merged in order."""
     F = _F()
-    order = {"lost-write": "comp_index", "unseen": "comp_index", "aborted-read": "read_index",
+    order = {"lost-write": "comp_index", "lost-acked": "comp_index", "dirty-read": ["run_index", "value"],
+             "unseen": "comp_index", "aborted-read": "read_index",
              "duplicate": F.least("read_index", "comp_index")}
-    rows = {name: checked["frame"].where(F.col("is_" + name)).orderBy(key).limit(MAX_EXAMPLES).collect()
+    rows = {name: checked["frame"].where(F.col("is_" + name)).orderBy(*_as_list(key)).limit(MAX_EXAMPLES).collect()
             for name, key in order.items() if checked[name]}
     looked_up = rows.get("aborted-read", []) + rows.get("duplicate", [])
     reads = _read_indexes(frames, [r["value"] for r in looked_up]) if looked_up else {}
-    errors = _error_of(frames, [r["comp_index"] for r in rows.get("aborted-read", [])])
+    errors = _fields_at(frames, [r["comp_index"] for r in rows.get("aborted-read", [])], "error")
     out = {}
     for name, found in rows.items():
         if name in ("lost-write", "unseen"):
             out[name] = [{"value": r["value"], "partition": r["ack_pos"] >> POS_BITS,
                           "offset": r["ack_pos"] & MAX_OFFSET, "invoke_index": r["inv_index"],
                           "ack_index": r["comp_index"], "max_read_offset": r["max_read_offset"]} for r in found]
+        elif name == "lost-acked":
+            out[name] = [_lost_example(r, r["final_end"]) for r in found]
+        elif name == "dirty-read":
+            out[name] = [_dirty_example(r, r["run_part_min"], r["run_index"], r["run_final_end"]) for r in found]
         elif name == "aborted-read":
             out[name] = [{"value": r["value"], "invoke_index": r["inv_index"], "fail_index": r["comp_index"],
                           "error": errors.get(r["comp_index"]), "read_index": r["read_index"],
@@ -280,7 +467,19 @@ def value_examples(checked: dict, frames: Frames) -> dict[str, list[dict]]:
         else:
             out[name] = [{"value": r["value"], "invoke_index": r["inv_index"], "positions": _positions(r, reads)}
                          for r in found]
+    for name, key in (("lost-acked", "ack_index"), ("dirty-read", "read_index")):
+        merged = sorted(out.get(name, []) + multi[name][1], key=lambda e: (e[key], e["value"]))[:MAX_EXAMPLES]
+        if merged:
+            # When each was read: the report tells the story in time ("read at ...").
+            times = _fields_at(frames, [e["read_index"] for e in merged if e["read_index"] is not None], "time")
+            for e in merged:
+                e["read_time"] = times.get(e["read_index"])
+            out[name] = merged
     return out
+
+
+def _as_list(x) -> list:
+    return x if isinstance(x, list) else [x]
 
 
 def by_position(frames: Frames, duplicates: int):
@@ -339,10 +538,15 @@ def read_order(frames: Frames, by_pos) -> dict[str, tuple[int, list[dict]]]:
         F.col("s.a.value").alias("prev_value"), F.col("index").alias("prev_index"))
     # Steps from one poll to the next: events that restart a process's read
     # order come between them: assign and crash for every partition it reads,
-    # a seek for its own partition.
+    # a seek for its own partition; each at its completion, if it happened
+    # (ok or info), with an info seek's partition taken from its invocation.
     proc_parts = parts.select("process", "partition").distinct()
-    resets = frames.client.where(F.col("f").isin("assign", "crash", "seek")).select(
-        "process", "index", F.when(F.col("f") == "seek", F.col("partition")).alias("only"))
+    by_op = Window.partitionBy("process", "f").orderBy("index")
+    invoked = F.last(F.when(F.col("type") == "invoke", F.col("partition")), ignorenulls=True).over(by_op)
+    resets = (frames.client.where(F.col("f").isin("assign", "crash", "seek"))
+              .select("process", "index", "f", "type", F.coalesce(F.col("partition"), invoked).alias("named"))
+              .where(F.col("type").isin("ok", "info"))
+              .select("process", "index", F.when(F.col("f") == "seek", F.col("named")).alias("only")))
     resets = resets.join(proc_parts, "process").where(
         F.col("only").isNull() | (F.col("only") == F.col("partition"))).select(
         "process", "partition", "index", F.lit(None).cast(parts.schema["first"].dataType).alias("first"),

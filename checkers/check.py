@@ -84,7 +84,8 @@ class _Stages:
 
 def _analyse(df, promised: dict, opts: Options) -> dict:
     stage = _Stages()
-    frames = an.build(df)
+    logs = an.final_logs(df)
+    frames = an.build(df, logs)
     cached = list(frames.cached)
     try:
         ops, pipelined = stats.ordered_ops(df)
@@ -92,11 +93,12 @@ def _analyse(df, promised: dict, opts: Options) -> dict:
         stage.done("pair-operations")
         max_read = an.max_read_offsets(frames)
         stage.done("max-read")
-        checked = an.value_checks(frames, max_read)
+        checked = an.value_checks(frames, max_read, logs)
         stage.done("by-value")
-        examples = an.value_examples(checked, frames)
-        found = {name: (int(checked[name]), examples.get(name, []))
-                 for name in ("lost-write", "unseen", "aborted-read", "duplicate")}
+        multi = an.multi_partition_checks(checked, frames, logs)
+        examples = an.value_examples(checked, frames, multi)
+        found = {name: (int(checked[name]) + multi.get(name, (0, []))[0], examples.get(name, []))
+                 for name in ("lost-write", "lost-acked", "dirty-read", "unseen", "aborted-read", "duplicate")}
         stage.done("by-value-examples")
         by_pos = an.by_position(frames, checked["duplicate"]).persist()
         cached.append(by_pos)
@@ -146,8 +148,8 @@ def _analyse(df, promised: dict, opts: Options) -> dict:
         "unfinished": {"send": int(checked["unfinished"]), **unfinished_other},
     }
     counts["other_ops"] = {f: outcomes(f, unfinished_other.get(f, 0))
-                           for f in ("assign", "seek", "commit", "crash") if f in totals}
-    warnings = []
+                           for f in ("assign", "seek", "commit", "crash", h.FINAL_READS) if f in totals}
+    warnings = logs.warnings()
     if checked["unknown_values"]:
         warnings.append(f"{checked['unknown_values']} values were read that no send in the history wrote")
     return {
@@ -157,6 +159,9 @@ def _analyse(df, promised: dict, opts: Options) -> dict:
         "stats": {
             "info_sends": {"read": int(checked["info_read"]), "unread": int(checked["info_unread"])},
             "reads_of_unknown_values": int(checked["unknown_values"]),
+            # Which partitions' final logs were known, and where each ends.
+            "final_logs": {"checked": logs.present, "ends": {str(p): e for p, e in sorted(logs.ends.items())},
+                           "not_reached": sorted(logs.asked - set(logs.ends))},
             "throughput": throughput,
             "latency": overall,
             "latency_by_second": per_second,

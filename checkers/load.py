@@ -67,6 +67,8 @@ def normalise(df):
         "partitions": T.ArrayType(T.LongType()),
         "offsets": T.ArrayType(T.StructType([
             T.StructField("partition", T.LongType()), T.StructField("offset", T.LongType())])),
+        "ends": T.ArrayType(T.StructType([
+            T.StructField("partition", T.LongType()), T.StructField("offset", T.LongType())])),
         "extra": T.StringType(),
     }
     cols = []

@@ -33,13 +33,18 @@ log = logging.getLogger(__name__)
 
 TYPES = ("invoke", "ok", "fail", "info")
 COMPLETIONS = ("ok", "fail", "info")
-CLIENT_FS = ("send", "poll", "assign", "seek", "commit", "crash")
+CLIENT_FS = ("send", "poll", "assign", "seek", "commit", "crash", "final-reads")
+FINAL_READS = "final-reads"
 NEMESIS = "nemesis"
 # Parquet stores `process` as int64; the nemesis is this id there.
 NEMESIS_PROCESS_ID = -1
 BASE_FIELDS = ("index", "time", "process", "type", "f")
 # Fields with a column of their own in Parquet; every other field goes to `extra`.
-COLUMN_FIELDS = ("key", "value", "partition", "offset", "error", "records", "partitions", "offsets")
+COLUMN_FIELDS = ("key", "value", "partition", "offset", "error", "records", "partitions", "offsets", "ends")
+# Positions are packed into one long by the checker (partition << 40 | offset):
+# both formats reject what would not fit, so no two positions collide.
+MAX_PARTITION = (1 << 23) - 1
+MAX_OFFSET = (1 << 40) - 1
 
 
 # --------------------------------------------------------------------------
@@ -189,10 +194,12 @@ def check_event(event: Any, where: str) -> None:
             _check_position(event, where)
     elif f == "poll" and type_ == "ok":
         _check_objects(event, "records", where, _check_record)
-    elif f == "assign" and type_ in ("invoke", "ok"):
+    elif (f == "assign" and type_ in ("invoke", "ok")) or (f == FINAL_READS and type_ == "invoke"):
         parts = event.get("partitions")
         if not isinstance(parts, list) or not all(_is_int(p) for p in parts):
             raise HistoryError(f"{where}: 'partitions' must be a list of integers")
+    elif f == FINAL_READS and type_ == "ok":
+        _check_objects(event, "ends", where, _check_position)
     elif f == "seek" and type_ in ("invoke", "ok"):
         _check_position(event, where)
     elif f == "commit" and type_ in ("invoke", "ok"):
@@ -203,7 +210,7 @@ def _check_position(x: dict, where: str) -> None:
     """`partition` and `offset`: integers, not negative (the checker packs them into one long)."""
     for name in ("partition", "offset"):
         _check_int(x, name, where)
-        if x[name] < 0 or x[name] >= (1 << 40 if name == "offset" else 1 << 23):
+        if x[name] < 0 or x[name] > (MAX_OFFSET if name == "offset" else MAX_PARTITION):
             raise HistoryError(f"{where}: '{name}' {x[name]} is out of range")
 
 
@@ -373,6 +380,7 @@ def arrow_schema():
         ("records", pa.list_(pa.struct(pos + [("key", pa.int64()), ("value", pa.int64())]))),
         ("partitions", pa.list_(pa.int64())),
         ("offsets", pa.list_(pa.struct(pos))),
+        ("ends", pa.list_(pa.struct(pos))),  # final-reads completions
         # Every other field of the event as a JSON object (a nemesis op's value, probes).
         ("extra", pa.string()),
     ])
@@ -498,7 +506,8 @@ def validate_parquet(files: list[Path]) -> int:
                                                                  or pa.types.is_dictionary(t))
             if not ok:
                 raise HistoryError(f"{file.name}: column '{name}' must be {kind}, not {t}")
-        needed = [c for c in ("index", "time", "process", "type", "f", "value", "partition", "offset", "records")
+        needed = [c for c in ("index", "time", "process", "type", "f", "value", "partition", "offset", "records",
+                              "partitions", "offsets", "ends")
                   if c in schema.names]
         try:
             batches = pf.iter_batches(batch_size=1 << 20, columns=needed)
@@ -517,6 +526,7 @@ def _first_line(e: Exception) -> str:
 
 
 def _check_parquet_batch(file: Path, batch, order: OrderCheck, pa, pc) -> None:
+    """One batch of Parquet rows against the same rules `check_event` applies to JSONL."""
     n = batch.num_rows
     if n == 0:
         return
@@ -525,11 +535,14 @@ def _check_parquet_batch(file: Path, batch, order: OrderCheck, pa, pc) -> None:
     time_ = cols["time"].cast(pa.int64())
     first = order.next_index
 
-    def bad(mask, message: str):
+    def bad(mask, message: str, rows=None):
+        """Raise for the first row where `mask` holds (null counts as bad);
+        `rows` maps the mask's items to batch rows (for flattened lists)."""
         mask = pc.fill_null(mask, True)
         if pc.any(mask).as_py():
             i = pc.index(mask, True).as_py()
-            raise HistoryError(f"{file.name} index {first + i}: {message}")
+            row = i if rows is None else rows[i].as_py()
+            raise HistoryError(f"{file.name} index {first + row}: {message}")
 
     for name in ("index", "time", "process", "type", "f"):
         bad(pc.is_null(cols[name]), f"'{name}' is missing")
@@ -548,36 +561,59 @@ def _check_parquet_batch(file: Path, batch, order: OrderCheck, pa, pc) -> None:
     bad(pc.and_(pc.not_equal(process, NEMESIS_PROCESS_ID), pc.less(process, 0)),
         f"'process' must be non-negative (or {NEMESIS_PROCESS_ID}, the nemesis)")
     bad(pc.and_(client, pc.invert(pc.is_in(f, pa.array(CLIENT_FS)))), "unknown client operation 'f'")
-    is_send = pc.and_(client, pc.equal(f, "send"))
-    if "value" not in cols:
-        bad(is_send, "a send needs 'value'")
-    else:
-        bad(pc.and_(is_send, pc.is_null(cols["value"])), "a send needs 'value'")
-    ok_send = pc.and_(is_send, pc.equal(type_, "ok"))
-    for name in ("partition", "offset"):
+
+    def rows_of(name: str, types: tuple[str, ...]):
+        """Client rows of operation `name` whose type is one of `types`."""
+        return pc.and_(pc.and_(client, pc.equal(f, name)), pc.is_in(type_, pa.array(types)))
+
+    def present(mask, name: str, what: str) -> bool:
+        """Where `mask` holds, column `name` must be there and not null."""
         if name not in cols:
-            bad(ok_send, f"an ok send needs '{name}'")
-        else:
-            bad(pc.and_(ok_send, pc.is_null(cols[name])), f"an ok send needs '{name}'")
-            bad(pc.and_(ok_send, pc.fill_null(pc.less(cols[name], 0), False)), f"'{name}' must not be negative")
-    ok_poll = pc.and_(pc.and_(client, pc.equal(f, "poll")), pc.equal(type_, "ok"))
-    if "records" not in cols:
-        bad(ok_poll, "an ok poll needs 'records'")
-    else:
-        records = cols["records"]
-        bad(pc.and_(ok_poll, pc.is_null(records)), "an ok poll needs 'records'")
-        flat = pc.list_flatten(records)
-        if len(flat):
-            for name in ("partition", "offset", "value"):
-                if name not in [flat.type.field(i).name for i in range(flat.type.num_fields)]:
-                    raise HistoryError(f"{file.name}: records lack '{name}'")
-                field = pc.struct_field(flat, name)
-                for missing, what in ((pc.is_null(field), f"a record lacks '{name}'"),
-                                      (pc.fill_null(pc.less(field, 0), False), f"a record's '{name}' is negative")):
-                    if pc.any(missing).as_py():
-                        parents = pc.list_parent_indices(records)
-                        i = parents[pc.index(missing, True).as_py()].as_py()
-                        raise HistoryError(f"{file.name} index {first + i}: {what}")
+            bad(mask, what)
+            return False
+        bad(pc.and_(mask, pc.is_null(cols[name])), what)
+        return True
+
+    def in_range(mask, column, name: str, top: int | None, rows=None) -> None:
+        """Where `mask` holds, `column` (an integer named `name`) is present, >= 0 and <= top."""
+        bad(pc.and_(mask, pc.is_null(column)), f"'{name}' is missing", rows)
+        bad(pc.and_(mask, pc.fill_null(pc.less(column, 0), False)), f"'{name}' must not be negative", rows)
+        if top is not None:
+            bad(pc.and_(mask, pc.fill_null(pc.greater(column, top), False)), f"'{name}' is out of range", rows)
+
+    def positions(mask, name: str) -> None:
+        """Where `mask` holds, list column `name` holds positions in range (and `value`s for records)."""
+        if not present(mask, name, f"'{name}' must be a list"):
+            return
+        items = cols[name]
+        flat = pc.list_flatten(items)
+        if not len(flat):
+            return
+        rows = pc.list_parent_indices(items)
+        in_rows = pc.take(mask, rows)
+        fields = [flat.type.field(i).name for i in range(flat.type.num_fields)]
+        wanted = ("partition", "offset", "value") if name == "records" else ("partition", "offset")
+        for field in wanted:
+            if field not in fields:
+                raise HistoryError(f"{file.name}: {name} lack '{field}'")
+            top = {"partition": MAX_PARTITION, "offset": MAX_OFFSET}.get(field)
+            column = pc.struct_field(flat, field)
+            if top is None:
+                bad(pc.and_(in_rows, pc.is_null(column)), f"a record lacks '{field}'", rows)
+            else:
+                in_range(in_rows, column, field, top, rows)
+
+    is_send = pc.and_(client, pc.equal(f, "send"))
+    present(is_send, "value", "a send needs 'value'")
+    for mask in (rows_of("send", ("ok",)), rows_of("seek", ("invoke", "ok"))):
+        for name, top in (("partition", MAX_PARTITION), ("offset", MAX_OFFSET)):
+            if present(mask, name, f"'{name}' is missing"):
+                in_range(mask, cols[name], name, top)
+    positions(rows_of("poll", ("ok",)), "records")
+    positions(rows_of("commit", ("invoke", "ok")), "offsets")
+    positions(rows_of(FINAL_READS, ("ok",)), "ends")
+    for mask in (rows_of("assign", ("invoke", "ok")), rows_of(FINAL_READS, ("invoke",))):
+        present(mask, "partitions", "'partitions' must be a list of integers")
     order.next_index = first + n
     order.last_time = time_[n - 1].as_py()
 

@@ -4,10 +4,19 @@ A small simulation of a Kafka-like run, not a sampler of events: producers
 append unique values to partition logs (pipelined sends completing ok, fail
 or info), consumers poll their partitions in order (with rebalances,
 commits, crashes), the nemesis starts and stops faults, and final reads go
-through every partition. Anomalies are planted into the logs and reads on
-purpose, a known number of each, and the simulation counts every consequence
-(a lost write that a consumer reads past is also a poll skip), so
-`expected` holds exactly what a correct checker must report.
+through every partition, bracketed by a `final-reads` operation that names
+the end of each partition's log. Anomalies are planted into the logs and
+reads on purpose, a known number of each, and the simulation counts every
+consequence (a lost write that a consumer reads past is also a poll skip; a
+value read at a position that holds another, from a partition whose final
+log is known, is also a dirty read), so `expected` holds exactly what a
+correct checker must report.
+
+Where the plants go: lost-acked and dirty-read records are appended at the
+tails of partitions, read there by a consumer, then cut off the log before
+the final reads (replicas that lost what they had served); unseen records
+are appended past the final reads' reach in the last partition, which the
+final reads then do not report as read to its end.
 
 Used by tests (property test against the checker) and by benchmarks.
 """
@@ -23,9 +32,10 @@ import orjson
 
 from harness.errors import UserError
 
-PLANTABLE = ("lost", "duplicates", "inconsistent", "aborted", "nonmonotonic_polls", "skips",
-             "nonmonotonic_sends", "unseen")
-ANOMALY_OF = {"lost": "lost-write", "duplicates": "duplicate", "inconsistent": "inconsistent-offset",
+PLANTABLE = ("lost", "lost_acked", "dirty_reads", "duplicates", "inconsistent", "aborted", "nonmonotonic_polls",
+             "skips", "nonmonotonic_sends", "unseen")
+ANOMALY_OF = {"lost": "lost-write", "lost_acked": "lost-acked", "dirty_reads": "dirty-read",
+              "duplicates": "duplicate", "inconsistent": "inconsistent-offset",
               "aborted": "aborted-read", "nonmonotonic_polls": "nonmonotonic-poll", "skips": "poll-skip",
               "nonmonotonic_sends": "nonmonotonic-send", "unseen": "unseen"}
 MS = 1_000_000
@@ -40,6 +50,8 @@ class Plan:
     consumers: int = 3
     batch: int = 20  # most records one poll returns
     lost: int = 0
+    lost_acked: int = 0
+    dirty_reads: int = 0
     duplicates: int = 0
     inconsistent: int = 0
     aborted: int = 0
@@ -51,6 +63,7 @@ class Plan:
     info_rate: float = 0.01
     hole_rate: float = 0.002  # offsets taken by records the history does not know
     nemesis: bool = True
+    final_reads: bool = True  # bracket the final reads (False: a history of a tool that has none)
 
 
 @dataclass
@@ -238,6 +251,11 @@ def generate(plan: Plan) -> Synthetic:
             raise UserError(f"--{name.replace('_', '-')} must not be negative")
     if plan.partitions < 1 or plan.producers < 1 or plan.consumers < 1:
         raise UserError("--partitions, --producers and --consumers must be at least 1")
+    tails = plan.lost_acked + plan.dirty_reads
+    if tails and not plan.final_reads:
+        raise UserError("--lost-acked and --dirty-reads need final reads (drop --no-final-reads)")
+    if tails and plan.unseen and plan.partitions < 2:
+        raise UserError("--unseen with --lost-acked or --dirty-reads needs at least 2 partitions")
     sim = _Sim(plan)
     rng = sim.rng
     producers = [sim.process_id() for _ in range(plan.producers)]
@@ -246,7 +264,7 @@ def generate(plan: Plan) -> Synthetic:
     read_plants = ["skip"] * plan.skips + ["rewind"] * plan.nonmonotonic_polls
     rng.shuffle(read_plants)
     fault_open = False
-    fixed_tail = 4 * plan.unseen + 8 * plan.inconsistent + 4 * plan.partitions + 20
+    fixed_tail = 4 * plan.unseen + 8 * plan.inconsistent + 8 * tails + 4 * plan.partitions + 22
     tick = 0
     # Stop the fault phase when what is left (catch-up and final reads, about
     # two events per batch of records) would bring the total to `events`.
@@ -287,27 +305,67 @@ def generate(plan: Plan) -> Synthetic:
     if read_plants or any(c.skip_next or c.rewind_next for c in consumers):
         raise UserError("could not place every planted read anomaly; use more --events")
     used: set[tuple[int, int]] = set()
-    for _ in range(plan.inconsistent):
-        _plant_inconsistent(sim, producers[0], used)
-    # Unseen: acknowledged records at the ends of partitions that no read reaches.
+    planted_at = [_plant_inconsistent(sim, producers[0], used) for _ in range(plan.inconsistent)]
+    # The final log of every partition is known but the unseen tail's.
+    unseen_part = parts[-1] if plan.unseen else None
+    known = [p for p in parts if p != unseen_part] if plan.final_reads else []
+    _plant_tails(sim, producers, known)
+    sim.expected["dirty-read"] += sum(1 for p in planted_at if p in known)
+    # Unseen: acknowledged records at the end of a partition that no read reaches.
     limit = {p: len(sim.logs[p]) for p in parts}
     for i in range(plan.unseen):
         pid = producers[i % len(producers)]
         value = sim.new_value()
-        partition = parts[i % len(parts)]
         sim.emit(pid, "invoke", "send", key=value % 97, value=value)
-        offset = sim.append(partition, value)
+        offset = sim.append(unseen_part, value)
         sim.now += MS
-        sim.emit(pid, "ok", "send", value=value, partition=partition, offset=offset)
+        sim.emit(pid, "ok", "send", value=value, partition=unseen_part, offset=offset)
         sim.outcome[value] = "ok"
         sim.expected["unseen"] += 1
     # Final reads by a fresh process, up to where the unseen tail begins.
     final = _Consumer(sim, parts)
+    if plan.final_reads:
+        sim.emit(final.pid, "invoke", "final-reads", partitions=parts)
     while any(final.position[p] < limit[p] for p in parts):
         sim.now += MS
         final.poll(limit)
-    _count_lost(sim, limit)
+    if plan.final_reads:
+        sim.emit(final.pid, "ok", "final-reads", ends=[{"partition": p, "offset": limit[p]} for p in known])
+    _count_lost(sim, limit, set(known))
     return _finish(sim)
+
+
+def _plant_tails(sim: _Sim, producers: list[int], known: list[int]) -> None:
+    """Records a consumer was given and the log then lost: each appended at a
+    partition's tail, read there by a fresh process, and cut off with the
+    rest of the tail before the final reads (so no offset holds two values).
+    An acknowledged one is lost-acked; one whose send timed out, a dirty read."""
+    kinds = ["ok"] * sim.p.lost_acked + ["info"] * sim.p.dirty_reads
+    if not kinds:
+        return
+    keep = {p: len(sim.logs[p]) for p in known}
+    for i, kind in enumerate(kinds):
+        pid, p = producers[i % len(producers)], known[i % len(known)]
+        value = sim.new_value()
+        sim.emit(pid, "invoke", "send", key=value % 97, value=value)
+        offset = sim.append(p, value)
+        sim.now += MS
+        if kind == "ok":
+            sim.emit(pid, "ok", "send", value=value, partition=p, offset=offset)
+            sim.expected["lost-acked"] += 1
+        else:
+            sim.emit(pid, "info", "send", value=value, error="_MSG_TIMED_OUT")
+            sim.info_values.add(value)
+            sim.expected["dirty-read"] += 1
+        sim.outcome[value] = kind
+        reader = sim.process_id()
+        sim.emit(reader, "invoke", "assign", partitions=[p])
+        sim.emit(reader, "ok", "assign", partitions=[p])
+        sim.emit(reader, "invoke", "poll")
+        sim.emit(reader, "ok", "poll", records=[{"partition": p, "offset": offset, "key": value % 97, "value": value}])
+        sim.read_values.add(value)
+    for p, length in keep.items():
+        del sim.logs[p][length:]
 
 
 def _end_sends(sim: _Sim) -> None:
@@ -399,9 +457,10 @@ def _nemesis(sim: _Sim, fault_open: bool) -> bool:
     return not fault_open
 
 
-def _plant_inconsistent(sim: _Sim, producer: int, used: set) -> None:
+def _plant_inconsistent(sim: _Sim, producer: int, used: set) -> int:
     """A reader that sees another value at a known position: a fresh process
-    reads, once, an info send's value where the log holds an acked one."""
+    reads, once, an info send's value where the log holds an acked one.
+    Returns the partition (where its final log is known, also a dirty read)."""
     rng = sim.rng
     for _ in range(10_000):
         p = rng.randrange(sim.p.partitions)
@@ -427,13 +486,15 @@ def _plant_inconsistent(sim: _Sim, producer: int, used: set) -> None:
     sim.emit(pid, "ok", "poll", records=[{"partition": p, "offset": o, "key": value % 97, "value": value}])
     sim.read_values.add(value)
     sim.expected["inconsistent-offset"] += 1
+    return p
 
 
-def _count_lost(sim: _Sim, limit: dict[int, int]) -> None:
-    """A hidden record is a lost write where a later one was read; else unseen."""
+def _count_lost(sim: _Sim, limit: dict[int, int], known: set[int]) -> None:
+    """A hidden record is a lost write where a later one was read; else
+    lost-acked where its partition's final log is known, unseen where not."""
     for p, o in sim.lost:
         read_after = any(not e.hidden and e.value is not None for e in sim.logs[p][o + 1:limit[p]])
-        sim.expected["lost-write" if read_after else "unseen"] += 1
+        sim.expected["lost-write" if read_after else "lost-acked" if p in known else "unseen"] += 1
 
 
 def _finish(sim: _Sim) -> Synthetic:
@@ -456,6 +517,8 @@ def configure(parser) -> None:
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--producers", type=int, default=4)
     parser.add_argument("--consumers", type=int, default=3)
+    parser.add_argument("--no-final-reads", dest="final_reads", action="store_false",
+                        help="leave out the final-reads bracket, as a tool without one would")
     for name in PLANTABLE:
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=0, metavar="K",
                             help=f"plant K {ANOMALY_OF[name]} anomalies")
@@ -465,7 +528,8 @@ def run(args) -> int:
     from harness.history import write_parquet
 
     plan = Plan(events=args.events, seed=args.seed, partitions=args.partitions, producers=args.producers,
-                consumers=args.consumers, **{name: getattr(args, name) for name in PLANTABLE})
+                consumers=args.consumers, final_reads=args.final_reads,
+                **{name: getattr(args, name) for name in PLANTABLE})
     syn = generate(plan)
     out = Path(args.out)
     try:

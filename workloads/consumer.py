@@ -16,7 +16,9 @@ it continues from the old reader's positions.
 `final_reads` runs after the fault phase: fresh readers assign every
 partition from the beginning and read until each partition's position has
 reached both the highest acknowledged offset and its high watermark, or the
-deadline passes. A partition whose log ends below its highest acknowledged
+deadline passes. Each reader's polls are bracketed by a `final-reads`
+operation whose completion lists the partitions read to their end so far and
+that end (docs/history.md): the checker reads the final log from them. A partition whose log ends below its highest acknowledged
 offset (acknowledged records were lost) is done once everything up to its
 high watermark is read and the watermark has stood still for STABLE_END_S:
 waiting out the deadline for offsets that no longer exist tells nothing more.
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
+from harness.history import FINAL_READS
 from workloads.errors import CRASH, EOF, FAIL, INFO, classify_commit, consumer_error_action
 
 if TYPE_CHECKING:
@@ -342,10 +345,13 @@ def final_reads(workload: "Workload", deadline_s: float) -> FinalReadReport:
     records = 0
     batch = max(cfg.poll_batch, 2000)
 
+    ends: dict[int, int] = {}  # partition -> the end its final read reached
+
     def new_reader() -> Reader:
         pid = workload.process_ids.next()
         workload.stats_counters.process_started()
         processes.append(pid)
+        workload.record(pid, "invoke", FINAL_READS, partitions=partitions)
         # Start where the previous reader got to: what it read stays read.
         start = {p: reached[p] for p in partitions if reached[p] > 0}
         return Reader(workload, pid, subscribe=False, partitions=partitions, start=start,
@@ -371,6 +377,8 @@ def final_reads(workload: "Workload", deadline_s: float) -> FinalReadReport:
                 if o > reached.get(p, 0):
                     reached[p] = o
             for p in partitions:
+                if p in done:
+                    continue
                 t = target(p)
                 if t is not None and reached[p] >= t:
                     done.add(p)
@@ -378,15 +386,20 @@ def final_reads(workload: "Workload", deadline_s: float) -> FinalReadReport:
                       and time.monotonic() - end_since[p][1] >= STABLE_END_S):
                     done.add(p)
                     short.add(p)
+                if p in done:
+                    # Every offset below `reached` was read past: that is where this log ends.
+                    ends[p] = reached[p]
             if reader.crash_reason is not None and len(done) < len(partitions):
                 records += reader.records_read
                 reader.close(min(CLOSE_BOUND_S, max(0.0, end - time.monotonic())))
+                _complete(workload, reader.pid, ends)
                 workload.record_crash(reader.pid)
                 time.sleep(min(REPLACE_BACKOFF_S, max(0.0, end - time.monotonic())))
                 reader = new_reader()
     finally:
         records += reader.records_read
         reader.close(min(CLOSE_BOUND_S, max(1.0, end - time.monotonic())))
+        _complete(workload, reader.pid, ends)
     return FinalReadReport(
         complete=len(done) == len(partitions),
         seconds=time.monotonic() - started,
@@ -395,6 +408,11 @@ def final_reads(workload: "Workload", deadline_s: float) -> FinalReadReport:
         partitions=[PartitionReach(p, acked.get(p), high.get(p), reached[p], p in done, p in short)
                     for p in partitions],
     )
+
+
+def _complete(workload: "Workload", pid: int, ends: dict[int, int]) -> None:
+    """The ok completion of `pid`'s final-reads: what is known to be read to its end."""
+    workload.record(pid, "ok", FINAL_READS, ends=[{"partition": p, "offset": o} for p, o in sorted(ends.items())])
 
 
 def _refresh_watermarks(reader: Reader, partitions: list[int], high: dict[int, int], end: float) -> None:

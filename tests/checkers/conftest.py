@@ -46,13 +46,28 @@ class Hist:
         self.add(process, "invoke", "seek", partition=partition, offset=offset)
         self.add(process, "ok", "seek", partition=partition, offset=offset)
 
+    def final_reads(self, process, partitions) -> int:
+        """The invocation of a final-reads bracket; returns its index."""
+        return self.add(process, "invoke", "final-reads", partitions=partitions)
+
+    def final_reads_ok(self, process, ends: dict[int, int]) -> int:
+        """Its ok completion: each partition of `ends` was read to that end."""
+        return self.add(process, "ok", "final-reads",
+                        ends=[{"partition": p, "offset": o} for p, o in sorted(ends.items())])
+
     def crash(self, process) -> None:
         self.add(process, "invoke", "crash")
         self.add(process, "ok", "crash")
 
-    def write(self, directory: Path, run: dict | None = None) -> Path:
-        path = directory / "history.jsonl"
-        path.write_text("".join(json.dumps(e) + "\n" for e in self.events))
+    def write(self, directory: Path, run: dict | None = None, parquet: bool = False) -> Path:
+        if parquet:
+            from harness.history import write_parquet
+
+            path = directory / "history.parquet"
+            write_parquet(self.events, path)
+        else:
+            path = directory / "history.jsonl"
+            path.write_text("".join(json.dumps(e) + "\n" for e in self.events))
         if run is not None:
             (directory / "run.json").write_text(json.dumps(run))
         return path
@@ -67,8 +82,8 @@ def hist():
 def check(spark, tmp_path):
     """Check a Hist with the Spark checker; also compare the reference's counts."""
 
-    def run(h: Hist, run_json: dict | None = None, **options) -> dict:
-        path = h.write(tmp_path, run_json)
+    def run(h: Hist, run_json: dict | None = None, parquet: bool = False, **options) -> dict:
+        path = h.write(tmp_path, run_json, parquet)
         results = check_history(path, Options(**options), spark=spark)
         counts = {k: v["count"] for k, v in results["anomalies"].items()}
         reference = reference_counts(h.events)

@@ -34,6 +34,29 @@ def reference_counts(events: list[dict]) -> dict[str, int]:
             for r in e["records"]:
                 reads.append((e["process"], e["index"], r["partition"], r["offset"], r["value"]))
 
+    # Final reads: the polls of a process between its final-reads invocation
+    # and that invocation's completion (paired by order); an invocation never
+    # completed runs to the end. A partition's final log is known where an ok
+    # completion lists it in `ends` (the latest such completion's end counts).
+    spans: list[tuple[int, int, int]] = []
+    ends: dict[int, int] = {}
+    open_: dict[int, list[int]] = defaultdict(list)
+    for e in client:
+        if e["f"] != "final-reads":
+            continue
+        if e["type"] == "invoke":
+            open_[e["process"]].append(e["index"])
+        elif open_[e["process"]]:
+            spans.append((e["process"], open_[e["process"]].pop(0), e["index"]))
+            if e["type"] == "ok":
+                for end in e["ends"]:
+                    ends[end["partition"]] = end["offset"]
+    for process, pending in open_.items():
+        spans += [(process, i, float("inf")) for i in pending]
+    final_read = [any(pr == process and lo < index < hi for pr, lo, hi in spans)
+                  for process, index, _, _, _ in reads]
+    final_log = {(v, p) for (_, _, p, o, v), fin in zip(reads, final_read) if fin and p in ends and o < ends[p]}
+
     read_values = {r[4] for r in reads}
     max_read: dict[int, int] = {}
     for _, _, p, o, _ in reads:
@@ -48,8 +71,14 @@ def reference_counts(events: list[dict]) -> dict[str, int]:
     counts = {}
     counts["lost-write"] = sum(1 for v, (p, o) in ack.items()
                                if v not in read_values and max_read.get(p, -1) > o)
+    lost_write = {v for v, (p, o) in ack.items() if v not in read_values and max_read.get(p, -1) > o}
     counts["unseen"] = sum(1 for v, (p, o) in ack.items()
-                           if v not in read_values and not max_read.get(p, -1) > o)
+                           if v not in read_values and not max_read.get(p, -1) > o and p not in ends)
+    counts["lost-acked"] = sum(1 for v, (p, o) in ack.items()
+                               if p in ends and (v, p) not in final_log and v not in lost_write)
+    counts["dirty-read"] = len({v for (_, _, p, _, v), fin in zip(reads, final_read)
+                                if not fin and p in ends and (v, p) not in final_log
+                                and outcome.get(v) not in ("ok", "fail")})
     counts["duplicate"] = sum(1 for v, ps in positions.items() if len(ps) >= 2)
     values_at: dict[tuple[int, int], set] = defaultdict(set)
     for v, ps in positions.items():
@@ -59,18 +88,30 @@ def reference_counts(events: list[dict]) -> dict[str, int]:
     counts["aborted-read"] = sum(1 for v in read_values if outcome.get(v) == "fail")
 
     # Each process's consecutive reads of a partition, restarted by assign,
-    # crash (all partitions) and seek (its partition; all when it names none).
+    # crash (all partitions) and seek (its partition; all when it names none),
+    # each at its completion when it happened (ok or info; an info seek names
+    # its invocation's partition).
     known: dict[int, set] = defaultdict(set)
     for (p, o) in values_at:
         known[p].add(o)
     last: dict[tuple[int, int], int] = {}
+    seek_invoked: dict[int, list] = defaultdict(list)
     back = skip = 0
     for e in client:
-        if e["f"] in ("assign", "crash") or (e["f"] == "seek" and "partition" not in e):
+        if e["f"] == "seek" and e["type"] == "invoke":
+            seek_invoked[e["process"]].append(e.get("partition"))
+            continue
+        if e["f"] in ("assign", "crash", "seek") and e["type"] in ("invoke", "fail"):
+            if e["f"] == "seek":
+                seek_invoked[e["process"]].pop(0)
+            continue
+        if e["f"] == "seek":
+            named = e.get("partition", seek_invoked[e["process"]].pop(0))
+        if e["f"] in ("assign", "crash") or (e["f"] == "seek" and named is None):
             for key in [k for k in last if k[0] == e["process"]]:
                 del last[key]
         elif e["f"] == "seek":
-            last.pop((e["process"], e["partition"]), None)
+            last.pop((e["process"], named), None)
         elif e["f"] == "poll" and e["type"] == "ok":
             for r in e["records"]:
                 key = (e["process"], r["partition"])

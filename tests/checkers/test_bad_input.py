@@ -179,3 +179,73 @@ def test_a_real_process_prints_one_line_and_exits_2(tmp_path):
     proc = subprocess.run([str(harness), "check", str(path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "line 1" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# Both formats validate alike (positions are packed into one long by the
+# checker: what would not fit must be refused, not collide). Each case:
+# (event index to change, fields; None deletes), and a word of the error.
+BOTH_FORMATS = {
+    "partition-past-23-bits": (1, {"partition": 1 << 23}, "'partition'"),
+    "offset-past-40-bits": (1, {"offset": 1 << 40}, "'offset'"),
+    "negative-partition": (1, {"partition": -1}, "'partition'"),
+    "record-offset-past-40-bits": (3, {"records": [{"partition": 0, "offset": 1 << 40, "key": 1, "value": 1}]},
+                                   "'offset'"),
+    "record-partition-past-23-bits": (3, {"records": [{"partition": 1 << 23, "offset": 0, "key": 1, "value": 1}]},
+                                      "'partition'"),
+}
+EXTRA_EVENTS = {
+    "seek-without-partition": ([{"process": 1, "type": "invoke", "f": "seek", "offset": 0}], "'partition'"),
+    "seek-offset-past-40-bits": ([{"process": 1, "type": "invoke", "f": "seek", "partition": 0, "offset": 1 << 40}],
+                                 "'offset'"),
+    "commit-negative-offset": ([{"process": 1, "type": "invoke", "f": "commit",
+                                 "offsets": [{"partition": 0, "offset": -1}]}], "'offset'"),
+    "commit-without-offsets": ([{"process": 1, "type": "invoke", "f": "commit"}], "'offsets'"),
+    "assign-without-partitions": ([{"process": 1, "type": "invoke", "f": "assign"}], "'partitions'"),
+    "final-reads-without-partitions": ([{"process": 2, "type": "invoke", "f": "final-reads"}], "'partitions'"),
+    "final-reads-ok-without-ends": ([{"process": 2, "type": "invoke", "f": "final-reads", "partitions": [0]},
+                                     {"process": 2, "type": "ok", "f": "final-reads"}], "'ends'"),
+    "final-reads-end-past-40-bits": ([{"process": 2, "type": "invoke", "f": "final-reads", "partitions": [0]},
+                                      {"process": 2, "type": "ok", "f": "final-reads",
+                                       "ends": [{"partition": 0, "offset": 1 << 40}]}], "'offset'"),
+}
+
+
+def _bad_history(name: str) -> tuple[list[dict], str, int]:
+    """The events of a case, its word, and the index of the bad event."""
+    if name in BOTH_FORMATS:
+        i, fields, word = BOTH_FORMATS[name]
+        return changed(i, **fields), word, i
+    extra, word = EXTRA_EVENTS[name]
+    events = [dict(e) for e in GOOD]
+    for e in extra:
+        events.append({"index": len(events), "time": 20 + len(events), **e})
+    return events, word, len(events) - 1
+
+
+@pytest.mark.parametrize("name", sorted(BOTH_FORMATS) + sorted(EXTRA_EVENTS))
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_both_formats_refuse_the_same_events(tmp_path, capsys, name, fmt):
+    from harness.history import write_parquet
+
+    events, word, bad_index = _bad_history(name)
+    path = tmp_path / f"history.{fmt}"
+    if fmt == "jsonl":
+        path.write_text(lines(events))
+        where = f"line {bad_index + 1}"
+    else:
+        write_parquet(events, path)
+        where = f"index {bad_index}"
+    status, _, err = run_check(capsys, path)
+    assert_one_line_error(status, err, where, word)
+
+
+def test_both_formats_accept_the_largest_positions_and_any_integer_value(tmp_path):
+    from harness import history as h
+
+    events = changed(1, partition=(1 << 23) - 1, offset=(1 << 40) - 1, value=-5)
+    events[0]["value"] = -5
+    events[3]["records"] = [{"partition": (1 << 23) - 1, "offset": (1 << 40) - 1, "key": None, "value": -5}]
+    (tmp_path / "history.jsonl").write_text(lines(events))
+    assert len(h.read_jsonl(tmp_path / "history.jsonl")) == 4
+    h.write_parquet(events, tmp_path / "history.parquet")
+    assert h.validate_parquet([tmp_path / "history.parquet"]) == 4

@@ -4,7 +4,7 @@ the reference implementation and the generator's own count all agree."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from checkers.check import Options, check_history
@@ -32,15 +32,22 @@ plans = st.builds(
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(plan=plans, parquet=st.booleans())
 def test_spark_reference_and_plan_agree(spark, tmp_path_factory, plan, parquet):
+    # One partition cannot hold both an unseen tail and a known final log.
+    assume(plan.partitions > 1 or not plan.unseen or not (plan.lost_acked or plan.dirty_reads))
     syn = generate(plan)
     reference = reference_counts(syn.events)
     # What was planted is what the generator expects, consequences aside:
     # lost writes also skip, and a lost write with nothing read after it is unseen.
     for name in PLANTABLE:
         planted, expected = getattr(plan, name), syn.expected[ANOMALY_OF[name]]
-        if name not in ("skips", "unseen", "lost"):
+        if name not in ("skips", "unseen", "lost", "lost_acked", "dirty_reads"):
             assert expected == planted, name
-    assert syn.expected["lost-write"] + syn.expected["unseen"] == plan.lost + plan.unseen
+    # A lost write nobody read past is lost-acked where the final log is
+    # known, else unseen; an inconsistent offset is also a dirty read there.
+    assert (syn.expected["lost-write"] + syn.expected["unseen"] + syn.expected["lost-acked"]
+            == plan.lost + plan.unseen + plan.lost_acked)
+    assert syn.expected["unseen"] >= plan.unseen and syn.expected["lost-acked"] >= plan.lost_acked
+    assert plan.dirty_reads <= syn.expected["dirty-read"] <= plan.dirty_reads + plan.inconsistent
     assert syn.expected["poll-skip"] >= plan.skips
 
     directory = tmp_path_factory.mktemp("syn")
@@ -59,3 +66,27 @@ def test_spark_reference_and_plan_agree(spark, tmp_path_factory, plan, parquet):
     assert results["counts"]["sends"] == syn.sends
     assert results["stats"]["info_sends"] == {"read": syn.info_read, "unread": syn.info_unread}
     assert results["stats"]["info_sends"] == {"read": reference["_info_read"], "unread": reference["_info_unread"]}
+
+
+@pytest.mark.parametrize("final_reads", [True, False])
+def test_gen_history_plants_durability_anomalies_the_checker_finds(spark, tmp_path, capsys, final_reads):
+    from harness.cli import main
+
+    planted = ["--lost", "2", "--unseen", "2"] + (["--lost-acked", "3", "--dirty-reads", "2", "--inconsistent", "1"]
+                                                   if final_reads else ["--no-final-reads"])
+    assert main(["gen-history", "--events", "6000", "--seed", "4", "--out", str(tmp_path), "--format", "jsonl",
+                 *planted]) == 0
+    import orjson
+
+    expected = orjson.loads((tmp_path / "expected.json").read_bytes())["anomalies"]
+    results = check_history(tmp_path / "history.jsonl", Options(), spark=spark)
+    counts = {name: a["count"] for name, a in results["anomalies"].items()}
+    assert counts == expected
+    if final_reads:
+        # Planted ones, and the consequences the generator counted (an inconsistent
+        # read is also a dirty read where its partition's final log is known).
+        assert counts["lost-acked"] >= 3 and counts["dirty-read"] >= 2
+        assert not any("durability" in w for w in results["warnings"])
+    else:
+        assert counts["lost-acked"] == counts["dirty-read"] == 0
+        assert any(w.startswith("durability was not checked") for w in results["warnings"])
