@@ -5,6 +5,8 @@ from __future__ import annotations
 
 WHAT = {
     "lost-write": "acknowledged, never read, though reads went past it",
+    "lost-acked": "acknowledged, not in the topic at the end (the final reads did not find it)",
+    "dirty-read": "a consumer was given a record whose send never settled, and the topic did not keep it",
     "duplicate": "one value at two or more positions",
     "inconsistent-offset": "two values at one position",
     "aborted-read": "a read returned a value whose send failed",
@@ -15,8 +17,27 @@ WHAT = {
 }
 
 
-def describe(name: str, e: dict) -> str:
-    """One line that says what an example shows and where to find it."""
+def run_seconds(ns: int) -> str:
+    """A history time as the reader of a terminal sees it: seconds into the run."""
+    return f"{ns / 1e9:.1f} s into the run"
+
+
+def describe(name: str, e: dict, clock=run_seconds) -> str:
+    """One line that says what an example shows and where to find it; `clock`
+    turns a history time (ns) into words (the report passes a wall clock)."""
+    if name == "lost-acked":
+        read = (f"read at {clock(e['read_time'])} (event {e['read_index']})" if e.get("read_index") is not None
+                else "never read")
+        return (f"value {e['value']} acknowledged at partition {e['partition']} offset {e['offset']} "
+                f"(event {e['ack_index']}), {read}, not in the topic at the end "
+                f"(the final log of partition {e['partition']} ends at offset {e['final_end']})")
+    if name == "dirty-read":
+        send = {"info": f"its send's outcome unknown (event {e['completion_index']})",
+                "never completed": f"its send never completed (event {e['invoke_index']})",
+                "no send": "no send in the history wrote it"}.get(e["send"], e["send"])
+        return (f"value {e['value']} read from partition {e['partition']} at {clock(e['read_time'])} "
+                f"(event {e['read_index']}), {send}, not in the topic at the end "
+                f"(its final log ends at offset {e['final_end']})")
     if name in ("lost-write", "unseen"):
         reach = (f"reads reached offset {e['max_read_offset']}" if e.get("max_read_offset") is not None
                  else "no read of that partition")

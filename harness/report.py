@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 
-from checkers.summary import WHAT, describe
+from checkers.summary import WHAT, describe, run_seconds
 from harness import history as h
 from harness.errors import UserError
 
@@ -232,9 +232,21 @@ def _link(i) -> str:
     return f'<a href="#e{int(i)}">{int(i)}</a>'
 
 
-def _example_html(name: str, e: dict) -> str:
+def _example_html(name: str, e: dict, clock) -> str:
     refs = sorted({v for k, v in _flat(e) if k.endswith("index") and isinstance(v, int)})
-    return f"<li>{esc(describe(name, e))} — events {', '.join(_link(i) for i in refs)}</li>"
+    return f"<li>{esc(describe(name, e, clock))} — events {', '.join(_link(i) for i in refs)}</li>"
+
+
+def wall_clock(run: dict):
+    """History time (ns) -> the UTC time of day, from run.json's `history_origin`;
+    seconds into the run where the run did not record it."""
+    from datetime import datetime, timedelta, timezone
+
+    try:
+        origin = datetime.strptime(run["history_origin"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    except (KeyError, TypeError, ValueError):
+        return run_seconds
+    return lambda ns: (origin + timedelta(microseconds=ns // 1000)).strftime("%H:%M:%S UTC")
 
 
 def _flat(x, prefix=""):
@@ -277,6 +289,7 @@ def render(run_dir: Path, results: dict) -> Path:
     images = plots(results, source, intervals)
     excerpt = history_excerpt(source, example_indexes(results))
     valid = results.get("valid")
+    clock = wall_clock(run)
     title = run.get("name") or run_dir.name
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)} — harness report</title>",
              f"<style>{STYLE}</style></head><body>",
@@ -292,7 +305,7 @@ def render(run_dir: Path, results: dict) -> Path:
     for name, a in results["anomalies"].items():
         mark = "error" if a.get("error") else ("allowed" if a.get("allowed") and a["count"] else
                                                 ("info" if a["count"] else ""))
-        examples = "".join(_example_html(name, e) for e in a.get("examples", [])[:5])
+        examples = "".join(_example_html(name, e, clock) for e in a.get("examples", [])[:5])
         more = f"<p class='muted'>{len(a['examples'])} examples in results.json</p>" if len(a.get("examples", [])) > 5 else ""
         parts.append(f"<tr><td><code>{esc(name)}</code></td><td class='num'>{int(a['count'])}</td>"
                      f"<td class='{'error' if a.get('error') else ''}'>{esc(mark)}</td><td>{esc(WHAT.get(name, ''))}</td>"

@@ -156,6 +156,9 @@ def _execute(r: Run) -> None:
     r.dir.write_json("run.json", r.info)
 
     r.history = HistoryWriter(r.dir.path / "history.jsonl")
+    # The wall clock at the history's time 0: the report says when things happened.
+    origin = time.time() - r.history.now() / 1e9
+    r.info["history_origin"] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(origin)) + f".{int(origin % 1 * 1000):03d}Z"
     r.workload = Workload(workload_config, bootstrap, r.history)
     r.info.update(r.workload.run_info())
     r.info.setdefault("producer", {})["enable.idempotence"] = s.idempotent

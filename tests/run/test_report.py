@@ -38,3 +38,22 @@ def test_report_of_a_history_with_anomalies(spark, tmp_path):
     assert links and links <= anchors
     assert page.count("data:image/png;base64,") == 2
     assert "start-partition" in page  # the nemesis timeline
+
+
+def test_report_tells_the_story_of_lost_acked_and_dirty_reads(spark, tmp_path):
+    syn = generate(Plan(events=4000, seed=2, lost_acked=2, dirty_reads=1))
+    (tmp_path / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in syn.events))
+    (tmp_path / "run.json").write_text(json.dumps({"name": "durability", "history_origin": "2026-11-23T10:02:00.000Z"}))
+    results = check_history(tmp_path, Options(), spark=spark)
+    assert results["anomalies"]["lost-acked"]["count"] == 2 and results["anomalies"]["dirty-read"]["count"] == 1
+    page = render(tmp_path, results).read_text()
+    example = results["anomalies"]["lost-acked"]["examples"][0]
+    when = 120 + example["read_time"] // 10**9  # seconds after 10:00:00
+    said = (f"value {example['value']} acknowledged at partition {example['partition']} offset {example['offset']} "
+            f"(event {example['ack_index']}), read at 10:{when // 60:02d}:{when % 60:02d} UTC "
+            f"(event {example['read_index']}), not in the topic at the end")
+    assert said in page
+    assert "its send&#x27;s outcome unknown" in page and "not in the topic at the end (its final log ends" in page
+    # Without a recorded origin, times are seconds into the run.
+    (tmp_path / "run.json").write_text(json.dumps({"name": "durability"}))
+    assert f"read at {example['read_time'] / 1e9:.1f} s into the run" in render(tmp_path, results).read_text()
