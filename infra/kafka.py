@@ -22,7 +22,8 @@ over a few defaults that suit a small cluster that fails over in seconds.
   voters' `quorum-state` files.
 
 A broker that dies while starting is a UserError quoting the last lines of
-its log. In ZooKeeper mode a restarted broker waits until the registration
+its log and of kafka.out (the JVM's own output), naming both files, and what
+became of its process. In ZooKeeper mode a restarted broker waits until the registration
 of its killed predecessor has expired: Kafka refuses to start while another
 session still owns `/brokers/ids/<id>`.
 """
@@ -419,7 +420,13 @@ class KafkaSystem:
         if self.mode == "zk":
             self._wait_registration_gone(node)
         argv = self._java(node, ["kafka.Kafka", self.config_file(node)])
-        node.remote.start_daemon(DAEMON, argv, f"{node.log_dir}/kafka.out", cwd=node.run_dir)
+        try:
+            node.remote.start_daemon(DAEMON, argv, f"{node.log_dir}/kafka.out", cwd=node.run_dir)
+        except RemoteError as e:
+            if e.result is None or e.result.exit_status != 18:  # 18: it exited before it was recognisable
+                raise
+            raise UserError(f"Kafka on {node.name} exited while starting: {e.detail}; "
+                            f"{self._file_tail(node, f'{node.log_dir}/server.log')}") from None
 
     def _wait_registration_gone(self, node: Node) -> None:
         """Kafka will not start while the session of a killed predecessor still owns its id."""
@@ -502,8 +509,27 @@ class KafkaSystem:
         text = node.remote.run(f"tail -q -n 40 {files} 2>/dev/null", check=False).stdout
         return one_line(_tail_line(text), 500)
 
+    def _file_tail(self, node: Node, path: str) -> str:
+        """`PATH: its telling last lines`, or that it is missing or empty."""
+        q = shlex.quote(path)
+        res = node.remote.run(f"[ -e {q} ] || {{ echo missing; exit 3; }}; tail -n 40 {q}", check=False)
+        if res.exit_status == 3:
+            return f"{path}: missing"
+        text = res.stdout if res.exit_status == 0 else ""
+        return f"{path}: " + (one_line(_tail_line(text), 500) if text.strip() else "empty")
+
     def startup_failure(self, node: Node) -> str:
-        return f"Kafka on {node.name} exited while starting; its server.log ends: {self._log_tail(node)}"
+        """Why the node's broker is not running, from everything the node shows:
+        the process (gone, a zombie, another process by now), Kafka's own log,
+        and kafka.out, where the JVM, java launcher and setsid write."""
+        try:
+            process = node.remote.describe_daemon(DAEMON)
+        except RemoteError as e:
+            process = f"cannot tell: {e}"
+        return (f"Kafka on {node.name} exited while starting ({process}; its exit status is not known: "
+                f"it was no longer the harness's child); "
+                f"{self._file_tail(node, f'{node.log_dir}/server.log')}; "
+                f"{self._file_tail(node, f'{node.log_dir}/kafka.out')}")
 
     # -- state, for targeted faults
 

@@ -68,6 +68,21 @@ def one_line(text: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def describe_status(text: str) -> str:
+    """`exit status N` as the shell's `wait` gave it, with the signal spelled out."""
+    try:
+        n = int(text.split()[-1])
+    except (ValueError, IndexError):
+        return "an unknown exit status"
+    return f"exit status {n} (killed by signal {n - 128})" if n > 128 else f"exit status {n}"
+
+
+def tail_or_empty(text: str, lines: int = 3) -> str:
+    """The last few non-empty lines of some output, on one line; `empty` if none."""
+    kept = [ln.strip() for ln in text.splitlines() if ln.strip()][-lines:]
+    return " | ".join(kept) if kept else "empty"
+
+
 def short_cmd(cmd: str) -> str:
     return "`" + one_line(cmd, 120) + "`"
 
@@ -471,14 +486,19 @@ class Remote:
         pidf = shlex.quote(self.pid_file(name))
         return (f"p=$(cat {pidf} 2>/dev/null); case \"$p\" in ''|*[!0-9]*) exit 3;; esac; "
                 f"grep -q '^State:[[:space:]]*Z' /proc/$p/status 2>/dev/null && exit 3; "
-                f"tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qxF {tag} || exit 3; ")
+                f"grep -qxzF {tag} /proc/$p/environ 2>/dev/null || exit 3; ")
 
     def start_daemon(self, name: str, argv: list[str], log_file: str, env: dict | None = None,
-                     cwd: str | None = None) -> int:
+                     cwd: str | None = None, start_timeout: float = 20.0) -> int:
         """Starts `argv` detached from the SSH session; returns its pid.
 
         Output is appended to `log_file`. Refuses to start a second daemon of
-        the same name while the first still runs.
+        the same name while the first still runs. Returns only once the
+        daemon can be recognised as ours (its exec carried the HARNESS_DAEMON
+        tag), so a check right after the start never mistakes it for dead; a
+        daemon that exits before that is a RemoteError with its exit status
+        and the end of its log, one that is not launched within
+        `start_timeout` seconds is killed and a RemoteError.
         """
         self._check_name(name)
         if not argv:
@@ -489,6 +509,7 @@ class Remote:
                 raise RemoteError(self.node, f"start {name}", f"bad environment variable name {k!r}")
         assignments = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in environment.items())
         q = shlex.quote
+        polls = max(1, int(start_timeout / 0.01))
         script = (
             f"({self._resolve_script(name)} echo \"already running as pid $p\" >&2; exit 0) && exit 17; "
             f"mkdir -p {q(self.run_dir)} {q(posixpath.dirname(log_file) or '/')} || exit 1; "
@@ -496,13 +517,31 @@ class Remote:
             # A simple command alone in the background: the shell forks once and execs
             # env, which execs setsid (no fork: the job leads no group), which execs argv.
             f"env {assignments} setsid {' '.join(q(a) for a in argv)} >>{q(log_file)} 2>&1 </dev/null & "
-            f"p=$!; echo $p > {q(self.pid_file(name))}; echo $p"
+            f"p=$!; echo $p > {q(self.pid_file(name))}; "
+            # Until env has exec'd setsid, /proc/$p/environ is this shell's, without the
+            # tag, and pid_of would call the daemon dead (issue 11: "exited while
+            # starting" 0.25 s after a start). So wait for the tag. The child is still
+            # ours to wait for here, so if it dies first its exit status is known.
+            f"i=0; until grep -qxzF {q(DAEMON_ENV + '=' + self._tag(name))} /proc/$p/environ 2>/dev/null; do "
+            f"  if ! kill -0 $p 2>/dev/null || grep -q '^State:[[:space:]]*Z' /proc/$p/status 2>/dev/null; then "
+            f"    wait $p; echo \"exit status $?\"; tail -c 2000 {q(log_file)} 2>/dev/null; exit 18; fi; "
+            f"  i=$((i+1)); if [ $i -gt {polls} ]; then kill -9 $p; exit 19; fi; sleep 0.01; "
+            f"done; echo $p"
         )
-        res = self.run(script, check=False)
+        res = self.run(script, check=False, timeout=start_timeout + 30)
+        what = f"start {name} ({short_cmd(' '.join(argv))})"
         if res.exit_status == 17:
             raise RemoteError(self.node, f"start {name}", last_line(res.stderr))
+        if res.exit_status == 18:
+            status, _, output = res.stdout.partition("\n")
+            raise RemoteError(self.node, what, f"exited at once with {describe_status(status)}; "
+                                               f"{log_file}: {tail_or_empty(output)}; "
+                                               f"starting shell: {last_line(res.stderr) or 'no output'}", res)
+        if res.exit_status == 19:
+            raise RemoteError(self.node, what, f"did not start within {start_timeout:g} s (still not "
+                                               f"exec'd with its {DAEMON_ENV} tag); killed it", res)
         if res.exit_status != 0:
-            raise RemoteError(self.node, f"start {name} ({short_cmd(' '.join(argv))})",
+            raise RemoteError(self.node, what,
                               f"exit status {res.exit_status}: {last_line(res.stderr) or 'no output'}", res)
         try:
             return int(res.stdout.split()[-1])
@@ -547,8 +586,27 @@ class Remote:
         pid = self.pid_of(name)
         if pid is None:
             return None
-        state = self.run(f"cut -d' ' -f3 /proc/{pid}/stat 2>/dev/null", check=False).stdout.strip()
+        # The state follows the last ')': the command name before it may hold spaces.
+        state = self.run(f"sed 's/.*) //' /proc/{pid}/stat 2>/dev/null | cut -d' ' -f1", check=False).stdout.strip()
         return None if state in ("", "Z", "X") else state
+
+    def describe_daemon(self, name: str) -> str:
+        """What the node shows of the named daemon, for an error message: its
+        pid file, and whether that pid runs, is a zombie, is gone or is now
+        another process. The exit status of a daemon that died after its start
+        is not known: the node's init reaped it, not the harness."""
+        self._check_name(name)
+        pidf = shlex.quote(self.pid_file(name))
+        tag = shlex.quote(f"{DAEMON_ENV}={self._tag(name)}")
+        res = self.run(
+            f"p=$(cat {pidf} 2>/dev/null) || {{ echo 'no pid file'; exit 0; }}; "
+            f"case \"$p\" in ''|*[!0-9]*) echo \"no pid in the pid file\"; exit 0;; esac; "
+            f"if [ ! -e /proc/$p ]; then echo \"pid $p is gone\"; "
+            f"elif grep -q '^State:[[:space:]]*Z' /proc/$p/status; then echo \"pid $p is a zombie\"; "
+            f"elif ! grep -qxzF {tag} /proc/$p/environ; then echo \"pid $p is now another process\"; "
+            f"else echo \"pid $p runs, state $(sed 's/.*) //' /proc/$p/stat | cut -d' ' -f1)\"; fi",
+            check=False)
+        return f"{res.stdout.strip() or 'cannot tell'}, per {self.pid_file(name)}"
 
     def stop_daemon(self, name: str, timeout: float = 10.0) -> bool:
         """Kills the named daemon, paused or not, and waits until it is gone."""
