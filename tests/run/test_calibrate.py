@@ -1,0 +1,72 @@
+"""`harness calibrate`: bad input is one line and exit 2; a real one-run
+calibration records its run, writes the table and resumes without running
+it again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.calibrate import RunRecord, seeds_for, table
+from harness.errors import UserError
+from tests.support import harness
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--runs", "0"], "--runs 0: expected 1 or more"),
+    (["--runs", "many"], "invalid int value"),
+    (["--seeds", "-3"], "--seeds: expected non-negative"),
+    (["--seeds", "4", "4"], "each seed once"),
+    (["--runs", "2", "--seeds", "1", "2", "3"], "give one or the other"),
+    (["--scenario", "no-such-scenario"], "no such scenario"),
+    (["--bogus"], "unrecognized arguments"),
+])
+def test_bad_flags_get_one_line_and_exit_2(tmp_path, argv, words):
+    proc = harness("calibrate", "--out", str(tmp_path / "cal"), *argv, timeout=60)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("harness: error: ") and words in lines[0], lines[0]
+    assert not (tmp_path / "cal" / "calibration.json").exists()
+
+
+def test_a_record_file_that_is_not_one_is_refused(tmp_path):
+    (tmp_path / "calibration.json").write_text("{not json")
+    proc = harness("calibrate", "--out", str(tmp_path), "--scenario", "own-power-loss", timeout=60)
+    assert proc.returncode == 2 and "not a calibration record" in proc.stderr, proc.stderr
+    assert (tmp_path / "calibration.json").read_text() == "{not json"  # left as it was
+
+
+def test_seeds_and_the_table():
+    assert seeds_for(None, None) == [1, 2, 3, 4, 5] and seeds_for(2, None) == [1, 2]
+    assert seeds_for(None, [7, 3]) == [7, 3]
+    with pytest.raises(UserError):
+        seeds_for(0, None)
+    runs = [RunRecord("s", "own", 1, {"valid": False}, "invalid", True, {"lost-write": 3}),
+            RunRecord("s", "own", 2, {"valid": False}, "could not run", False, problem="no ZooKeeper"),
+            RunRecord("s", "own", 3, {"valid": False}, "valid", False)]
+    row = table(runs).splitlines()[2]
+    assert row == "| `s` | own | invalid | 3 (1 could not run) | 1/3 | 1, 2, 3 | lost-write (1) |"
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_one_run_calibration_records_it_and_resumes(tmp_path):
+    out = tmp_path / "cal"
+    proc = harness("calibrate", "--runs", "1", "--scenario", "own-power-loss", "--out", str(out), timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = json.loads((out / "calibration.json").read_text())["runs"]
+    assert len(runs) == 1
+    run = runs[0]
+    assert run["scenario"] == "own-power-loss" and run["seed"] == 1 and run["system"] == "own"
+    assert run["verdict"] in ("valid", "invalid"), run  # which one is what calibration measures
+    assert run["met"] == (run["verdict"] == "invalid" and run["counts"].get("lost-write", 0) > 0)
+    run_json = json.loads((Path(run["run_dir"]) / "run.json").read_text())
+    assert run_json["seed"] == 1 and run_json["outcome"] == "completed"
+    assert Path(run["run_dir"]).parent == out / "runs" / "own-power-loss"
+    row = next(ln for ln in (out / "calibration.md").read_text().splitlines() if "own-power-loss" in ln)
+    assert f"| {int(run['met'])}/1 | 1 |" in row and row in proc.stdout
+    again = harness("calibrate", "--runs", "1", "--scenario", "own-power-loss", "--out", str(out), timeout=120)
+    assert again.returncode == 0 and "resuming: 1 of 1 runs already recorded" in again.stderr, again.stderr
+    assert len(json.loads((out / "calibration.json").read_text())["runs"]) == 1
