@@ -49,6 +49,9 @@ class LogApis:
             for pd in td.partition_data:
                 base, err, msg = -1, P.NONE, None
                 p, err = self.replicas.partition_error(td.name, pd.index)
+                if err == P.NONE and p.fenced_by >= 0:
+                    # This leader heard of a newer epoch: the producer should find the new leader.
+                    err = P.NOT_LEADER_OR_FOLLOWER
                 if acks not in (0, 1, -1):
                     err = P.INVALID_REQUIRED_ACKS
                 if err == P.NONE:
@@ -123,7 +126,7 @@ class LogApis:
                 data = b""
                 hw = -1
                 if err == P.NONE:
-                    err = self.replicas.epoch_error(p, cur_epoch)
+                    err = self.replicas.epoch_error(p, cur_epoch, _who(replica, client_id, "fetch"))
                 if err == P.NONE:
                     hw = p.hw
                     if is_follower and replica not in p.replicas:
@@ -177,7 +180,8 @@ class LogApis:
                 p, err = self.replicas.partition_error(t.name, lp.partition_index)
                 offset, epoch = -1, -1
                 if err == P.NONE and version >= 4:
-                    err = self.replicas.epoch_error(p, lp.current_leader_epoch)
+                    err = self.replicas.epoch_error(p, lp.current_leader_epoch,
+                                                   _who(replica, client_id, "ListOffsets"))
                 if err == P.NONE:
                     if lp.timestamp == -1:
                         offset = p.leo if replica >= 0 else p.hw
@@ -198,6 +202,7 @@ class LogApis:
 
     async def handle_offset_for_leader_epoch(self, req, version, client_id):
         R = P.OffsetForLeaderEpochResponse
+        replica = req.replica_id if version >= 3 and req.replica_id is not None else -1
         topics = []
         for t in req.topics:
             parts = []
@@ -205,7 +210,8 @@ class LogApis:
                 p, err = self.replicas.partition_error(t.topic, op.partition)
                 epoch, end = -1, -1
                 if err == P.NONE:
-                    err = self.replicas.epoch_error(p, op.current_leader_epoch)
+                    err = self.replicas.epoch_error(p, op.current_leader_epoch,
+                                                   _who(replica, client_id, "OffsetForLeaderEpoch"))
                 if err == P.NONE:
                     epoch, end = p.end_offset_for_epoch(op.leader_epoch)
                 parts.append(R.OffsetForLeaderTopicResult.EpochEndOffset(
@@ -223,3 +229,7 @@ class LogApis:
             log.warning("producer id allocation failed: %s", e)
             return R(throttle_time_ms=0, error_code=P.COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1)
         return R(throttle_time_ms=0, error_code=P.NONE, producer_id=pid, producer_epoch=0)
+
+
+def _who(replica: int, client_id: str, api: str) -> str:
+    return f"{api} by replica {replica}" if replica >= 0 else f"{api} by client {client_id!r}"

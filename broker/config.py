@@ -52,6 +52,16 @@ def _optional_ms(v: str):
     return n
 
 
+TRUNCATION_SCHEMES = ("leader-epoch", "high-watermark")
+
+
+def _truncation(v: str) -> str:
+    s = v.strip()
+    if s not in TRUNCATION_SCHEMES:
+        raise ValueError(f"expected one of {', '.join(TRUNCATION_SCHEMES)}")
+    return s
+
+
 # key -> (attribute, converter, help)
 SETTINGS = {
     "default.replication.factor": ("default_replication_factor", _int_at_least(1),
@@ -86,6 +96,10 @@ SETTINGS = {
     "socket.request.max.bytes": ("socket_request_max_bytes", _int_at_least(64),
                                  "largest request frame; a bigger length prefix closes the connection"),
     "connections.max.idle.ms": ("connections_max_idle_ms", _int_at_least(1000), "close idle client connections"),
+    # Not Kafka's: Kafka has only leader-epoch truncation since 0.11 (KIP-101).
+    "replica.truncation": ("replica_truncation", _truncation,
+                           "how a new follower finds what to cut: leader-epoch (KIP-101, safe) or high-watermark "
+                           "(the seeds' scheme, known to lose committed records)"),
 }
 
 
@@ -121,6 +135,7 @@ class BrokerConfig:
     message_max_bytes: int = 1048588
     socket_request_max_bytes: int = 104857600
     connections_max_idle_ms: int = 600000
+    replica_truncation: str = "leader-epoch"
     overrides: dict = field(default_factory=dict)
 
     def bug(self, name: str) -> bool:

@@ -74,6 +74,16 @@ class Metadata:
         self.controller: Controller | None = None
         self.controller_wakeup: asyncio.Event | None = None
         self.stopping = False
+        # Set when ZooKeeper has been unreachable for longer than the session timeout: by
+        # then the session has expired on the servers and another broker may lead, so this
+        # one leads nothing until it is connected again (see _suspended_too_long).
+        self.zk_fenced = False
+        self._suspended_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def session_ok(self) -> bool:
+        """Whether this broker may lead: registered, and not cut off from ZooKeeper for too long."""
+        return self.czxid > 0 and not self.zk_fenced
 
     # ------------------------------------------------------------------------------
     # session
@@ -161,19 +171,60 @@ class Metadata:
     def _zk_state_listener(self, state) -> None:
         if state == KazooState.LOST:
             self.post(self._session_lost)
+        elif state == KazooState.SUSPENDED:
+            self.post(self._session_suspended)
         elif state == KazooState.CONNECTED:
             self.post(self._session_connected)
 
     def _session_lost(self) -> None:
         log.warning("ZooKeeper session lost: stepping down from every leadership")
+        self._cancel_suspended_timer()
         self.czxid = -1
         if self.controller is not None:
             self.controller.resign()
         self.listener.on_session_lost()
 
+    def _session_suspended(self) -> None:
+        # kazoo reports LOST only once it reaches a server again; cut off for good, it never
+        # would.  The servers expire the session after the timeout, so wait that long at most.
+        log.warning("ZooKeeper connection suspended; leaderships end if it is not back within %d ms",
+                    self.cfg.zk_session_timeout_ms)
+        self._cancel_suspended_timer()
+        self._suspended_timer = self.loop.call_later(self.cfg.zk_session_timeout_ms / 1000,
+                                                     self._suspended_too_long)
+
+    def _suspended_too_long(self) -> None:
+        self._suspended_timer = None
+        if self.zk_fenced or self.czxid <= 0:
+            return
+        log.warning("ZooKeeper unreachable for longer than the session timeout (%d ms): stepping down from "
+                    "every leadership (the session has expired for the other brokers)",
+                    self.cfg.zk_session_timeout_ms)
+        self.zk_fenced = True
+        if self.controller is not None:
+            self.controller.resign()
+        self.listener.on_session_lost()
+
+    def _cancel_suspended_timer(self) -> None:
+        if self._suspended_timer is not None:
+            self._suspended_timer.cancel()
+            self._suspended_timer = None
+
     def _session_connected(self) -> None:
-        if self.czxid == -1 and not self.stopping:
+        self._cancel_suspended_timer()
+        if self.stopping:
+            return
+        if self.czxid == -1:
+            self.zk_fenced = False
             self.loop.create_task(self._register())
+            self.controller_wakeup.set()
+        elif self.zk_fenced:
+            # The session survived after all: roles come back from the cached states (the
+            # watches deliver whatever changed meanwhile).
+            log.info("ZooKeeper connection back with the same session: re-reading roles")
+            self.zk_fenced = False
+            for tp, st in list(self.states.items()):
+                self.listener.on_partition_state(tp, st)
             self.controller_wakeup.set()
 
     # ------------------------------------------------------------------------------
@@ -276,7 +327,7 @@ class Metadata:
             except asyncio.TimeoutError:
                 pass
             self.controller_wakeup.clear()
-            if self.czxid <= 0:
+            if not self.session_ok:
                 continue
             try:
                 if self.controller_id in (-1, self.id):

@@ -7,10 +7,17 @@ reaches the HW), computes HW = min LEO over the ISR and wakes the acks=all
 writers and long-polling fetchers that wait on it.  As follower it only
 appends what its fetcher brings and adopts the leader's HW.
 
-It also keeps the leader-epoch cache (epoch -> first offset, for
-OffsetForLeaderEpoch) and the idempotent-producer state (last five batches
-per producer id); both are rebuilt from batch headers on recovery and after
-truncation.
+It also keeps the leader-epoch cache (epoch -> first offset, as Kafka's
+LeaderEpochFileCache) and the idempotent-producer state (last five batches
+per producer id).  The epoch cache is persisted beside the log in
+`leader-epoch-checkpoint` whenever it changes, and on recovery rebuilt
+from that file and the batch headers (the file keeps epochs that have no
+records yet: a leader's epoch starts when it is elected, not at its first
+write).  A follower finds where its log diverges from its leader's with
+`divergence` (KIP-101 / KIP-279), one OffsetForLeaderEpoch answer at a
+time; a leader that learns of a newer epoch is `fenced` (KIP-320): it
+stops acknowledging and stops advancing its HW until ZooKeeper's state
+tells it its new role.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from dataclasses import dataclass, field
 
 from broker import protocol as P
 from broker.records import BatchHeader, patch_offset_and_epoch
-from broker.storage import Log
+from broker.storage import Log, read_epoch_checkpoint, write_epoch_checkpoint
 from broker.zk import PartitionState
 
 log = logging.getLogger("broker.partition")
@@ -75,6 +82,10 @@ class Partition:
         self.fetch_waiters: set[asyncio.Future] = set()
         self.epochs: list[tuple[int, int]] = []  # (leader epoch, start offset), ascending
         self.producers: dict[int, ProducerEntry] = {}
+        # A newer leader epoch this leader has heard of (from a request), or -1: while set it
+        # neither acknowledges nor advances its HW, since another replica may lead already.
+        self.fenced_by = -1
+        self._epochs_dirty = False  # the cache changed since leader-epoch-checkpoint was written
 
     @property
     def name(self) -> str:
@@ -89,13 +100,55 @@ class Partition:
     def note_batch(self, h: BatchHeader) -> None:
         """Updates the epoch cache and the producer state for one stored batch."""
         if h.leader_epoch >= 0 and (not self.epochs or h.leader_epoch > self.epochs[-1][0]):
-            self.epochs.append((h.leader_epoch, h.base_offset))
+            self._assign_epoch(h.leader_epoch, h.base_offset)
+        self._note_producer(h)
+
+    def _note_producer(self, h: BatchHeader) -> None:
         if h.producer_id >= 0:
             entry = self.producers.get(h.producer_id)
             if entry is None or h.producer_epoch != entry.epoch:
                 entry = ProducerEntry(h.producer_epoch)
                 self.producers[h.producer_id] = entry
             entry.batches.append((h.base_sequence, h.last_sequence, h.base_offset, h.last_offset))
+
+    def _assign_epoch(self, epoch: int, start: int) -> None:
+        # As Kafka's cache: a new epoch replaces any entry starting at or after its start
+        # (an epoch that ended without records).
+        while self.epochs and (self.epochs[-1][1] >= start or self.epochs[-1][0] >= epoch):
+            self.epochs.pop()
+        self.epochs.append((epoch, start))
+        self._epochs_dirty = True
+
+    def save_epochs(self) -> None:
+        """Writes the epoch cache to leader-epoch-checkpoint if it changed since the last write."""
+        if not self._epochs_dirty:
+            return
+        try:
+            write_epoch_checkpoint(self.log.dir, self.epochs)
+            self._epochs_dirty = False
+        except OSError as e:
+            log.warning("%s: could not write the leader-epoch checkpoint: %s", self.name, e)
+
+    def recover_epochs(self) -> None:
+        """After the log is opened (note_batch saw every header): merge in the checkpointed epochs.
+
+        Headers prove the epochs that have records; the checkpoint adds epochs
+        that started without records.  Entries past the log end are dropped
+        (recovery may have cut a torn tail), and a later epoch starting no
+        later than an earlier one replaces it, as in `_assign_epoch`.
+        """
+        from_headers = dict(self.epochs)
+        merged = dict(read_epoch_checkpoint(self.log.dir))
+        merged.update(from_headers)
+        before = list(self.epochs)
+        self.epochs = []
+        for epoch, start in sorted(merged.items()):
+            if start <= self.leo:
+                self._assign_epoch(epoch, start)
+        self._epochs_dirty = True
+        self.save_epochs()
+        if self.epochs != before:
+            log.info("%s: leader-epoch cache %s (batch headers alone: %s)", self.name, self.epochs, before)
 
     def rebuild_derived_state(self) -> None:
         self.epochs = []
@@ -107,7 +160,16 @@ class Partition:
         before = self.leo
         new_leo = self.log.truncate_to(offset)
         if new_leo < before:
-            self.rebuild_derived_state()
+            # The producer state comes from the batches that remain; the epoch cache keeps the
+            # epochs that start below the new end (Kafka's truncateFromEnd), empty ones included.
+            self.producers = {}
+            for h in self.log.headers(0):
+                self._note_producer(h)
+            kept = [(e, s) for e, s in self.epochs if s < new_leo]
+            if kept != self.epochs:
+                self.epochs = kept
+                self._epochs_dirty = True
+            self.save_epochs()
             log.info("TRUNCATE %s: log end %d -> %d", self.name, before, new_leo)
         self.hw = min(self.hw, new_leo)
         return new_leo
@@ -122,6 +184,29 @@ class Partition:
             if e > epoch:
                 return self.epochs[i - 1][0], self.epochs[i][1]
         return self.epochs[-1][0], self.leo
+
+    def divergence(self, asked: int, leader_epoch: int, leader_end: int) -> tuple[int, int | None]:
+        """One round of the follower's truncation (KIP-101, refined by KIP-279).
+
+        The follower asked its leader where epoch `asked` ends; the leader
+        answered with the largest epoch it has at or below it (`leader_epoch`)
+        and where that ends on the leader (`leader_end`; both -1 if it has
+        none).  Returns (offset to truncate to, epoch to ask about next),
+        the epoch None when this answer settles it.
+        """
+        if leader_epoch < 0 or leader_end < 0:
+            # The leader has no epoch up to `asked`: none of our records from
+            # such epochs (everything below where earlier rounds cut) is on it.
+            return self.log.start_offset, None
+        own_epoch, own_end = self.end_offset_for_epoch(leader_epoch)
+        if own_epoch == leader_epoch:
+            return min(leader_end, own_end, self.leo), None
+        if own_epoch < 0:
+            # Every epoch we have is newer than the leader's, and the leader has none of them.
+            return self.log.start_offset, None
+        # We never had the leader's epoch: our records from own_end on belong to
+        # epochs the leader does not have; below it, ask about our own epoch.
+        return min(own_end, self.leo), own_epoch
 
     def epoch_at(self, offset: int) -> int:
         found = -1
@@ -173,7 +258,7 @@ class Partition:
         return fp.leo if fp else -1
 
     def maybe_advance_hw(self) -> bool:
-        if self.role != "leader":
+        if self.role != "leader" or self.fenced_by >= 0:
             return False
         leos = [self.replica_leo(r) for r in self.maximal_isr()]
         if not leos or min(leos) < 0:
@@ -204,6 +289,32 @@ class Partition:
         else:
             self.ack_waiters.append((offset, fut))
         return fut
+
+    def fence(self, newer_epoch: int, how: str) -> bool:
+        """This leader heard of a newer leader epoch: another replica may lead already.
+
+        It stops acknowledging and stops advancing its HW (KIP-320's fencing);
+        waiting acks=all writes stay waiting (they are answered when ZooKeeper's
+        state makes this replica leader again, a follower, or at their timeout).
+        True if it was not fenced before (the caller then asks ZooKeeper).
+        """
+        if self.role != "leader" or newer_epoch <= self.leader_epoch or newer_epoch <= self.fenced_by:
+            return False
+        first = self.fenced_by < 0
+        self.fenced_by = newer_epoch
+        log.warning("FENCED %s: leader %d at epoch %d learned of epoch %d (%s); stops acknowledging and "
+                    "advancing its hw %d until ZooKeeper says its role", self.name, self.broker_id,
+                    self.leader_epoch, newer_epoch, how, self.hw)
+        self.wake_fetchers()
+        return first
+
+    def unfence(self, why: str) -> None:
+        if self.fenced_by < 0:
+            return
+        log.warning("UNFENCED %s: epoch %d was not real (%s); leader %d acknowledges again",
+                    self.name, self.fenced_by, why, self.broker_id)
+        self.fenced_by = -1
+        self.maybe_advance_hw()
 
     def fail_waiters(self, code: int) -> None:
         for _, fut in self.ack_waiters:
@@ -276,8 +387,11 @@ class Partition:
         self.isr = list(state.isr)
         self.isr_inflight = None
         self.followers = {r: FollowerProgress(last_caught_up=now) for r in self.replicas if r != self.broker_id}
+        self.fenced_by = -1
         if not self.epochs or self.epochs[-1][0] < state.leader_epoch:
-            self.epochs.append((state.leader_epoch, self.leo))
+            # The epoch starts now, at the log end, records or not (Kafka's makeLeader).
+            self._assign_epoch(state.leader_epoch, self.leo)
+            self.save_epochs()
         self.hw = min(self.hw, self.leo)
         log.info("LEADER %s: this broker %d is now leader, epoch %d, isr %s, log end %d, hw %d (was %s)",
                  self.name, self.broker_id, state.leader_epoch, state.isr, self.leo, self.hw, was)
@@ -289,6 +403,7 @@ class Partition:
         if self.role == "leader":
             self.fail_waiters(P.NOT_LEADER_OR_FOLLOWER)
         self.role = "follower"
+        self.fenced_by = -1
         self.leader_id = state.leader
         self.leader_epoch = state.leader_epoch
         self.state = state
@@ -308,6 +423,7 @@ class Partition:
         if self.role != "none":
             log.info("OFFLINE %s: broker %d neither leads nor follows (%s)", self.name, self.broker_id, reason)
         self.role = "none"
+        self.fenced_by = -1
         self.state = state
         self.leader_id = state.leader if state else -1
         self.leader_epoch = state.leader_epoch if state else -1
@@ -333,5 +449,6 @@ class Partition:
             self.log.append(data, h)
             self.note_batch(h)
             n += h.length
+        self.save_epochs()
         self.hw = max(self.hw, min(leader_hw, self.leo))
         return n

@@ -81,7 +81,7 @@ APIS = {
     0: (ProduceRequest, ProduceResponse, 3, 8),
     1: (FetchRequest, FetchResponse, 4, 11),
     2: (ListOffsetsRequest, ListOffsetsResponse, 1, 5),
-    3: (MetadataRequest, MetadataResponse, 0, 8),
+    3: (MetadataRequest, MetadataResponse, 0, 9),
     8: (OffsetCommitRequest, OffsetCommitResponse, 2, 7),
     9: (OffsetFetchRequest, OffsetFetchResponse, 1, 5),
     10: (FindCoordinatorRequest, FindCoordinatorResponse, 0, 2),

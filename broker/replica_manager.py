@@ -65,9 +65,10 @@ class ReplicaManager:
                  self.cfg.log_index_interval_bytes, self.cfg.log_flush_interval_messages)
         p = Partition(tp[0], tp[1], lg, self.id)
         lg.open(on_batch=p.note_batch)
+        p.recover_epochs()
         p.hw = min(self.checkpoint.get(tp, 0), lg.end_offset)
-        log.info("opened log %s: log end %d, checkpointed hw %d%s", p.name, lg.end_offset, p.hw,
-                 f", recovery cut {lg.recovered_cut_bytes} bytes" if lg.recovered_cut_bytes else "")
+        log.info("opened log %s: log end %d, checkpointed hw %d, leader epochs %s%s", p.name, lg.end_offset, p.hw,
+                 p.epochs[-3:], f", recovery cut {lg.recovered_cut_bytes} bytes" if lg.recovered_cut_bytes else "")
         self.partitions[tp] = p
         return p
 
@@ -116,7 +117,7 @@ class ReplicaManager:
         if self.id not in p.replicas:
             return
         czxid = self.metadata.czxid
-        if st.leader == self.id and czxid > 0 and st.incarnations.get(self.id) == czxid:
+        if st.leader == self.id and self.metadata.session_ok and st.incarnations.get(self.id) == czxid:
             if p.role == "leader" and p.leader_epoch == st.leader_epoch:
                 p.state = st
                 p.isr = list(st.isr)
@@ -131,24 +132,42 @@ class ReplicaManager:
                 p.state = st
                 p.isr = list(st.isr)
                 return
-            # Truncate to the HW only when the leader changed (another broker,
-            # or a restarted one): following the same incarnation under a new
-            # epoch (the controller shrank the ISR), the log is a prefix of the
-            # leader's, and cutting it to a stale HW can drop acknowledged
-            # records that this replica may soon lead with (as Kafka, which
-            # skips followers whose leader is unchanged).
-            same_leader = (p.role == "follower" and p.leader_id == st.leader and p.state is not None
-                           and st.leader in st.incarnations
-                           and p.state.incarnations.get(st.leader) == st.incarnations.get(st.leader))
             self._stop_following(tp)
             bug = self.cfg.bug("skip-truncation")
-            note = (" [planted bug skip-truncation: kept records above the HW]" if bug and not same_leader else
-                    " (same leader: no truncation)" if same_leader else "")
-            p.become_follower(st, truncate=not same_leader and not bug, note=note)
+            if self.cfg.replica_truncation == "leader-epoch":
+                # Every new leader or epoch: ask the leader where our latest epoch ends
+                # and cut exactly there (the fetcher does it before its first fetch).
+                # No shortcut for an unchanged leader: between two states ZooKeeper may
+                # have coalesced a leadership elsewhere (leader A, B, A again).
+                by_epoch = not bug
+                note = (" [planted bug skip-truncation: no truncation]" if bug else
+                        f" (truncation: asking leader {st.leader} where epoch {p.epochs[-1][0]} ends)" if p.epochs
+                        else " (empty leader-epoch cache: nothing to truncate)")
+                p.become_follower(st, truncate=False, note=note)
+            else:
+                # replica.truncation = high-watermark, the seeds' scheme (known to lose
+                # committed records, docs/broker.md).  Truncate to the HW only when the
+                # leader changed (another broker, or a restarted one): following the same
+                # incarnation under a new epoch (the controller shrank the ISR), the log is
+                # a prefix of the leader's, and cutting it to a stale HW can drop
+                # acknowledged records that this replica may soon lead with (as Kafka
+                # before KIP-101, which skipped followers whose leader is unchanged).
+                by_epoch = False
+                same_leader = (p.role == "follower" and p.leader_id == st.leader and p.state is not None
+                               and st.leader in st.incarnations
+                               and p.state.incarnations.get(st.leader) == st.incarnations.get(st.leader))
+                note = (" [planted bug skip-truncation: kept records above the HW]" if bug and not same_leader else
+                        " (same leader: no truncation)" if same_leader else
+                        f" (truncated to the hw {p.hw}: replica.truncation = high-watermark)")
+                if not same_leader and not bug and p.leo > p.hw:
+                    log.info("TRUNCATING %s to %d (its high watermark; replica.truncation = high-watermark; "
+                             "log end was %d, new leader %d at epoch %d)", p.name, p.hw, p.leo, st.leader,
+                             st.leader_epoch)
+                p.become_follower(st, truncate=not same_leader and not bug, note=note)
             f = self.fetchers.get(st.leader)
             if f is None:
                 f = self.fetchers[st.leader] = Fetcher(self, st.leader)
-            f.add(tp, st.leader_epoch)
+            f.add(tp, st.leader_epoch, truncate_by_epoch=by_epoch)
         else:
             self._stop_following(tp)
             why = "no leader" if st.leader < 0 else "leader state names an earlier incarnation of this broker"
@@ -174,15 +193,51 @@ class ReplicaManager:
             return p, P.NOT_LEADER_OR_FOLLOWER
         return p, P.NONE
 
-    @staticmethod
-    def epoch_error(p: Partition, requested: int) -> int:
+    def epoch_error(self, p: Partition, requested: int, who: str = "a client") -> int:
+        """KIP-320: a request names the leader epoch it believes current; the leader checks it.
+
+        Older than ours: the requester is behind (FENCED_LEADER_EPOCH).  Newer:
+        this leader is behind (UNKNOWN_LEADER_EPOCH), and since a newer epoch
+        may mean that another replica leads already, this one is fenced (no
+        acks, no HW advance) until ZooKeeper says which it is.
+        """
         if requested is None or requested < 0:
             return P.NONE
         if requested < p.leader_epoch:
             return P.FENCED_LEADER_EPOCH
         if requested > p.leader_epoch:
+            if p.fence(requested, who):
+                asyncio.get_running_loop().create_task(self._settle_fence((p.topic, p.index), p))
             return P.UNKNOWN_LEADER_EPOCH
         return P.NONE
+
+    async def _settle_fence(self, tp, p: Partition) -> None:
+        """Reads the partition's state from ZooKeeper until it settles a fenced leader's role.
+
+        A newer state is applied (this broker follows, or leads under the new
+        epoch); a state that still names this broker at its epoch means the
+        newer epoch was never written (a confused client), and the fence is
+        lifted.  While ZooKeeper cannot be read the fence stays: the session
+        timeout then ends the leadership anyway.
+        """
+        path = Z.state_path(*tp)
+        while p.role == "leader" and p.fenced_by >= 0:
+            try:
+                data, stat = await self.metadata.zk_call(lambda c: c.get(path))
+                st = PartitionState.from_json(data, stat.version, stat.mzxid)
+            except Exception as e:
+                log.info("%s: fenced, and ZooKeeper cannot be read (%s); retrying", p.name, e)
+                await asyncio.sleep(1.0)
+                continue
+            if p.role != "leader" or p.fenced_by < 0:
+                return
+            if st.leader_epoch > p.leader_epoch:
+                self.metadata.apply_state(tp, st)
+                return
+            if st.leader == self.id and st.leader_epoch == p.leader_epoch:
+                p.unfence(f"ZooKeeper still names broker {self.id} leader at epoch {st.leader_epoch}")
+                return
+            await asyncio.sleep(0.5)
 
     # ------------------------------------------------------------------------------
     # ISR, checkpoints, flushing

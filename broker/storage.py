@@ -4,6 +4,7 @@ recovery after kill -9, truncation, and the broker's HW checkpoint file.
 Layout of a partition directory `<data-dir>/<topic>-<partition>/`:
   <base offset, 20 digits>.log    record batches, back to back, as produced
   <base offset, 20 digits>.index  sparse index: (offset - base: int32, position: int32)
+  leader-epoch-checkpoint         the leader-epoch cache: (epoch, start offset) per line
 The broker-wide `replication-offset-checkpoint` holds every partition's HW.
 
 Recovery scans every segment's batch headers (and the CRCs of the last
@@ -369,6 +370,51 @@ def read_checkpoint(data_dir: str) -> dict[tuple[str, int], int]:
     except (IndexError, ValueError):
         log.warning("unreadable HW checkpoint %s; treating every HW as 0", path)
         return {}
+    return out
+
+
+# -- a partition's leader-epoch checkpoint --------------------------------------
+
+EPOCH_CHECKPOINT_NAME = "leader-epoch-checkpoint"
+
+
+def write_epoch_checkpoint(directory: str, entries: list[tuple[int, int]]) -> None:
+    """Replaces a partition's leader-epoch checkpoint (Kafka's format: version, count, "epoch offset" lines).
+
+    Written atomically (write, fsync, rename) like the HW checkpoint: a
+    follower decides what to truncate from this cache, so a crash must
+    leave the old file or the new one, never a torn one.
+    """
+    path = os.path.join(directory, EPOCH_CHECKPOINT_NAME)
+    tmp = path + ".tmp"
+    lines = ["0", str(len(entries))] + [f"{e} {o}" for e, o in entries]
+    with open(tmp, "w") as f:
+        f.write("\n".join(lines) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_epoch_checkpoint(directory: str) -> list[tuple[int, int]]:
+    """The (epoch, start offset) entries of a partition's leader-epoch checkpoint; [] if absent or unreadable."""
+    path = os.path.join(directory, EPOCH_CHECKPOINT_NAME)
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return []
+    try:
+        count = int(lines[1])
+        out = []
+        for line in lines[2:2 + count]:
+            e, o = line.split()
+            out.append((int(e), int(o)))
+        if len(out) != count:
+            raise ValueError("short file")
+    except (IndexError, ValueError):
+        # The batch headers still carry every epoch that has records: recovery rebuilds from them.
+        log.warning("unreadable leader-epoch checkpoint %s; rebuilding the cache from batch headers", path)
+        return []
     return out
 
 
