@@ -100,7 +100,17 @@ def _log_to(path) -> logging.Handler:
                 h.setLevel(logging.WARNING)
     for noisy in ("kazoo", "paramiko", "py4j", "workloads.librdkafka"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # The clients' own complaints during faults (connection refused, a
+    # thousand times in a power loss) go to harness.log only; the terminal
+    # keeps the progress line, which counts their outcomes.
+    for h in root.handlers:
+        if h is not handler:
+            h.addFilter(_not_client_log)
     return handler
+
+
+def _not_client_log(record: logging.LogRecord) -> bool:
+    return not record.name.startswith("workloads.librdkafka")
 
 
 def _phase(name: str) -> None:

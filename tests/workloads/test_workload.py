@@ -56,6 +56,14 @@ def test_history_follows_contract_and_final_reads_reach_acked(kafka, history, wo
         assert reach.done and reach.reached >= reach.high_watermark
         assert reach.reached > acked.get(reach.partition, -1)
     assert set(report.processes).isdisjoint({e["process"] for e in facts.events if e["index"] < oks[-1]["index"]})
+    # The final reads are bracketed (docs/history.md): each final reader's polls lie between its
+    # final-reads invocation and completion, and the last completion names every partition's end.
+    brackets = [e for e in facts.events if e["f"] == "final-reads"]
+    assert [(e["process"], e["type"]) for e in brackets] == [(p, t) for p in report.processes for t in ("invoke", "ok")]
+    assert all(e["partitions"] == [0, 1, 2, 3] for e in brackets if e["type"] == "invoke")
+    assert brackets[-1]["ends"] == [{"partition": r.partition, "offset": r.reached} for r in report.partitions]
+    final_polls = [e for e in facts.events if e["f"] == "poll" and e["process"] in report.processes]
+    assert final_polls and all(brackets[0]["index"] < e["index"] < brackets[-1]["index"] for e in final_polls)
 
     # With acks=all on a healthy cluster every acknowledged value is read, at its ack position.
     for e in oks:
@@ -129,6 +137,8 @@ def test_stop_completes_every_send_when_nothing_answers(history, workloads):
     assert not report.complete and report.partitions and not any(r.done for r in report.partitions)
     history.close()
     facts = check_history(history.path)
+    # No partition was read to its end: the final-reads completion says so.
+    assert [e.get("ends") for e in facts.events if e["f"] == "final-reads" and e["type"] == "ok"] == [[]]
     assert facts.incomplete == []
     sends = facts.of_type("send", "invoke")
     assert 0 < len(sends) <= 2 * 50, "max_in_flight bounds what a producer has outstanding"
