@@ -358,12 +358,7 @@ def _plant_tails(sim: _Sim, producers: list[int], known: list[int]) -> None:
             sim.info_values.add(value)
             sim.expected["dirty-read"] += 1
         sim.outcome[value] = kind
-        reader = sim.process_id()
-        sim.emit(reader, "invoke", "assign", partitions=[p])
-        sim.emit(reader, "ok", "assign", partitions=[p])
-        sim.emit(reader, "invoke", "poll")
-        sim.emit(reader, "ok", "poll", records=[{"partition": p, "offset": offset, "key": value % 97, "value": value}])
-        sim.read_values.add(value)
+        _read_once(sim, p, offset, value)
     for p, length in keep.items():
         del sim.logs[p][length:]
 
@@ -479,14 +474,19 @@ def _plant_inconsistent(sim: _Sim, producer: int, used: set) -> int:
     sim.emit(producer, "info", "send", value=value, error="_MSG_TIMED_OUT")
     sim.outcome[value] = "info"
     sim.info_values.add(value)
+    _read_once(sim, p, o, value)
+    sim.expected["inconsistent-offset"] += 1
+    return p
+
+
+def _read_once(sim: _Sim, p: int, o: int, value: int) -> None:
+    """A fresh process assigned partition `p` reads `value` at offset `o`, once."""
     pid = sim.process_id()
     sim.emit(pid, "invoke", "assign", partitions=[p])
     sim.emit(pid, "ok", "assign", partitions=[p])
     sim.emit(pid, "invoke", "poll")
     sim.emit(pid, "ok", "poll", records=[{"partition": p, "offset": o, "key": value % 97, "value": value}])
     sim.read_values.add(value)
-    sim.expected["inconsistent-offset"] += 1
-    return p
 
 
 def _count_lost(sim: _Sim, limit: dict[int, int], known: set[int]) -> None:
