@@ -55,7 +55,16 @@ class Controller:
             self.zk.create(Z.CONTROLLER, json.dumps({"version": 1, "brokerid": self.broker_id}).encode(),
                            ephemeral=True, makepath=True)
         except NodeExistsError:
-            return False
+            # Ours, if this broker resigned while its session lived on (cut off from ZooKeeper
+            # for a while): nobody else can take the node, so take the role up again.
+            try:
+                data, stat = self.zk.get(Z.CONTROLLER)
+            except NoNodeError:
+                return False
+            if stat.ephemeralOwner != self.zk.client_id[0] or json.loads(data).get("brokerid") != self.broker_id:
+                return False
+            log.info("CONTROLLER: broker %d still holds /controller from this session: taking the role up again",
+                     self.broker_id)
         _, stat = self.zk.get(Z.CONTROLLER)
         self.node_version, self.node_czxid = stat.version, stat.czxid
         self.epoch = self._bump_epoch()

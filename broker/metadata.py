@@ -201,8 +201,8 @@ class Metadata:
                     "every leadership (the session has expired for the other brokers)",
                     self.cfg.zk_session_timeout_ms)
         self.zk_fenced = True
-        if self.controller is not None:
-            self.controller.resign()
+        # The controller role stays: its writes are conditional on /controller, so they fail
+        # while the session is gone, and with the session back it is still the controller.
         self.listener.on_session_lost()
 
     def _cancel_suspended_timer(self) -> None:

@@ -14,6 +14,7 @@ consuming across a leader change.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -22,11 +23,14 @@ from types import SimpleNamespace
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from kafka.protocol.consumer import FetchRequest, OffsetForLeaderEpochResponse
+from kazoo.exceptions import NodeExistsError
 
 from broker import protocol as P
 from broker import records
+from broker import zk as Z
 from broker.client import SyncConnection
 from broker.config import BrokerConfig
+from broker.controller import Controller
 from broker.fetcher import Fetcher
 from broker.partition import Partition
 from broker.replica_manager import ReplicaManager
@@ -355,3 +359,30 @@ def cluster_leader_after(logs: dict, old: int) -> int:
     others = [b for b in logs if b != old]
     assert all(logs[b] == logs[others[0]] for b in others)
     return others[0]
+
+
+def test_a_controller_that_resigned_with_its_session_alive_takes_the_role_up_again():
+    """Cut off from ZooKeeper, a broker steps down from its leaderships; if the session survives, its
+    /controller node does too, and nobody else can become controller: it must take the role up again."""
+    class FakeZk:
+        client_id = (42, b"")
+
+        def create(self, path, data, **kw):
+            raise NodeExistsError()
+
+        def get(self, path):
+            if path == Z.CONTROLLER:
+                return json.dumps({"brokerid": self.holder}).encode(), SimpleNamespace(
+                    ephemeralOwner=self.owner, version=0, czxid=5)
+            return b"3", SimpleNamespace(version=1)
+
+        def set(self, path, data, version):
+            return SimpleNamespace(version=version + 1)
+
+    zk = FakeZk()
+    zk.holder, zk.owner = 1, 42
+    c = Controller(zk, 1, unclean=False, elect_any_bug=False)
+    assert c.try_elect() and c.active and c.epoch == 4
+    other = FakeZk()
+    other.holder, other.owner = 2, 7  # another broker's node: not ours to take
+    assert not Controller(other, 1, unclean=False, elect_any_bug=False).try_elect()
