@@ -28,6 +28,11 @@ Hence:
   `fail`, whatever the settings.
 - acks=0: the broker never answers, so a "successful" delivery report proves
   nothing: `info` with error `ACKS_0`.
+- A successful delivery report without an offset (librdkafka's idempotent
+  producer reports a retried batch the broker answered as a duplicate that
+  way): acknowledged, but at no known position, and the contract's `ok`
+  needs one: `info` with error `ACKED_WITHOUT_OFFSET`, which the checker
+  never counts against the system.
 
 KAFKA_STORAGE_ERROR is treated as `info` although librdkafka counts it as
 not persisted: the leader's log directory failed during the append, and what
@@ -45,6 +50,8 @@ INFO = "info"
 
 # Name used for acks=0 deliveries, which carry no broker acknowledgement.
 ACKS_0 = "ACKS_0"
+# Name used for deliveries reported successful without an offset.
+ACKED_WITHOUT_OFFSET = "ACKED_WITHOUT_OFFSET"
 
 # Broker errors returned for a partition's batch before it is appended.
 REJECTED_BEFORE_APPEND: dict[int, str] = {

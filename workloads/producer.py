@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from confluent_kafka import KafkaException
 
-from workloads.errors import (ACKS_0, INFO, classify_delivery, classify_produce_exception,
+from workloads.errors import (ACKED_WITHOUT_OFFSET, ACKS_0, INFO, classify_delivery, classify_produce_exception,
                               produce_exception_is_fatal)
 
 if TYPE_CHECKING:
@@ -70,9 +70,9 @@ class ProducerClient:
 
     def _on_delivery(self, err, msg) -> None:
         self.outstanding -= 1
-        if err is None and not self._acks0:
+        offset = msg.offset() if err is None else None
+        if err is None and not self._acks0 and offset is not None and offset >= 0:
             partition = msg.partition()
-            offset = msg.offset()
             try:
                 self._history_record(self.pid, "ok", "send", value=int(msg.value()), partition=partition,
                                      offset=offset)
@@ -87,8 +87,10 @@ class ProducerClient:
         value = int(msg.value())
         if err is None:
             # acks=0: the broker never answers; expected for every send, so no replacement.
-            self._recorder(self.pid, "info", "send", value=value, error=ACKS_0)
-            self._stats.completion("send", "info", ACKS_0)
+            # Otherwise acknowledged at no known position (see workloads.errors).
+            name = ACKS_0 if self._acks0 else ACKED_WITHOUT_OFFSET
+            self._recorder(self.pid, "info", "send", value=value, error=name)
+            self._stats.completion("send", "info", name)
             return
         outcome = classify_delivery(err.code(), self._single_attempt)
         self._recorder(self.pid, outcome.type, "send", value=value, error=outcome.error)

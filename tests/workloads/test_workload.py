@@ -185,3 +185,39 @@ def test_create_topic_accepts_existing_topic_with_same_partitions(kafka, topic_n
         create_topic(kafka.bootstrap, WorkloadConfig(topic=topic_name, partitions=3, replication_factor=1),
                      timeout_s=20)
     assert "already exists with 2 partitions" in str(e.value)
+
+
+class _Delivered:
+    """What confluent-kafka hands a delivery callback, as far as the producer reads it."""
+
+    def __init__(self, value: int, offset):
+        self._value, self._offset = value, offset
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self):
+        return self._offset
+
+    def value(self) -> bytes:
+        return str(self._value).encode()
+
+
+def test_a_delivery_reported_without_an_offset_is_info_not_an_ok_without_position(history, workloads):
+    """librdkafka's idempotent producer reports a batch the broker answered as a
+    duplicate as delivered with no offset (msg.offset() is None); an `ok` needs a
+    position, so it is recorded as info, and the history stays checkable."""
+    cfg = WorkloadConfig(topic="nowhere", partitions=1, rate=0, producers=1, consumers=1)
+    wl = Workload(cfg, "127.0.0.1:1", history)  # port 1: nothing listens, nothing leaves the host
+    client = wl.new_producer_client()
+    for value in (7, 8):
+        history.record(client.pid, "invoke", "send", key=0, value=value)
+        client.outstanding += 1
+    client._on_delivery(None, _Delivered(7, None))
+    client._on_delivery(None, _Delivered(8, 3))
+    client.producer.flush(0)
+    history.close()
+    facts = check_history(history.path)
+    assert [(e["type"], e.get("error"), e.get("offset")) for e in facts.completions.values()] == [
+        ("info", "ACKED_WITHOUT_OFFSET", None), ("ok", None, 3)]
+    assert client.acked_max == {0: 3}
