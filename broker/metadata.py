@@ -152,7 +152,10 @@ class Metadata:
                 await self.zk_call(lambda c: c.create(path, data, ephemeral=True))
                 break
             except NodeExistsError:
-                _, stat = await self.zk_call(lambda c: c.get(path))
+                try:
+                    _, stat = await self.zk_call(lambda c: c.get(path))
+                except NoNodeError:
+                    continue  # the previous registration expired just now: create again
                 if stat.ephemeralOwner == self.zk.client_id[0]:
                     break
                 if time.monotonic() > deadline:
