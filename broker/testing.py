@@ -296,11 +296,23 @@ class LocalCluster:
 
     def create_topic(self, topic: str, partitions: int = 1, replication_factor: int = 3,
                      timeout: float = 30.0, config: dict | None = None) -> None:
+        from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        fut = admin.create_topics([NewTopic(topic, partitions, replication_factor, config=config or {})],
-                                  operation_timeout=timeout)[topic]
-        fut.result(timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            fut = admin.create_topics([NewTopic(topic, partitions, replication_factor, config=config or {})],
+                                      operation_timeout=timeout)[topic]
+            try:
+                fut.result(timeout)
+                break
+            except KafkaException as e:
+                # Brokers register in ZooKeeper before each has seen the others' registrations
+                # (a watch later): one that still counts fewer live brokers refuses the
+                # replication factor and creates nothing, so asking again is safe.
+                if e.args[0].code() != KafkaError.INVALID_REPLICATION_FACTOR or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
         self.wait_leaders(topic, partitions, timeout)
 
     def wait_leaders(self, topic: str, partitions: int, timeout: float = 30.0, isr_size: int | None = None):
