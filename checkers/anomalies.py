@@ -105,11 +105,15 @@ class FinalLogs:
     ends: dict[int, int] = field(default_factory=dict)
     asked: set[int] = field(default_factory=set)
 
+    def not_reached(self) -> list[int]:
+        """Partitions some final reads asked for whose log is not known."""
+        return sorted(self.asked - set(self.ends))
+
     def warnings(self) -> list[str]:
         if not self.present:
             return ["durability was not checked: the history has no final-reads operation, so no final log "
                     "is known (lost-acked and dirty-read are 0)"]
-        short = sorted(self.asked - set(self.ends))
+        short = self.not_reached()
         if short:
             return [f"durability of partitions {_ranges(short)} was not checked: "
                     "the final reads did not report reaching their end"]

@@ -161,7 +161,7 @@ def _analyse(df, promised: dict, opts: Options) -> dict:
             "reads_of_unknown_values": int(checked["unknown_values"]),
             # Which partitions' final logs were known, and where each ends.
             "final_logs": {"checked": logs.present, "ends": {str(p): e for p, e in sorted(logs.ends.items())},
-                           "not_reached": sorted(logs.asked - set(logs.ends))},
+                           "not_reached": logs.not_reached()},
             "throughput": throughput,
             "latency": overall,
             "latency_by_second": per_second,

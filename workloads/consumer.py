@@ -18,9 +18,10 @@ partition from the beginning and read until each partition's position has
 reached both the highest acknowledged offset and its high watermark, or the
 deadline passes. Each reader's polls are bracketed by a `final-reads`
 operation whose completion lists the partitions read to their end so far and
-that end (docs/history.md): the checker reads the final log from them. A partition whose log ends below its highest acknowledged
-offset (acknowledged records were lost) is done once everything up to its
-high watermark is read and the watermark has stood still for STABLE_END_S:
+that end (docs/history.md): the checker reads the final log from them. A
+partition whose log ends below its highest acknowledged offset
+(acknowledged records were lost) is done once everything up to its high
+watermark is read and the watermark has stood still for STABLE_END_S:
 waiting out the deadline for offsets that no longer exist tells nothing more.
 """
 
