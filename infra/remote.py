@@ -249,12 +249,19 @@ class Remote:
     # ------------------------------------------------------------------
     # Commands
 
-    def _wrap(self, cmd: str, env: dict | None, timeout: float) -> str:
+    def _wrap(self, cmd: str, env: dict | None, timeout: float, stdin: bool = False) -> str:
         """The command line sent to sshd: `[sudo -n] timeout -k 1 T sh -c 'exports; cmd'`.
 
         The node's own `timeout` kills the command's process group when time is
         up, so a command the harness gave up on does not linger on the node
         (daemons started with setsid have left that group and are not touched).
+
+        The channel's end of input must never reach sshd after the command has
+        ended: paramiko can send that EOF after the channel's CLOSE (paramiko
+        issues 1115 and 1705), and OpenSSH then drops the whole connection with
+        every command on it. So a command without input reads /dev/null and no
+        EOF is sent; a command with input is followed by reading the rest of it,
+        so the channel stays open until our EOF has arrived.
         """
         script = cmd
         if env:
@@ -265,7 +272,11 @@ class Remote:
                 exports.append(f"export {k}={shlex.quote(str(v))}; ")
             script = "".join(exports) + cmd
         line = f"timeout -k 1 {timeout:.3f} sh -c {shlex.quote(script)}"
-        return "sudo -n -- " + line if self.sudo else line
+        if self.sudo:
+            line = "sudo -n -- " + line
+        if stdin:
+            return f"{line}; s=$?; cat >/dev/null; exit $s"
+        return f"exec {line} </dev/null"
 
     def _open_channel(self, cmd: str):
         import paramiko
@@ -285,7 +296,7 @@ class Remote:
     def exec_bytes(self, cmd: str, timeout: float = 60, env: dict | None = None,
                    stdin: bytes | None = None) -> tuple[int, bytes, bytes]:
         """Runs `cmd` with `sh -c` on the node; returns (status, stdout, stderr) as bytes."""
-        wrapped = self._wrap(cmd, env, timeout)
+        wrapped = self._wrap(cmd, env, timeout, stdin=stdin is not None)
         with self._channels:
             chan = self._open_channel(cmd)
             try:
@@ -304,9 +315,9 @@ class Remote:
         out, err = bytearray(), bytearray()
         try:
             chan.exec_command(wrapped)
-            if stdin:
+            if stdin is not None:
                 chan.sendall(stdin)
-            chan.shutdown_write()
+                chan.shutdown_write()
             # sshd may send the exit status before the last output, so the command is
             # done only when both the exit status and EOF have arrived.
             while True:

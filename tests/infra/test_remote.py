@@ -77,9 +77,19 @@ def test_env_stdin_and_large_output(cluster5):
 
 
 def test_one_connection_serves_many_threads(cluster5):
+    """Many short commands at once on one connection, many times over. paramiko
+    can send a channel's EOF after its CLOSE, and OpenSSH then drops the whole
+    connection; before the fix one round in 5 to 40 lost it."""
     r = cluster5.node("n4").remote
-    results = parallel(lambda i: r.run(f"echo {i}").stdout.strip(), range(30), max_workers=30)
-    assert results == [str(i) for i in range(30)]
+    first = r.connect().get_transport()
+    for _ in range(100):
+        results = parallel(lambda i: r.run(f"echo {i}").stdout.strip(), range(30), max_workers=30)
+        assert results == [str(i) for i in range(30)]
+    # Commands given input that end without reading it race the same way.
+    for _ in range(30):
+        statuses = parallel(lambda i: r.exec_bytes(f"exit {i % 3}", stdin=b"unread")[0], range(30), max_workers=30)
+        assert statuses == [i % 3 for i in range(30)]
+    assert r.connect().get_transport() is first, "the connection was dropped and reopened"
 
 
 def test_files_round_trip(cluster5, tmp_path):
