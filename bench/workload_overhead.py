@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness.history import HistoryWriter  # noqa: E402
+from core.history.writer import HistoryWriter  # noqa: E402
 from workloads.config import WorkloadConfig  # noqa: E402
 from workloads.runner import Workload  # noqa: E402
 from workloads.topic import create_topic  # noqa: E402
@@ -77,7 +77,7 @@ def run_workload(bootstrap: str, cfg: WorkloadConfig, seconds: float, warmup: fl
 
 def send_latencies_ms(path: Path) -> dict:
     """p50/p99 of ok time - invoke time over the sends of a history."""
-    from harness.history import iter_jsonl
+    from core.history.jsonl import iter_jsonl
 
     invoked: dict[int, int] = {}
     lat = []

@@ -15,7 +15,7 @@ import argparse
 import os
 import tempfile
 
-from harness.errors import UserError
+from core.errors import UserError
 from workloads.produce_bench import cpu_seconds, produce_timed
 
 

@@ -15,14 +15,14 @@ import logging
 import os
 import sys
 
-from harness.errors import UserError
 
-from broker.config import PLANTED_BUGS, SETTINGS, BrokerConfig, apply_settings, parse_host_port, parse_properties
+from broker.config import PLANTED_BUGS, SETTINGS, BrokerConfig, ConfigError, apply_settings, parse_host_port, parse_properties
+from broker.server import Broker
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
-        raise UserError(f"broker: {message}")
+        raise ConfigError(f"broker: {message}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,15 +48,15 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(argv: list[str] | None) -> tuple[BrokerConfig, argparse.Namespace]:
     args = build_parser().parse_args(argv)
     if args.id < 0:
-        raise UserError(f"broker: --id must be a non-negative integer, got {args.id}")
+        raise ConfigError(f"broker: --id must be a non-negative integer, got {args.id}")
     cfg = BrokerConfig(broker_id=args.id)
     cfg.host, cfg.port = parse_host_port(args.listen, "--listen")
     adv = args.advertise or args.listen
     cfg.advertised_host, cfg.advertised_port = parse_host_port(adv, "--advertise")
     if cfg.advertised_host in ("0.0.0.0", "::"):
-        raise UserError("broker: listening on a wildcard address needs --advertise HOST:PORT")
+        raise ConfigError("broker: listening on a wildcard address needs --advertise HOST:PORT")
     if not args.zookeeper.strip():
-        raise UserError("broker: --zookeeper is empty")
+        raise ConfigError("broker: --zookeeper is empty")
     cfg.zookeeper = args.zookeeper.strip()
     cfg.data_dir = os.path.abspath(args.data_dir)
     if args.config:
@@ -64,18 +64,18 @@ def config_from_args(argv: list[str] | None) -> tuple[BrokerConfig, argparse.Nam
             with open(args.config) as f:
                 text = f.read()
         except OSError as e:
-            raise UserError(f"broker: cannot read --config {args.config}: {e.strerror}") from None
+            raise ConfigError(f"broker: cannot read --config {args.config}: {e.strerror}") from None
         apply_settings(cfg, parse_properties(text, args.config), args.config)
     sets = {}
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep:
-            raise UserError(f"broker: --set expects KEY=VALUE, got {item!r}")
+            raise ConfigError(f"broker: --set expects KEY=VALUE, got {item!r}")
         sets[key.strip()] = value.strip()
     apply_settings(cfg, sets, "--set")
     for name in args.debug_bug:
         if name not in PLANTED_BUGS:
-            raise UserError(f"broker: unknown --debug-bug {name!r} (known: {', '.join(PLANTED_BUGS)})")
+            raise ConfigError(f"broker: unknown --debug-bug {name!r} (known: {', '.join(PLANTED_BUGS)})")
     cfg.debug_bugs = frozenset(args.debug_bug)
     cfg.log_file = args.log_file or os.path.join(cfg.data_dir, "broker.log")
     return cfg, args
@@ -98,12 +98,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             os.makedirs(cfg.data_dir, exist_ok=True)
         except OSError as e:
-            raise UserError(f"broker: cannot create --data-dir {cfg.data_dir}: {e.strerror}") from None
+            raise ConfigError(f"broker: cannot create --data-dir {cfg.data_dir}: {e.strerror}") from None
         setup_logging(cfg.log_file, args.log_level)
-    except UserError as e:
+    except ConfigError as e:
         print(f"broker: error: {str(e).removeprefix('broker: ')}", file=sys.stderr)
         return 2
-    from broker.server import Broker
     try:
         asyncio.run(Broker(cfg).run())
     except OSError as e:

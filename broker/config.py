@@ -2,7 +2,8 @@
 
 Settings come from a properties file (`--config FILE`, `key=value` lines,
 `#` comments) and `--set key=value` flags (which win).  Unknown keys and
-bad values are a UserError: one line, exit 2.
+bad values are a ConfigError, which the broker's CLI prints on one line
+and exits 2.
 
 Planted bugs are only ever enabled by `--debug-bug NAME` on the command
 line; a config file cannot turn them on.
@@ -12,7 +13,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.errors import UserError
+
+
+
+class ConfigError(Exception):
+    """A bad flag, setting or config file: one line, exit status 2. The broker's
+    own error (not the harness's), since the broker imports nothing outside broker/."""
+
+    exit_status = 2
+
 
 # Bugs planted on purpose so the harness can prove it catches them.
 PLANTED_BUGS = {
@@ -152,7 +161,7 @@ def parse_properties(text: str, source: str) -> dict[str, str]:
         if not sep:
             key, sep, value = line.partition(":")
         if not sep:
-            raise UserError(f"{source}:{n}: expected key=value, got {line!r}")
+            raise ConfigError(f"{source}:{n}: expected key=value, got {line!r}")
         out[key.strip()] = value.strip()
     return out
 
@@ -160,21 +169,21 @@ def parse_properties(text: str, source: str) -> dict[str, str]:
 def apply_settings(cfg: BrokerConfig, settings: dict[str, str], source: str) -> None:
     for key, value in settings.items():
         if key in ("debug.bug", "debug.bugs"):
-            raise UserError(f"{source}: planted bugs can only be enabled with --debug-bug on the command line")
+            raise ConfigError(f"{source}: planted bugs can only be enabled with --debug-bug on the command line")
         if key not in SETTINGS:
-            raise UserError(f"{source}: unknown setting {key!r} (known: {', '.join(sorted(SETTINGS))})")
+            raise ConfigError(f"{source}: unknown setting {key!r} (known: {', '.join(sorted(SETTINGS))})")
         attr, conv, _ = SETTINGS[key]
         try:
             setattr(cfg, attr, conv(value))
         except ValueError as e:
-            raise UserError(f"{source}: bad value {value!r} for {key}: {e}") from None
+            raise ConfigError(f"{source}: bad value {value!r} for {key}: {e}") from None
         cfg.overrides[key] = value
     if cfg.group_min_session_timeout_ms > cfg.group_max_session_timeout_ms:
-        raise UserError(f"{source}: group.min.session.timeout.ms is above group.max.session.timeout.ms")
+        raise ConfigError(f"{source}: group.min.session.timeout.ms is above group.max.session.timeout.ms")
 
 
 def parse_host_port(value: str, what: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UserError(f"{what}: expected HOST:PORT, got {value!r}")
+        raise ConfigError(f"{what}: expected HOST:PORT, got {value!r}")
     return host.strip("[]"), int(port)

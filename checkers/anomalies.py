@@ -39,8 +39,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.errors import HistoryError
-from harness.history import FINAL_READS, MAX_OFFSET, MAX_PARTITION
+from core.errors import HistoryError
+from core.history.format import FINAL_READS, MAX_OFFSET, MAX_PARTITION
 
 ANOMALIES = ("lost-write", "lost-acked", "dirty-read", "duplicate", "inconsistent-offset", "aborted-read",
              "nonmonotonic-poll", "poll-skip", "nonmonotonic-send", "unseen")

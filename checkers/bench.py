@@ -18,7 +18,7 @@ from pathlib import Path
 
 import orjson
 
-from harness.errors import UserError
+from core.errors import UserError
 
 PLANTED = dict(lost=5, duplicates=5, inconsistent=5, aborted=5, nonmonotonic_polls=5, skips=5,
                nonmonotonic_sends=5, unseen=5)
@@ -46,7 +46,7 @@ def _sizes(text: str) -> list[int]:
 
 def ensure_history(size: int, cache: Path) -> Path:
     """A Parquet history of about `size` events with planted anomalies, made once."""
-    from harness.history import arrow_schema, events_to_table
+    from core.history.parquet import arrow_schema, events_to_table
     from harness.synthetic import Plan, generate
 
     folder = cache / f"check-{size}"

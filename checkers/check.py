@@ -15,8 +15,9 @@ from pathlib import Path
 from checkers import anomalies as an
 from checkers import stats
 from checkers.load import load, prepare
-from harness import history as h
-from harness.errors import UserError
+from core.history.files import load_run_json, resolve
+from core.history.format import FINAL_READS
+from core.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,8 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
     unknown = sorted(opts.allow - set(an.ANOMALIES))
     if unknown:
         raise UserError(f"--allow {unknown[0]}: not an anomaly (known: {', '.join(an.ANOMALIES)})")
-    source = h.resolve(path)
-    run = h.load_run_json(source.run_json)
+    source = resolve(path)
+    run = load_run_json(source.run_json)
     promised = promises(run, opts)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="harness-check-") as scratch:
@@ -148,7 +149,7 @@ def _analyse(df, promised: dict, opts: Options) -> dict:
         "unfinished": {"send": int(checked["unfinished"]), **unfinished_other},
     }
     counts["other_ops"] = {f: outcomes(f, unfinished_other.get(f, 0))
-                           for f in ("assign", "seek", "commit", "crash", h.FINAL_READS) if f in totals}
+                           for f in ("assign", "seek", "commit", "crash", FINAL_READS) if f in totals}
     warnings = logs.warnings()
     if checked["unknown_values"]:
         warnings.append(f"{checked['unknown_values']} values were read that no send in the history wrote")

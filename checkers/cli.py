@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness.errors import UserError
+from core.errors import UserError
 
 
 def configure(parser) -> None:
@@ -55,12 +55,12 @@ def run(args) -> int:
 
     from checkers.check import Options, check_history
     from checkers.summary import render
-    from harness import history as h
+    from core.history.files import resolve
 
     opts = Options(allow=set(args.allow), idempotent=args.idempotent or None,
                    master=args.spark_master, spark_conf=spark_conf(args.spark_conf))
     results = check_history(args.history, opts)
-    out_dir = Path(args.out) if args.out else h.resolve(args.history).root
+    out_dir = Path(args.out) if args.out else resolve(args.history).root
     path = write_results(results, out_dir)
     if args.json:
         print(orjson.dumps(results, option=orjson.OPT_INDENT_2).decode())

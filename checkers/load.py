@@ -3,7 +3,7 @@
 JSONL is validated line by line in Python while it is written to a Parquet
 file in a scratch folder (the checkers then read that); Parquet is validated
 in streaming batches and read as it is. Either way the checkers see one
-DataFrame in `harness.history.arrow_schema()`'s columns.
+DataFrame in `core.history.parquet.arrow_schema()`'s columns.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import history as h
-from harness.errors import HistoryError
+from core.history.files import HistorySource, iter_source_jsonl
+from core.history.jsonl import ReadReport
+from core.history.parquet import validate_parquet, write_parquet
+from core.errors import HistoryError
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +38,14 @@ class Loaded:
     warnings: list[str] = field(default_factory=list)
 
 
-def prepare(source: h.HistorySource, scratch: Path) -> Prepared:
+def prepare(source: HistorySource, scratch: Path) -> Prepared:
     """Validate a history; JSONL is converted to Parquet in `scratch` on the way."""
     if source.format == "jsonl":
-        report = h.ReadReport()
+        report = ReadReport()
         dest = scratch / "history.parquet"
-        n = h.write_parquet(h.iter_source_jsonl(source, report), dest)
+        n = write_parquet(iter_source_jsonl(source, report), dest)
         return Prepared([dest], n, "jsonl", list(report.warnings))
-    return Prepared(list(source.files), h.validate_parquet(source.files), "parquet")
+    return Prepared(list(source.files), validate_parquet(source.files), "parquet")
 
 
 def load(spark, prepared: Prepared) -> Loaded:

@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from harness.errors import UserError
+from core.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import orjson
 
 from checkers.anomalies import KIND_NAMES
-from harness.errors import HistoryError
-from harness.history import NEMESIS, NEMESIS_PROCESS_ID
+from core.errors import HistoryError
+from core.history.format import NEMESIS, NEMESIS_PROCESS_ID
 
 QUANTILES = (0.5, 0.95, 0.99)
 BUCKET_GROWTH = 1.04

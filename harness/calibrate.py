@@ -27,7 +27,7 @@ from pathlib import Path
 
 from harness import scenarios
 from harness import spec as specs
-from harness.errors import UserError
+from core.errors import UserError
 
 DEFAULT_RUNS = 5
 DEFAULT_OUT = "results/calibration"

@@ -17,7 +17,7 @@ import os
 import sys
 
 from harness import __version__
-from harness.errors import UserError
+from core.errors import UserError
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -20,8 +20,12 @@ from pathlib import Path
 import orjson
 
 from checkers.summary import WHAT, describe, run_seconds
-from harness import history as h
-from harness.errors import UserError
+from core.errors import HistoryError
+from core.history.files import HistorySource, iter_source_jsonl, load_run_json, resolve
+from core.history.format import NEMESIS, NEMESIS_PROCESS_ID
+from core.history.jsonl import ReadReport
+from core.history.parquet import events_to_table, table_to_events
+from core.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +107,7 @@ def _shade(ax, intervals: list[dict]) -> None:
         labelled.add(i["f"])
 
 
-def send_latencies(source: h.HistorySource, limit: int = MAX_SCATTER):
+def send_latencies(source: HistorySource, limit: int = MAX_SCATTER):
     """(completion time s, latency ms, outcome) of a sample of sends, from the history."""
     import pandas as pd
 
@@ -111,7 +115,7 @@ def send_latencies(source: h.HistorySource, limit: int = MAX_SCATTER):
     df = table.to_pandas() if table is not None else pd.DataFrame()
     if df.empty:
         return df
-    sends = df[(df["f"] == "send") & (df["process"] != h.NEMESIS_PROCESS_ID)]
+    sends = df[(df["f"] == "send") & (df["process"] != NEMESIS_PROCESS_ID)]
     inv = sends[sends["type"] == "invoke"][["value", "time"]].rename(columns={"time": "t0"})
     comp = sends[sends["type"] != "invoke"][["value", "time", "type"]]
     pairs = comp.merge(inv, on="value")
@@ -121,17 +125,17 @@ def send_latencies(source: h.HistorySource, limit: int = MAX_SCATTER):
                          "type": pairs["type"]})
 
 
-def _read_columns(source: h.HistorySource, columns: list[str]):
+def _read_columns(source: HistorySource, columns: list[str]):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     if source.format == "parquet":
         return pa.concat_tables([pq.read_table(f, columns=columns) for f in source.files])
-    events = list(h.iter_source_jsonl(source, h.ReadReport()))
-    return h.events_to_table(events).select(columns)
+    events = list(iter_source_jsonl(source, ReadReport()))
+    return events_to_table(events).select(columns)
 
 
-def plots(results: dict, source: h.HistorySource | None, intervals: list[dict]) -> dict[str, str]:
+def plots(results: dict, source: HistorySource | None, intervals: list[dict]) -> dict[str, str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -144,7 +148,7 @@ def plots(results: dict, source: h.HistorySource | None, intervals: list[dict]) 
     _shade(ax, intervals)
     try:
         lat = send_latencies(source) if source is not None else None
-    except (OSError, h.HistoryError, ValueError) as e:
+    except (OSError, HistoryError, ValueError) as e:
         log.warning("no latency scatter: %s", e)
         lat = None
     if lat is not None and len(lat):
@@ -210,7 +214,7 @@ def example_indexes(results: dict) -> set[int]:
     return found
 
 
-def history_excerpt(source: h.HistorySource | None, indexes: set[int]) -> list[dict]:
+def history_excerpt(source: HistorySource | None, indexes: set[int]) -> list[dict]:
     """The events at `indexes`, with a little context on each side."""
     if source is None or not indexes:
         return []
@@ -224,8 +228,8 @@ def history_excerpt(source: h.HistorySource | None, indexes: set[int]) -> list[d
 
         keep = pa.array(sorted(wanted), pa.int64())
         return [e for f in source.files
-                for e in h.table_to_events(pq.read_table(f, filters=pc.is_in(pc.field("index"), keep)))]
-    return [e for e in h.iter_source_jsonl(source, h.ReadReport()) if e["index"] in wanted]
+                for e in table_to_events(pq.read_table(f, filters=pc.is_in(pc.field("index"), keep)))]
+    return [e for e in iter_source_jsonl(source, ReadReport()) if e["index"] in wanted]
 
 
 def _link(i) -> str:
@@ -276,12 +280,12 @@ def render(run_dir: Path, results: dict) -> Path:
     run = {}
     if (run_dir / "run.json").is_file():
         try:
-            run = h.load_run_json(run_dir / "run.json")
-        except h.HistoryError as e:
+            run = load_run_json(run_dir / "run.json")
+        except HistoryError as e:
             log.warning("%s", e)
     try:
-        source = h.resolve(run_dir)
-    except h.HistoryError:
+        source = resolve(run_dir)
+    except HistoryError:
         source = None
     faults = results.get("stats", {}).get("faults", [])
     end_time = max([x["second"] + 1 for x in results.get("stats", {}).get("throughput", [])] or [0]) * 10**9
@@ -375,7 +379,7 @@ def _settings_html(run: dict) -> str:
 
 
 def _excerpt_html(events: list[dict]) -> str:
-    events = [e for e in events if e["process"] != h.NEMESIS]  # those are in the nemesis table
+    events = [e for e in events if e["process"] != NEMESIS]  # those are in the nemesis table
     if not events:
         return ""
     rows = "".join(f"<tr id='e{int(e['index'])}'><td class='num'>{int(e['index'])}</td>"

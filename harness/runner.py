@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from harness import spec as specs
 from harness import store
-from harness.errors import UserError
+from core.errors import UserError
 
 log = logging.getLogger("harness.run")
 SETTLE_S = 30.0  # most seconds to wait for every partition's ISR after healing
@@ -121,7 +121,7 @@ def _phase(name: str) -> None:
 def _execute(r: Run) -> None:
     from infra.cluster import ProvisionOptions, provision
     from infra.zookeeper import ZooKeeper, ZooKeeperOptions
-    from harness.history import HistoryWriter
+    from core.history.writer import HistoryWriter
     from nemesis.faults import Context
     from nemesis.runner import Nemesis
     from nemesis.schedule import plan
@@ -317,7 +317,7 @@ def _conclude(r: Run) -> int:
     from checkers.check import Options, check_history
     from checkers.cli import write_results
     from checkers.summary import render as summary
-    from harness import history as h
+    from core.history.parquet import jsonl_to_parquet
     from harness.report import render as report
 
     path = r.dir.path / "history.jsonl"
@@ -325,7 +325,7 @@ def _conclude(r: Run) -> int:
     if path.is_file() and path.stat().st_size > 0:
         try:
             _phase("checking the history")
-            h.jsonl_to_parquet(path, r.dir.path / "history.parquet")
+            jsonl_to_parquet(path, r.dir.path / "history.parquet")
             results = check_history(r.dir.path, Options(idempotent=r.spec.idempotent or None))
             write_results(results, r.dir.path)
             report(r.dir.path, results)

@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 from harness import spec as specs
-from harness.errors import UserError
+from core.errors import UserError
 
 
 def configure(parser) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UserError
+from core.errors import UserError
 
 SYSTEMS = ("own", "kafka")
 PROVIDERS = ("local", "ssh", "vagrant")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import orjson
 
-from harness.errors import UserError
+from core.errors import UserError
 
 log = logging.getLogger(__name__)
 

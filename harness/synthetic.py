@@ -30,7 +30,7 @@ from pathlib import Path
 
 import orjson
 
-from harness.errors import UserError
+from core.errors import UserError
 
 PLANTABLE = ("lost", "lost_acked", "dirty_reads", "duplicates", "inconsistent", "aborted", "nonmonotonic_polls",
              "skips", "nonmonotonic_sends", "unseen")
@@ -525,7 +525,7 @@ def configure(parser) -> None:
 
 
 def run(args) -> int:
-    from harness.history import write_parquet
+    from core.history.parquet import write_parquet
 
     plan = Plan(events=args.events, seed=args.seed, partitions=args.partitions, producers=args.producers,
                 consumers=args.consumers, final_reads=args.final_reads,

@@ -96,7 +96,7 @@ def configure(parser) -> None:
 
 
 def run(args) -> int:
-    from harness.errors import UserError
+    from core.errors import UserError
 
     if args.repeats < 1 or args.nodes < 1 or not 0 <= args.zk_nodes <= args.nodes:
         raise UserError("need --repeats >= 1, --nodes >= 1 and 0 <= --zk-nodes <= --nodes")
@@ -115,7 +115,7 @@ def run(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     configure(parser)
-    from harness.errors import UserError
+    from core.errors import UserError
 
     try:
         return run(parser.parse_args(argv))

@@ -48,7 +48,7 @@ def find_cluster_ids() -> set[str]:
 
 def clean(cluster_id: str | None = None, say: Callable[[str], None] | None = None) -> list[str]:
     """Removes cluster `cluster_id`, or every cluster; returns what was removed."""
-    from harness.errors import UserError
+    from core.errors import UserError
 
     if cluster_id is not None and not st.CLUSTER_ID_RE.match(cluster_id):
         raise UserError(f"bad cluster id {cluster_id!r}: use c<number>, e.g. c3")
@@ -84,7 +84,7 @@ def clean(cluster_id: str | None = None, say: Callable[[str], None] | None = Non
 
 
 def _clean_remote_cluster(cid: str, note: Callable[[str], None]) -> None:
-    from harness.errors import UserError
+    from core.errors import UserError
     from infra.cluster import load_cluster
     from infra.ssh import teardown_ssh
 

@@ -36,7 +36,7 @@ def configure(parser) -> None:
 
 
 def run(args) -> int:
-    from harness.errors import UserError
+    from core.errors import UserError
 
     action = getattr(args, "cluster_command", None)
     if action == "up":
@@ -53,7 +53,7 @@ def _raise_interrupt(signum, frame):
 
 
 def _up(args) -> int:
-    from harness.errors import UserError
+    from core.errors import UserError
     from infra.cluster import options_from_args, provision, validate_options
     from infra.zookeeper import ZooKeeper, ZooKeeperOptions
 
@@ -132,7 +132,7 @@ def _status(args) -> int:
     if args.cluster_id:
         ids = [c for c in ids if c == args.cluster_id]
         if not ids:
-            from harness.errors import UserError
+            from core.errors import UserError
 
             raise UserError(f"no cluster {args.cluster_id} on this machine")
     if not ids:

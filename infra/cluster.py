@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, TypeVar
 
-from harness.errors import UserError
+from core.errors import UserError
 from infra import state as st
 from infra.remote import Remote
 

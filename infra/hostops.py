@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import UserError
+from core.errors import UserError
 from infra.state import DAEMON_ENV
 
 

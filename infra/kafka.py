@@ -45,7 +45,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import UserError
+from core.errors import UserError
 from infra import kafka_dist
 from infra import zk_state
 from infra.cluster import Cluster, Node, parallel

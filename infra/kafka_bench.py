@@ -26,7 +26,7 @@ import statistics
 import sys
 import time
 
-from harness.errors import UserError
+from core.errors import UserError
 from workloads.produce_bench import cpu_seconds_of_stat, produce_timed
 
 TOPIC = "bench"

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.etree import ElementTree
 
-from harness.errors import UserError
+from core.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ import logging
 import os
 from pathlib import Path
 
-from harness.errors import UserError
+from core.errors import UserError
 from infra import hostops
 from infra import state as st
 from infra.cluster import Cluster, Node, ProvisionOptions, local_node_address, node_to_dict, parallel, parse_subnet

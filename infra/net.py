@@ -22,7 +22,7 @@ from __future__ import annotations
 import shlex
 import socket
 
-from harness.errors import UserError
+from core.errors import UserError
 from infra.cluster import Cluster, Node, parallel
 from infra.state import NODE_RULE_TAG
 

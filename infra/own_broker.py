@@ -20,7 +20,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from harness.errors import UserError
+from core.errors import UserError
 from infra import zk_state
 from infra.cluster import Cluster, Node, parallel
 from infra.remote import RemoteError

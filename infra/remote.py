@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from harness.errors import UserError
+from core.errors import UserError
 from infra.state import DAEMON_ENV
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.errors import UserError
+from core.errors import UserError
 from infra import state as st
 from infra.cluster import Cluster, Node, ProvisionOptions, node_to_dict, parallel
 from infra.remote import Remote, RemoteError

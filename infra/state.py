@@ -149,7 +149,7 @@ def reserve_cluster_id(slot_is_free, wanted: str | None = None) -> str:
             write_state(cid, {"cluster_id": cid, "phase": "reserved", "owner_pid": os.getpid(),
                               "created": time.time()})
             return cid
-    from harness.errors import UserError
+    from core.errors import UserError
 
     if wanted is not None:
         raise UserError(f"cluster {wanted} already exists on this machine "

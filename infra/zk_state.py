@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 
-from harness.errors import UserError
+from core.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ import socket
 import time
 from dataclasses import asdict, dataclass
 
-from harness.errors import UserError
+from core.errors import UserError
 from infra import state as st
 from infra.cluster import Cluster, Node, parallel
 from infra.remote import RemoteError, last_line

@@ -25,7 +25,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from harness.errors import UserError
+from core.errors import UserError
 from infra import net
 from infra.cluster import Cluster, parallel
 from nemesis.disk import DISK_FAULTS, heal_disks

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from harness.history import NEMESIS
+from core.history.format import NEMESIS
 from nemesis.faults import FAULTS, Context, heal_everything
 from nemesis.schedule import Step
 

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from harness.errors import UserError
+from core.errors import UserError
 
 CONSUMER_MODES = ("assign", "subscribe")
 ACKS = ("0", "1", "all")

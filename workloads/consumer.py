@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
-from harness.history import FINAL_READS
+from core.history.format import FINAL_READS
 from workloads.errors import CRASH, EOF, FAIL, INFO, classify_commit, consumer_error_action
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from harness.errors import UserError
+from core.errors import UserError
 from workloads.common import ProcessIds, Recorder, Stats
 from workloads.config import WorkloadConfig
 from workloads.consumer import FinalReadReport, Reader, ConsumerSlot, final_reads

@@ -12,7 +12,7 @@ import logging
 import time
 from typing import Any
 
-from harness.errors import UserError
+from core.errors import UserError
 from workloads.config import WorkloadConfig
 from workloads.errors import error_name
 

@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.errors import UserError
+from core.errors import UserError
 
 log = logging.getLogger(__name__)
 

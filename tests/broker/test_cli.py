@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from broker.cli import config_from_args
-from harness.errors import UserError
+from broker.config import ConfigError
 
 BASE = ["--id", "2", "--listen", "127.0.0.1:29001", "--zookeeper", "127.0.0.1:21811/own", "--data-dir", "/tmp/x"]
 
@@ -51,7 +51,7 @@ def test_bad_input_is_a_user_error(extra, message):
         args[i + 1] = extra[1]
     else:
         args += extra
-    with pytest.raises(UserError, match=message):
+    with pytest.raises(ConfigError, match=message):
         config_from_args(args)
 
 

@@ -61,7 +61,7 @@ class Hist:
 
     def write(self, directory: Path, run: dict | None = None, parquet: bool = False) -> Path:
         if parquet:
-            from harness.history import write_parquet
+            from core.history.parquet import write_parquet
 
             path = directory / "history.parquet"
             write_parquet(self.events, path)

@@ -124,7 +124,7 @@ def test_parquet_without_a_required_column(tmp_path, capsys):
 
 
 def test_parquet_with_a_gap_in_indexes(tmp_path, capsys):
-    from harness.history import write_parquet
+    from core.history.parquet import write_parquet
 
     write_parquet(changed(2, index=5), tmp_path / "h.parquet")
     status, _, err = run_check(capsys, tmp_path / "h.parquet")
@@ -151,7 +151,7 @@ def test_bad_options(tmp_path, capsys, argv, words):
 
 @pytest.mark.spark
 def test_parquet_completion_without_invocation_is_caught_by_spark(spark, tmp_path, capsys):
-    from harness.history import write_parquet
+    from core.history.parquet import write_parquet
 
     events = [dict(e) for e in GOOD[:2]] + [{**GOOD[3], "index": 2}]
     write_parquet(events, tmp_path / "h.parquet")
@@ -225,7 +225,7 @@ def _bad_history(name: str) -> tuple[list[dict], str, int]:
 @pytest.mark.parametrize("name", sorted(BOTH_FORMATS) + sorted(EXTRA_EVENTS))
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_both_formats_refuse_the_same_events(tmp_path, capsys, name, fmt):
-    from harness.history import write_parquet
+    from core.history.parquet import write_parquet
 
     events, word, bad_index = _bad_history(name)
     path = tmp_path / f"history.{fmt}"
@@ -240,12 +240,13 @@ def test_both_formats_refuse_the_same_events(tmp_path, capsys, name, fmt):
 
 
 def test_both_formats_accept_the_largest_positions_and_any_integer_value(tmp_path):
-    from harness import history as h
+    from core.history.jsonl import read_jsonl
+    from core.history.parquet import validate_parquet, write_parquet
 
     events = changed(1, partition=(1 << 23) - 1, offset=(1 << 40) - 1, value=-5)
     events[0]["value"] = -5
     events[3]["records"] = [{"partition": (1 << 23) - 1, "offset": (1 << 40) - 1, "key": None, "value": -5}]
     (tmp_path / "history.jsonl").write_text(lines(events))
-    assert len(h.read_jsonl(tmp_path / "history.jsonl")) == 4
-    h.write_parquet(events, tmp_path / "history.parquet")
-    assert h.validate_parquet([tmp_path / "history.parquet"]) == 4
+    assert len(read_jsonl(tmp_path / "history.jsonl")) == 4
+    write_parquet(events, tmp_path / "history.parquet")
+    assert validate_parquet([tmp_path / "history.parquet"]) == 4

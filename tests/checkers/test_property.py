@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from checkers.check import Options, check_history
-from harness.history import write_parquet
+from core.history.parquet import write_parquet
 from harness.synthetic import ANOMALY_OF, PLANTABLE, Plan, generate
 from tests.checkers.reference import reference_counts
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.errors import UserError
+from core.errors import UserError
 from infra import faultfs
 from nemesis import disk
 from nemesis.faults import Context

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.cli import main
-from harness.errors import UserError
+from core.errors import UserError
 from harness.report import FAULT_ENDS
 from harness.spec import build
 from nemesis.disk import DISK_FAULTS

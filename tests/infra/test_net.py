@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from harness.errors import UserError
+from core.errors import UserError
 from infra import net
 from infra.cluster import parallel
 

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from harness.errors import UserError
+from core.errors import UserError
 from infra import state as st
 from infra.cluster import Cluster, Node, ProvisionOptions, parse_subnet, validate_options
 from infra.net import grudge_from_components, isolate

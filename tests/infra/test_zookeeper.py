@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import UserError
+from core.errors import UserError
 from infra.system import System, collect_logs
 from infra.zookeeper import ZooKeeper, ZooKeeperOptions
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import UserError
+from core.errors import UserError
 from infra import kafka
 from infra.cluster import ProvisionOptions, provision
 from infra.kafka import KafkaOptions, KafkaSystem

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.errors import UserError
+from core.errors import UserError
 from harness.spec import build
 from infra import kafka
 from infra.kafka import KafkaOptions, KafkaSystem, check_version

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.calibrate import RunRecord, seeds_for, table
-from harness.errors import UserError
+from core.errors import UserError
 from tests.support import harness
 
 

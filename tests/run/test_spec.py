@@ -6,7 +6,7 @@ import pytest
 
 from harness.cli import main
 from harness.spec import TestSpec, build, load_file
-from harness.errors import UserError
+from core.errors import UserError
 
 
 def test_defaults_are_a_meaningful_run():

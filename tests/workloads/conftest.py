@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.history import HistoryWriter
+from core.history.writer import HistoryWriter
 
 from tests.workloads.kafka_cluster import LocalKafka
 

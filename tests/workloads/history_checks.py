@@ -1,4 +1,4 @@
-"""Cross-event checks of a workload's history, on top of harness.history's per-event validation.
+"""Cross-event checks of a workload's history, on top of core.history's per-event validation.
 
 `check_history` reads a JSONL history with `read_jsonl` (the contract's
 per-line rules), then checks what spans events: send values are unique, each
@@ -13,7 +13,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.history import read_jsonl
+from core.history.jsonl import read_jsonl
 
 
 @dataclass

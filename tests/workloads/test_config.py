@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.errors import UserError
+from core.errors import UserError
 from workloads.config import WorkloadConfig
 from workloads.runner import Workload, check_bootstrap
 
@@ -71,7 +71,7 @@ def test_single_attempt_follows_retries_and_idempotence():
 
 
 def test_settings_copied_and_run_info_without_bootstrap(tmp_path):
-    from harness.history import HistoryWriter
+    from core.history.writer import HistoryWriter
 
     settings = {"linger.ms": 1}
     cfg = WorkloadConfig(producer_settings=settings)

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from harness.history import HistoryWriter
+from core.history.writer import HistoryWriter
 from workloads.config import WorkloadConfig
 from workloads.errors import INDETERMINATE_NOTES, REJECTED_BEFORE_APPEND, error_name
 from workloads.runner import Workload

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import UserError
+from core.errors import UserError
 from infra import kafka_dist as kd
 
 REPO = Path(__file__).resolve().parents[2]

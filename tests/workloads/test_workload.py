@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from harness.errors import UserError
+from core.errors import UserError
 from workloads.config import WorkloadConfig
 from workloads.runner import Workload
 from workloads.topic import create_topic

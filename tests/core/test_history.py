@@ -9,13 +9,16 @@ import time
 
 import pytest
 
-from harness import history as h
-from harness.errors import HistoryError
+from core.history.files import iter_source_jsonl, load_run_json, resolve
+from core.history.jsonl import ReadReport, read_jsonl
+from core.history.parquet import jsonl_to_parquet, read_parquet_events, validate_parquet, write_parquet
+from core.history.writer import HistoryWriter
+from core.errors import HistoryError
 
 
 def test_many_threads_write_one_ordered_history(tmp_path):
     path = tmp_path / "history.jsonl"
-    writer = h.HistoryWriter(path)
+    writer = HistoryWriter(path)
     threads, per_thread = 8, 2000
 
     def client(process):
@@ -29,14 +32,14 @@ def test_many_threads_write_one_ordered_history(tmp_path):
     for t in workers:
         t.join()
     writer.close()
-    events = h.read_jsonl(path)  # validates index order, time order and pairing
+    events = read_jsonl(path)  # validates index order, time order and pairing
     assert len(events) == 2 * threads * per_thread
     assert [e["index"] for e in events] == list(range(len(events)))
 
 
 def test_events_reach_the_file_without_close(tmp_path):
     path = tmp_path / "history.jsonl"
-    writer = h.HistoryWriter(path)
+    writer = HistoryWriter(path)
     try:
         writer.record(0, "invoke", "poll")
         deadline = time.monotonic() + 5
@@ -48,18 +51,18 @@ def test_events_reach_the_file_without_close(tmp_path):
 
 
 def test_a_closed_writer_refuses_events_and_keeps_what_it_had(tmp_path):
-    writer = h.HistoryWriter(tmp_path / "history.jsonl")
+    writer = HistoryWriter(tmp_path / "history.jsonl")
     writer.record("nemesis", "invoke", "kill", value={"nodes": ["n1"]})
     writer.close()
     writer.close()  # idempotent
     with pytest.raises(RuntimeError):
         writer.record(0, "invoke", "poll")
-    assert h.read_jsonl(tmp_path / "history.jsonl")[0]["value"] == {"nodes": ["n1"]}
+    assert read_jsonl(tmp_path / "history.jsonl")[0]["value"] == {"nodes": ["n1"]}
 
 
 def test_listeners_see_every_event(tmp_path):
     seen = []
-    with h.HistoryWriter(tmp_path / "history.jsonl") as writer:
+    with HistoryWriter(tmp_path / "history.jsonl") as writer:
         writer.subscribe(seen.append)
         writer.record(0, "invoke", "poll")
         writer.record(0, "ok", "poll", records=[])
@@ -87,16 +90,16 @@ def _sample() -> list[dict]:
 def test_jsonl_to_parquet_and_back_keeps_every_field(tmp_path):
     src = tmp_path / "history.jsonl"
     src.write_text("".join(json.dumps(e) + "\n" for e in _sample()))
-    assert h.jsonl_to_parquet(src, tmp_path / "history.parquet") == len(_sample())
-    assert h.validate_parquet([tmp_path / "history.parquet"]) == len(_sample())
-    assert h.read_parquet_events(tmp_path / "history.parquet") == _sample()
+    assert jsonl_to_parquet(src, tmp_path / "history.parquet") == len(_sample())
+    assert validate_parquet([tmp_path / "history.parquet"]) == len(_sample())
+    assert read_parquet_events(tmp_path / "history.parquet") == _sample()
 
 
 def test_a_cut_last_line_is_dropped_with_a_warning(tmp_path):
     path = tmp_path / "history.jsonl"
     path.write_text("".join(json.dumps(e) + "\n" for e in _sample()) + '{"index": 9, "ti')
-    report = h.ReadReport()
-    assert len(h.read_jsonl(path, report)) == len(_sample())
+    report = ReadReport()
+    assert len(read_jsonl(path, report)) == len(_sample())
     assert report.warnings == ["history.jsonl line 10: last line is cut short; ignored"]
 
 
@@ -104,39 +107,39 @@ def test_only_the_last_part_may_be_cut(tmp_path):
     events = _sample()
     (tmp_path / "part-0.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events[:4]) + '{"ind')
     (tmp_path / "part-1.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events[4:]))
-    source = h.resolve(tmp_path)
+    source = resolve(tmp_path)
     with pytest.raises(HistoryError, match="part-0.jsonl: a part other than the last"):
-        list(h.iter_source_jsonl(source, h.ReadReport()))
+        list(iter_source_jsonl(source, ReadReport()))
 
 
 def test_parts_continue_each_others_indexes(tmp_path):
     events = _sample()
     (tmp_path / "part-0.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events[:4]))
     (tmp_path / "part-1.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events[4:]))
-    assert list(h.iter_source_jsonl(h.resolve(tmp_path), h.ReadReport())) == events
-    h.write_parquet(events[:4], tmp_path / "a.parquet")
-    h.write_parquet(events[4:], tmp_path / "b.parquet")
+    assert list(iter_source_jsonl(resolve(tmp_path), ReadReport())) == events
+    write_parquet(events[:4], tmp_path / "a.parquet")
+    write_parquet(events[4:], tmp_path / "b.parquet")
     parquet_dir = tmp_path / "pq"
     parquet_dir.mkdir()
     for name in ("a.parquet", "b.parquet"):
         (tmp_path / name).rename(parquet_dir / name)
-    assert h.validate_parquet(h.resolve(parquet_dir).files) == len(events)
+    assert validate_parquet(resolve(parquet_dir).files) == len(events)
 
 
 def test_a_parquet_part_that_does_not_continue_is_an_error(tmp_path):
     events = _sample()
-    h.write_parquet(events[:4], tmp_path / "a.parquet")
-    h.write_parquet(events[:4], tmp_path / "b.parquet")  # starts again at 0
+    write_parquet(events[:4], tmp_path / "a.parquet")
+    write_parquet(events[:4], tmp_path / "b.parquet")  # starts again at 0
     with pytest.raises(HistoryError, match="b.parquet row 4: 'index' is 0, expected 4"):
-        h.validate_parquet(h.resolve(tmp_path).files)
+        validate_parquet(resolve(tmp_path).files)
 
 
 def test_resolve_a_run_directory(tmp_path):
     (tmp_path / "history.jsonl").write_text(json.dumps(_sample()[0]) + "\n")
     (tmp_path / "run.json").write_text('{"producer": {"enable.idempotence": true}}')
-    source = h.resolve(tmp_path)
+    source = resolve(tmp_path)
     assert (source.format, source.files, source.run_json) == ("jsonl", [tmp_path / "history.jsonl"],
                                                                tmp_path / "run.json")
-    h.write_parquet(_sample(), tmp_path / "history.parquet")
-    assert h.resolve(tmp_path).format == "parquet"  # Parquet preferred when both are there
-    assert h.load_run_json(source.run_json) == {"producer": {"enable.idempotence": True}}
+    write_parquet(_sample(), tmp_path / "history.parquet")
+    assert resolve(tmp_path).format == "parquet"  # Parquet preferred when both are there
+    assert load_run_json(source.run_json) == {"producer": {"enable.idempotence": True}}

@@ -1,0 +1,2 @@
+"""The ground floor: the history contract and the shared errors. Imports
+nothing else of the project; everything else may import it."""

@@ -1,0 +1,191 @@
+"""The history contract of docs/history.md, in code: its vocabulary and the
+checks of single events and of what spans events (`OrderCheck`), which the
+JSONL reader and the Parquet validator share.
+
+Checks that need joins over the whole history (every completion has its
+invocation, values are unique) are the checker's, in Spark.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from core.errors import HistoryError
+
+
+TYPES = ("invoke", "ok", "fail", "info")
+COMPLETIONS = ("ok", "fail", "info")
+CLIENT_FS = ("send", "poll", "assign", "seek", "commit", "crash", "final-reads")
+FINAL_READS = "final-reads"
+NEMESIS = "nemesis"
+# Parquet stores `process` as int64; the nemesis is this id there.
+NEMESIS_PROCESS_ID = -1
+BASE_FIELDS = ("index", "time", "process", "type", "f")
+# Fields with a column of their own in Parquet; every other field goes to `extra`.
+COLUMN_FIELDS = ("key", "value", "partition", "offset", "error", "records", "partitions", "offsets", "ends")
+# Positions are packed into one long by the checker (partition << 40 | offset):
+# both formats reject what would not fit, so no two positions collide.
+MAX_PARTITION = (1 << 23) - 1
+MAX_OFFSET = (1 << 40) - 1
+
+
+
+# --------------------------------------------------------------------------
+# Validation of single events
+
+
+def _is_int(x: Any) -> bool:
+    return type(x) is int
+
+
+def _check_int(event: dict, name: str, where: str, nullable: bool = False) -> None:
+    if name not in event:
+        raise HistoryError(f"{where}: missing field '{name}'")
+    x = event[name]
+    if x is None and nullable:
+        return
+    if not _is_int(x):
+        raise HistoryError(f"{where}: field '{name}' must be an integer, not {_show(x)}")
+
+
+def _show(x: Any) -> str:
+    text = orjson.dumps(x).decode() if not isinstance(x, bytes) else repr(x)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_event(event: Any, where: str) -> None:
+    """Raise HistoryError if one event breaks HISTORY.md on its own.
+
+    `where` names the event in the message (e.g. "line 12").
+    """
+    if not isinstance(event, dict):
+        raise HistoryError(f"{where}: expected a JSON object, got {_show(event)}")
+    for name in ("index", "time"):
+        _check_int(event, name, where)
+    if event["time"] < 0:
+        raise HistoryError(f"{where}: 'time' must not be negative")
+    if "process" not in event:
+        raise HistoryError(f"{where}: missing field 'process'")
+    process = event["process"]
+    if not (_is_int(process) and process >= 0) and process != NEMESIS:
+        raise HistoryError(f"{where}: 'process' must be a non-negative integer or \"nemesis\", not {_show(process)}")
+    type_ = event.get("type")
+    if type_ not in TYPES:
+        raise HistoryError(f"{where}: 'type' must be one of invoke, ok, fail, info; got {_show(type_)}")
+    f = event.get("f")
+    if not isinstance(f, str) or not f:
+        raise HistoryError(f"{where}: 'f' must be a non-empty string, got {_show(f)}")
+    if type_ != "invoke" and type_ != "ok" and "error" in event and not isinstance(event["error"], (str, type(None))):
+        raise HistoryError(f"{where}: 'error' must be a string")
+    if process == NEMESIS:
+        return  # a nemesis event's value is free-form
+    if f not in CLIENT_FS:
+        raise HistoryError(f"{where}: unknown client operation f={_show(f)} (expected one of {', '.join(CLIENT_FS)})")
+    if f == "send":
+        _check_int(event, "value", where)
+        if type_ == "invoke" and "key" in event:
+            _check_int(event, "key", where, nullable=True)
+        if type_ == "ok":
+            _check_position(event, where)
+    elif f == "poll" and type_ == "ok":
+        _check_objects(event, "records", where, _check_record)
+    elif (f == "assign" and type_ in ("invoke", "ok")) or (f == FINAL_READS and type_ == "invoke"):
+        parts = event.get("partitions")
+        if not isinstance(parts, list) or not all(_is_int(p) for p in parts):
+            raise HistoryError(f"{where}: 'partitions' must be a list of integers")
+    elif f == FINAL_READS and type_ == "ok":
+        _check_objects(event, "ends", where, _check_position)
+    elif f == "seek" and type_ in ("invoke", "ok"):
+        _check_position(event, where)
+    elif f == "commit" and type_ in ("invoke", "ok"):
+        _check_objects(event, "offsets", where, _check_position)
+
+
+def _check_position(x: dict, where: str) -> None:
+    """`partition` and `offset`: integers, not negative (the checker packs them into one long)."""
+    for name in ("partition", "offset"):
+        _check_int(x, name, where)
+        if x[name] < 0 or x[name] > (MAX_OFFSET if name == "offset" else MAX_PARTITION):
+            raise HistoryError(f"{where}: '{name}' {x[name]} is out of range")
+
+
+def _check_record(r: dict, where: str) -> None:
+    _check_position(r, where)
+    _check_int(r, "value", where)
+    if "key" in r:
+        _check_int(r, "key", where, nullable=True)
+
+
+def _check_objects(event: dict, name: str, where: str, check_one) -> None:
+    """`event[name]` is a list of objects, each passing `check_one(obj, where)`."""
+    items = event.get(name)
+    if not isinstance(items, list):
+        raise HistoryError(f"{where}: '{name}' must be a list")
+    for i, item in enumerate(items):
+        at = f"{where}: {name}[{i}]"
+        if not isinstance(item, dict):
+            raise HistoryError(f"{at} must be an object")
+        check_one(item, at)
+
+
+class OrderCheck:
+    """Checks what spans events, fed one event at a time in file order:
+    index i on the i-th event, time non-decreasing, and with `pairs` on,
+    each completion answering an outstanding invocation of its process (by
+    value for sends, by order for the rest) and send values unique.
+
+    Pairing keeps every send value in memory, so the Parquet path leaves it
+    to the checker's Spark pass instead.
+    """
+
+    def __init__(self, pairs: bool = True) -> None:
+        self.next_index = 0
+        self.last_time = 0
+        self.pairs = pairs
+        self._sent: dict[int, object] = {}  # value -> process while outstanding, None once complete
+        self._open: dict[tuple, int] = {}  # (process, f) -> outstanding invocations
+
+    def event(self, event: dict, where: str) -> None:
+        if event["index"] != self.next_index:
+            raise HistoryError(f"{where}: 'index' is {event['index']}, expected {self.next_index} (indexes count 0, 1, 2, ... in file order)")
+        if event["time"] < self.last_time:
+            raise HistoryError(f"{where}: 'time' {event['time']} is before the previous event's {self.last_time}")
+        self.next_index += 1
+        self.last_time = event["time"]
+        if self.pairs:
+            self._pair(event, where)
+
+    def _pair(self, e: dict, where: str) -> None:
+        process, f = e["process"], e["f"]
+        if f == "send" and process != NEMESIS:
+            value = e["value"]
+            if e["type"] == "invoke":
+                if value in self._sent:
+                    raise HistoryError(f"{where}: value {value} sent twice (values must be unique across the history)")
+                self._sent[value] = process
+                return
+            owner = self._sent.get(value, ...)
+            if owner is ...:
+                raise HistoryError(f"{where}: a send completion for value {value}, which was never invoked")
+            if owner is None:
+                raise HistoryError(f"{where}: a second completion of the send of value {value}")
+            if owner != process:
+                raise HistoryError(f"{where}: value {value} was sent by process {owner} but completed by {process}")
+            self._sent[value] = None
+            return
+        key = (process, f)
+        if e["type"] == "invoke":
+            self._open[key] = self._open.get(key, 0) + 1
+        elif self._open.get(key, 0) == 0:
+            raise HistoryError(f"{where}: a completion of '{f}' without an invocation by process {process} before it")
+        else:
+            self._open[key] -= 1
+
+
+
+def first_line(e: Exception) -> str:
+    s = str(e).strip()
+    return s.splitlines()[0] if s else type(e).__name__
+

@@ -1,0 +1,270 @@
+"""The columnar form of a history: `write_parquet` / `jsonl_to_parquet`
+store the same rows as JSONL (`arrow_schema`), and `validate_parquet` checks
+Parquet parts in streaming batches against the same rules as JSONL, so
+histories larger than memory can be checked.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable
+
+import orjson
+
+from core.errors import HistoryError
+from core.history.format import (BASE_FIELDS, CLIENT_FS, COLUMN_FIELDS, FINAL_READS, MAX_OFFSET, MAX_PARTITION,
+                                  NEMESIS, NEMESIS_PROCESS_ID, TYPES, OrderCheck, first_line)
+from core.history.jsonl import ReadReport, iter_jsonl
+
+# --------------------------------------------------------------------------
+# Columnar form
+
+
+def arrow_schema():
+    import pyarrow as pa
+
+    pos = [("partition", pa.int64()), ("offset", pa.int64())]
+    return pa.schema([
+        ("index", pa.int64()), ("time", pa.int64()), ("process", pa.int64()),
+        ("type", pa.string()), ("f", pa.string()),
+        ("key", pa.int64()), ("value", pa.int64()),
+        ("partition", pa.int64()), ("offset", pa.int64()), ("error", pa.string()),
+        ("records", pa.list_(pa.struct(pos + [("key", pa.int64()), ("value", pa.int64())]))),
+        ("partitions", pa.list_(pa.int64())),
+        ("offsets", pa.list_(pa.struct(pos))),
+        ("ends", pa.list_(pa.struct(pos))),  # final-reads completions
+        # Every other field of the event as a JSON object (a nemesis op's value, probes).
+        ("extra", pa.string()),
+    ])
+
+
+def _to_columns(events: Iterable[dict]) -> dict[str, list]:
+    cols: dict[str, list] = {name: [] for name in BASE_FIELDS + COLUMN_FIELDS + ("extra",)}
+    for e in events:
+        process = e["process"]
+        cols["index"].append(e["index"])
+        cols["time"].append(e["time"])
+        cols["type"].append(e["type"])
+        cols["f"].append(e["f"])
+        extra = {k: v for k, v in e.items() if k not in BASE_FIELDS and k not in COLUMN_FIELDS}
+        if process == NEMESIS:
+            cols["process"].append(NEMESIS_PROCESS_ID)
+            for name in COLUMN_FIELDS:
+                cols[name].append(None)
+            # A nemesis event's fields are free-form: keep them all as JSON.
+            extra = {k: v for k, v in e.items() if k not in BASE_FIELDS}
+        else:
+            cols["process"].append(process)
+            for name in COLUMN_FIELDS:
+                cols[name].append(e.get(name))
+        cols["extra"].append(orjson.dumps(extra).decode() if extra else None)
+    return cols
+
+
+def events_to_table(events: Iterable[dict]):
+    import pyarrow as pa
+
+    return pa.Table.from_pydict(_to_columns(events), schema=arrow_schema())
+
+
+def write_parquet(events: Iterable[dict], dest: str | os.PathLike, batch_rows: int = 250_000) -> int:
+    """Write events to one Parquet file in row groups of `batch_rows`; return the count."""
+    import pyarrow.parquet as pq
+
+    schema = arrow_schema()
+    dest = Path(dest)
+    tmp = dest.with_name(dest.name + ".tmp")
+    n = 0
+    with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+        batch: list[dict] = []
+        for e in events:
+            batch.append(e)
+            if len(batch) >= batch_rows:
+                writer.write_table(events_to_table(batch))
+                n += len(batch)
+                batch = []
+        if batch or n == 0:
+            writer.write_table(events_to_table(batch))
+            n += len(batch)
+    os.replace(tmp, dest)
+    return n
+
+
+def jsonl_to_parquet(src: str | os.PathLike, dest: str | os.PathLike, report: ReadReport | None = None) -> int:
+    """Validate a JSONL history and write it as Parquet; return the event count."""
+    return write_parquet(iter_jsonl(src, report), dest)
+
+
+def table_to_events(table) -> list[dict]:
+    """Rows of an Arrow table in ARROW_SCHEMA back to HISTORY.md events."""
+    events = []
+    for row in table.to_pylist():
+        extra = orjson.loads(row["extra"]) if row.get("extra") else {}
+        if row["process"] == NEMESIS_PROCESS_ID:
+            e = {k: row[k] for k in BASE_FIELDS}
+            e["process"] = NEMESIS
+        else:
+            e = {k: row[k] for k in BASE_FIELDS}
+            for name in COLUMN_FIELDS:
+                if row.get(name) is not None:
+                    e[name] = row[name]
+        e.update(extra)
+        events.append(e)
+    return events
+
+
+def read_parquet_events(path: str | os.PathLike) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    return table_to_events(pq.read_table(path))
+
+
+# --------------------------------------------------------------------------
+# Validating Parquet in batches
+
+
+REQUIRED_PARQUET = {"index": "int", "time": "int", "process": "int", "type": "string", "f": "string"}
+
+
+def parquet_files(path: Path) -> list[Path]:
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*.parquet") if p.is_file())
+        return files
+    return [path]
+
+
+def validate_parquet(files: list[Path]) -> int:
+    """Check Parquet parts against HISTORY.md in streaming batches; return the event count.
+
+    Parts are read in name order and must continue each other's indexes.
+    Per-row checks are vectorised; a bad row is reported by its index.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    order = OrderCheck(pairs=False)
+    for file in files:
+        try:
+            pf = pq.ParquetFile(file)
+        except (OSError, pa.ArrowException) as e:
+            raise HistoryError(f"{file}: not a readable Parquet file ({first_line(e)})") from None
+        schema = pf.schema_arrow
+        for name, kind in REQUIRED_PARQUET.items():
+            if name not in schema.names:
+                raise HistoryError(f"{file.name}: missing column '{name}'")
+            t = schema.field(name).type
+            ok = pa.types.is_integer(t) if kind == "int" else (pa.types.is_string(t) or pa.types.is_large_string(t)
+                                                                 or pa.types.is_dictionary(t))
+            if not ok:
+                raise HistoryError(f"{file.name}: column '{name}' must be {kind}, not {t}")
+        needed = [c for c in ("index", "time", "process", "type", "f", "value", "partition", "offset", "records",
+                              "partitions", "offsets", "ends")
+                  if c in schema.names]
+        try:
+            batches = pf.iter_batches(batch_size=1 << 20, columns=needed)
+            for batch in batches:
+                _check_parquet_batch(file, batch, order, pa, pc)
+        except (OSError, pa.ArrowException) as e:
+            raise HistoryError(f"{file}: cannot read ({first_line(e)})") from None
+    if order.next_index == 0:
+        raise HistoryError(f"{files[0] if files else 'history'}: the history is empty")
+    return order.next_index
+
+
+
+
+def _check_parquet_batch(file: Path, batch, order: OrderCheck, pa, pc) -> None:
+    """One batch of Parquet rows against the same rules `check_event` applies to JSONL."""
+    n = batch.num_rows
+    if n == 0:
+        return
+    cols = {name: batch.column(name) for name in batch.schema.names}
+    index = cols["index"].cast(pa.int64())
+    time_ = cols["time"].cast(pa.int64())
+    first = order.next_index
+
+    def bad(mask, message: str, rows=None):
+        """Raise for the first row where `mask` holds (null counts as bad);
+        `rows` maps the mask's items to batch rows (for flattened lists)."""
+        mask = pc.fill_null(mask, True)
+        if pc.any(mask).as_py():
+            i = pc.index(mask, True).as_py()
+            row = i if rows is None else rows[i].as_py()
+            raise HistoryError(f"{file.name} index {first + row}: {message}")
+
+    for name in ("index", "time", "process", "type", "f"):
+        bad(pc.is_null(cols[name]), f"'{name}' is missing")
+    expected = pa.array(range(first, first + n), pa.int64())
+    if not pc.all(pc.equal(index, expected)).as_py():
+        i = pc.index(pc.not_equal(index, expected), True).as_py()
+        raise HistoryError(f"{file.name} row {first + i}: 'index' is {index[i].as_py()}, expected {first + i}")
+    bad(pc.less(time_, 0), "'time' must not be negative")
+    prev = pa.concat_arrays([pa.array([order.last_time], pa.int64()), time_.slice(0, n - 1)])
+    bad(pc.less(time_, prev), "'time' is before the previous event's")
+    type_ = cols["type"].cast(pa.string())
+    bad(pc.invert(pc.is_in(type_, pa.array(TYPES))), "'type' must be one of invoke, ok, fail, info")
+    f = cols["f"].cast(pa.string())
+    process = cols["process"].cast(pa.int64())
+    client = pc.greater_equal(process, 0)
+    bad(pc.and_(pc.not_equal(process, NEMESIS_PROCESS_ID), pc.less(process, 0)),
+        f"'process' must be non-negative (or {NEMESIS_PROCESS_ID}, the nemesis)")
+    bad(pc.and_(client, pc.invert(pc.is_in(f, pa.array(CLIENT_FS)))), "unknown client operation 'f'")
+
+    def rows_of(name: str, types: tuple[str, ...]):
+        """Client rows of operation `name` whose type is one of `types`."""
+        return pc.and_(pc.and_(client, pc.equal(f, name)), pc.is_in(type_, pa.array(types)))
+
+    def present(mask, name: str, what: str) -> bool:
+        """Where `mask` holds, column `name` must be there and not null."""
+        if name not in cols:
+            bad(mask, what)
+            return False
+        bad(pc.and_(mask, pc.is_null(cols[name])), what)
+        return True
+
+    def in_range(mask, column, name: str, top: int | None, rows=None) -> None:
+        """Where `mask` holds, `column` (an integer named `name`) is present, >= 0 and <= top."""
+        bad(pc.and_(mask, pc.is_null(column)), f"'{name}' is missing", rows)
+        bad(pc.and_(mask, pc.fill_null(pc.less(column, 0), False)), f"'{name}' must not be negative", rows)
+        if top is not None:
+            bad(pc.and_(mask, pc.fill_null(pc.greater(column, top), False)), f"'{name}' is out of range", rows)
+
+    def positions(mask, name: str) -> None:
+        """Where `mask` holds, list column `name` holds positions in range (and `value`s for records)."""
+        if not present(mask, name, f"'{name}' must be a list"):
+            return
+        items = cols[name]
+        flat = pc.list_flatten(items)
+        if not len(flat):
+            return
+        rows = pc.list_parent_indices(items)
+        in_rows = pc.take(mask, rows)
+        fields = [flat.type.field(i).name for i in range(flat.type.num_fields)]
+        wanted = ("partition", "offset", "value") if name == "records" else ("partition", "offset")
+        for field in wanted:
+            if field not in fields:
+                raise HistoryError(f"{file.name}: {name} lack '{field}'")
+            top = {"partition": MAX_PARTITION, "offset": MAX_OFFSET}.get(field)
+            column = pc.struct_field(flat, field)
+            if top is None:
+                bad(pc.and_(in_rows, pc.is_null(column)), f"a record lacks '{field}'", rows)
+            else:
+                in_range(in_rows, column, field, top, rows)
+
+    is_send = pc.and_(client, pc.equal(f, "send"))
+    present(is_send, "value", "a send needs 'value'")
+    for mask in (rows_of("send", ("ok",)), rows_of("seek", ("invoke", "ok"))):
+        for name, top in (("partition", MAX_PARTITION), ("offset", MAX_OFFSET)):
+            if present(mask, name, f"'{name}' is missing"):
+                in_range(mask, cols[name], name, top)
+    positions(rows_of("poll", ("ok",)), "records")
+    positions(rows_of("commit", ("invoke", "ok")), "offsets")
+    positions(rows_of(FINAL_READS, ("ok",)), "ends")
+    for mask in (rows_of("assign", ("invoke", "ok")), rows_of(FINAL_READS, ("invoke",))):
+        present(mask, "partitions", "'partitions' must be a list of integers")
+    order.next_index = first + n
+    order.last_time = time_[n - 1].as_py()
+
+
