@@ -34,10 +34,10 @@ sys.path.insert(0, str(REPO))
 
 from core.history.writer import HistoryWriter  # noqa: E402
 from workloads.config import WorkloadConfig  # noqa: E402
-from workloads.runner import Workload  # noqa: E402
+from workloads.workload import Workload  # noqa: E402
 from workloads.topic import create_topic  # noqa: E402
 
-from tests.workloads.kafka_cluster import LocalKafka  # noqa: E402
+from infra.loopback_kafka import LoopbackKafka  # noqa: E402
 
 
 class NullHistory:
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     results: dict = {"host": {"cpus": os.cpu_count()}, "params": vars(args)}
-    with tempfile.TemporaryDirectory(prefix="wl-bench-") as tmp, LocalKafka(Path(tmp) / "kafka") as kafka:
+    with tempfile.TemporaryDirectory(prefix="wl-bench-") as tmp, LoopbackKafka(Path(tmp) / "kafka") as kafka:
         base = dict(partitions=args.partitions, replication_factor=2, producers=args.producers, consumers=0,
                     rate=0, acks="all")
         topic = WorkloadConfig(topic="bench", **base)

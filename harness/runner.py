@@ -126,7 +126,7 @@ def _execute(r: Run) -> None:
     from nemesis.runner import Nemesis
     from nemesis.schedule import plan
     from workloads.config import WorkloadConfig
-    from workloads.runner import Workload
+    from workloads.workload import Workload
     from workloads.topic import create_topic, wait_settled
 
     s = r.spec
