@@ -315,7 +315,7 @@ def _collect_logs(r: Run) -> None:
 def _conclude(r: Run) -> int:
     """Check and report whatever history there is; the exit status."""
     from checkers.check import Options, check_history
-    from checkers.cli import write_results
+    from checkers.results import write_results
     from checkers.summary import render as summary
     from core.history.parquet import jsonl_to_parquet
     from harness.report import render as report
