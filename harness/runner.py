@@ -126,7 +126,7 @@ def _execute(r: Run) -> None:
     from nemesis.runner import Nemesis
     from nemesis.schedule import plan
     from workloads.config import WorkloadConfig
-    from workloads.runner import Workload
+    from workloads.workload import Workload
     from workloads.topic import create_topic, wait_settled
 
     s = r.spec
@@ -315,7 +315,7 @@ def _collect_logs(r: Run) -> None:
 def _conclude(r: Run) -> int:
     """Check and report whatever history there is; the exit status."""
     from checkers.check import Options, check_history
-    from checkers.cli import write_results
+    from checkers.results import write_results
     from checkers.summary import render as summary
     from core.history.parquet import jsonl_to_parquet
     from harness.report import render as report

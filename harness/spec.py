@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from checkers.anomalies import ANOMALIES
 from core.errors import UserError
+from infra.kafka import MODES as KAFKA_MODES  # --system kafka (issue 6)
+from workloads.config import ACKS, CONSUMER_MODES
 
 SYSTEMS = ("own", "kafka")
 PROVIDERS = ("local", "ssh", "vagrant")
@@ -25,9 +28,6 @@ FAULTS = ("partition", "kill", "pause", "disk-stall", "disk-slow", "disk-fail", 
 DISK_FAULTS = ("disk-stall", "disk-slow", "disk-fail", "power-loss")  # need the faultfs under the data dirs
 FAULT_GROUPS = {"disk": ("disk-stall", "disk-slow", "disk-fail")}  # a name that means several faults
 TARGETS = ("random", "one", "minority", "majority", "leaders", "replicas", "controller", "all")
-CONSUMER_MODES = ("assign", "subscribe")
-ACKS = ("0", "1", "all")
-KAFKA_MODES = ("zk", "kraft")  # --system kafka (issue 6)
 TABLES = ("broker", "producer", "consumer", "expect", "disk")
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
@@ -301,8 +301,6 @@ def validate(s: TestSpec) -> None:
         from infra.faultfs import validate_settings
 
         validate_settings(s.disk)
-    from checkers.anomalies import ANOMALIES
-
     for key, want in s.expect.items():
         if key == "valid":
             if not isinstance(want, bool):
