@@ -179,7 +179,7 @@ def run(args) -> int:
         raise UserError("bench kafka: --nodes must be at least 3 (the topic has 3 replicas)")
     from infra.kafka import KafkaOptions, resolve
 
-    resolve(KafkaOptions(), "local", unpack=False)  # a missing jar cache fails before anything starts
+    resolve(KafkaOptions(), unpack=False)  # a missing jar cache fails before anything starts
     report: dict = {}
     if not args.skip_compare:
         report["compare"] = compare(args)
