@@ -86,7 +86,8 @@ def load_cluster(cluster_id: str | None = None, connect_timeout: float = 10.0) -
 # flag defaults to None, so that a run's spec file shows through;
 # `options_from_args` fills in ProvisionOptions' defaults.
 PROVIDER_FLAGS: list[tuple[tuple[str, ...], dict]] = [
-    (("--provider",), {"help": f"where nodes come from: {', '.join(PROVIDERS)} (default local)"}),
+    (("--provider",), {"help": "where nodes come from: "
+                               + ", ".join(f"{p.name} ({p.summary})" for p in PROVIDERS.values()) + "; default local"}),
     (("--nodes",), {"type": int, "help": f"local: number of nodes, named n1..nN (default {DEFAULT_NODES})"}),
     (("--subnet",), {"help": "local: private IPv4 subnet for the nodes (default 10.213.<slot>.0/24)"}),
     (("--cluster",), {"dest": "cluster_id", "help": "cluster id c<N> (default: the first free one)"}),
