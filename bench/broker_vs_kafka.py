@@ -174,7 +174,7 @@ def run(args) -> int:
             raise UserError(f"bench kafka: --{name.replace('_', '-')} must be at least 1")
     if args.nodes < 3:
         raise UserError("bench kafka: --nodes must be at least 3 (the topic has 3 replicas)")
-    resolve(KafkaOptions(), "local", unpack=False)  # a missing jar cache fails before anything starts
+    resolve(KafkaOptions(), unpack=False)  # a missing jar cache fails before anything starts
     report: dict = {}
     if not args.skip_compare:
         report["compare"] = compare(args)

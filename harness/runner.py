@@ -119,7 +119,7 @@ def _phase(name: str) -> None:
 
 
 def _execute(r: Run) -> None:
-    from infra.cluster import ProvisionOptions, provision
+    from infra.cluster import provision
     from infra.zookeeper import ZooKeeper, ZooKeeperOptions
     from core.history.writer import HistoryWriter
     from nemesis.faults import Context
@@ -141,9 +141,7 @@ def _execute(r: Run) -> None:
                         "unclean.leader.election.enable": str(s.unclean_election).lower()})
 
     _phase(f"provisioning {s.nodes} {s.provider} nodes")
-    r.cluster = provision(s.provider, ProvisionOptions(
-        provider=s.provider, nodes=s.nodes, ssh_user=s.ssh_user, ssh_key=s.ssh_key,
-        nodes_file=s.nodes_file, ssh_insecure=s.ssh_insecure, vagrant_dir=s.vagrant_dir))
+    r.cluster = provision(s.provision_options())
     r.info["nodes"] = {n.name: n.address for n in r.cluster.nodes}
     r.info["cluster"] = r.cluster.cluster_id
     _phase(f"starting ZooKeeper on {s.zk_nodes} node(s)")
