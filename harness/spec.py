@@ -18,13 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import UserError
+from nemesis.registry import FAULT_GROUPS, FAULTS, needs_faultfs
+from nemesis.targets import TARGETS
 
 SYSTEMS = ("own", "kafka")
 PROVIDERS = ("local", "ssh", "vagrant")
-FAULTS = ("partition", "kill", "pause", "disk-stall", "disk-slow", "disk-fail", "power-loss")
-DISK_FAULTS = ("disk-stall", "disk-slow", "disk-fail", "power-loss")  # need the faultfs under the data dirs
-FAULT_GROUPS = {"disk": ("disk-stall", "disk-slow", "disk-fail")}  # a name that means several faults
-TARGETS = ("random", "one", "minority", "majority", "leaders", "replicas", "controller", "all")
 CONSUMER_MODES = ("assign", "subscribe")
 ACKS = ("0", "1", "all")
 KAFKA_MODES = ("zk", "kraft")  # --system kafka (issue 6)
@@ -88,7 +86,7 @@ class TestSpec:
     @property
     def uses_faultfs(self) -> bool:
         """Whether the run mounts the faultfs under each node's data dir."""
-        return self.faultfs or any(f in DISK_FAULTS for f in self.nemesis)
+        return self.faultfs or needs_faultfs(self.nemesis)
 
     @property
     def test_name(self) -> str:
@@ -116,8 +114,9 @@ def add_arguments(parser) -> None:
     a("--provider", choices=PROVIDERS, help="where nodes come from (default local)")
     a("--nodes", type=int, help="number of nodes (default 5)")
     a("--zk-nodes", type=int, help="ZooKeeper ensemble size, 1 or 3 (default 3)")
-    a("--nemesis", help=f"comma list of faults: {', '.join(FAULTS)}; disk means the three disk-* "
-                        "(default none)")
+    a("--nemesis", help=f"comma list of faults: {', '.join(FAULTS)}; "
+                        + "; ".join(f"{g} means {', '.join(fs)}" for g, fs in FAULT_GROUPS.items())
+                        + " (default none)")
     a("--nemesis-targets", choices=TARGETS, help="which nodes faults hit (default random)")
     a("--nemesis-interval", type=float, metavar="S", help="mean seconds between fault changes (default 8)")
     a("--time-limit", type=float, metavar="S", help="seconds of workload under faults (default 60)")
@@ -248,9 +247,12 @@ def validate(s: TestSpec) -> None:
         bad(f"--provider {s.provider!r}: expected one of {', '.join(PROVIDERS)}")
     for fault in s.nemesis:
         if fault not in FAULTS:
-            bad(f"--nemesis {fault!r}: expected a comma list of {', '.join(FAULTS)} or disk")
+            bad(f"--nemesis {fault!r}: expected a comma list of {', '.join(FAULTS)} or {' or '.join(FAULT_GROUPS)}")
     if s.nemesis_targets not in TARGETS:
         bad(f"--nemesis-targets {s.nemesis_targets!r}: expected one of {', '.join(TARGETS)}")
+    for fault in s.nemesis:
+        if s.nemesis_targets not in FAULTS[fault].targets:
+            bad(f"--nemesis-targets {s.nemesis_targets}: {fault} takes {', '.join(FAULTS[fault].targets)}")
     if s.consumer_mode not in CONSUMER_MODES:
         bad(f"--consumer-mode {s.consumer_mode!r}: expected one of {', '.join(CONSUMER_MODES)}")
     if s.acks not in ACKS:
