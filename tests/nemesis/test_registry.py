@@ -11,7 +11,7 @@ import pytest
 
 from core.errors import UserError
 from harness import spec
-from nemesis import injector
+from nemesis import injector, registry
 from nemesis.fault import NETWORK, PROCESSES, STORAGE, Fault
 from nemesis.registry import BY_START_ACTION, FAULT_GROUPS, FAULTS, needs_faultfs
 from nemesis.targets import TARGETS
@@ -41,6 +41,15 @@ def test_every_record_is_complete():
         assert f.sweep_stage in (NETWORK, STORAGE, PROCESSES)
         colours.add(f.colour)
     assert len(colours) == len(FAULTS)  # one shade per fault in the plots
+
+
+def test_two_faults_never_share_a_name_or_an_action():
+    kill, pause = FAULTS["kill"], FAULTS["pause"]
+    for clash in (dataclasses.replace(pause, name="kill"), dataclasses.replace(pause, stop_action="start"),
+                  dataclasses.replace(pause, start_action="start"), dataclasses.replace(pause, stop_action="pause")):
+        with pytest.raises(ValueError):
+            registry._table(kill, clash)
+    assert list(registry._table(kill, pause)) == ["kill", "pause"]
 
 
 def test_groups_and_the_faultfs():
