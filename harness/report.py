@@ -27,15 +27,12 @@ from core.history.format import NEMESIS, NEMESIS_PROCESS_ID
 from core.history.jsonl import ReadReport
 from core.history.parquet import events_to_table, table_to_events
 from core.errors import UserError
+from nemesis.registry import BY_START_ACTION
 
 log = logging.getLogger(__name__)
 
 # Nemesis actions that begin a fault, and the action that ends it.
-FAULT_ENDS = {
-    "start-partition": "stop-partition", "kill": "start", "pause": "resume",
-    "stall-disk": "unstall-disk", "slow-disk": "unslow-disk", "fail-disk": "unfail-disk",
-    "power-loss": "power-restore",
-}
+FAULT_ENDS = {action: fault.stop_action for action, fault in BY_START_ACTION.items()}
 CONTEXT = 2  # events shown before and after each example's events
 MAX_SCATTER = 20_000
 COLORS = {"ok": "#2b8a3e", "info": "#e67700", "fail": "#c92a2a"}
@@ -98,14 +95,13 @@ def _png(fig) -> str:
 
 
 def _shade(ax, intervals: list[dict]) -> None:
-    palette = ["#ffc9c9", "#d0ebff", "#fff3bf", "#e5dbff", "#d3f9d8", "#ffe8cc"]
-    kinds = sorted({i["f"] for i in intervals})
+    """Each fault interval in its fault's colour, its label once in the legend."""
     labelled = set()
     for i in intervals:
-        color = palette[kinds.index(i["f"]) % len(palette)]
-        ax.axvspan(i["start"] / 1e9, i["end"] / 1e9, color=color, alpha=0.5, lw=0,
-                   label=None if i["f"] in labelled else i["f"])
-        labelled.add(i["f"])
+        fault = BY_START_ACTION[i["f"]]
+        ax.axvspan(i["start"] / 1e9, i["end"] / 1e9, color=fault.colour, alpha=0.5, lw=0,
+                   label=None if fault.name in labelled else fault.label)
+        labelled.add(fault.name)
 
 
 def send_latencies(source: HistorySource, limit: int = MAX_SCATTER):

@@ -122,8 +122,8 @@ def _execute(r: Run) -> None:
     from infra.cluster import provision
     from infra.zookeeper import ZooKeeper, ZooKeeperOptions
     from core.history.writer import HistoryWriter
-    from nemesis.faults import Context
-    from nemesis.runner import Nemesis
+    from nemesis.fault import Context
+    from nemesis.injector import Nemesis
     from nemesis.schedule import plan
     from workloads.config import WorkloadConfig
     from workloads.workload import Workload

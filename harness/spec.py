@@ -22,13 +22,11 @@ from core.errors import UserError
 from infra.cluster import FLAG_FIELDS, add_provider_arguments, options_from_values, validate_options
 from infra.kafka import MODES as KAFKA_MODES  # --system kafka (issue 6)
 from infra.nodes import DEFAULT_NODES, DEFAULT_REMOTE_DIR, DEFAULT_VAGRANT_SUBNET, ProvisionOptions
+from nemesis.registry import FAULT_GROUPS, FAULTS, needs_faultfs
+from nemesis.targets import TARGETS
 from workloads.config import ACKS, CONSUMER_MODES
 
 SYSTEMS = ("own", "kafka")
-FAULTS = ("partition", "kill", "pause", "disk-stall", "disk-slow", "disk-fail", "power-loss")
-DISK_FAULTS = ("disk-stall", "disk-slow", "disk-fail", "power-loss")  # need the faultfs under the data dirs
-FAULT_GROUPS = {"disk": ("disk-stall", "disk-slow", "disk-fail")}  # a name that means several faults
-TARGETS = ("random", "one", "minority", "majority", "leaders", "replicas", "controller", "all")
 TABLES = ("broker", "producer", "consumer", "expect", "disk")
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
@@ -96,7 +94,7 @@ class TestSpec:
     @property
     def uses_faultfs(self) -> bool:
         """Whether the run mounts the faultfs under each node's data dir."""
-        return self.faultfs or any(f in DISK_FAULTS for f in self.nemesis)
+        return self.faultfs or needs_faultfs(self.nemesis)
 
     @property
     def test_name(self) -> str:
@@ -126,8 +124,9 @@ def add_arguments(parser) -> None:
     a("--name", help="test name; results go to RESULTS/NAME/TIMESTAMP (default SYSTEM-NEMESIS)")
     a("--system", choices=SYSTEMS, help="the system under test (default own)")
     a("--zk-nodes", type=int, help="ZooKeeper ensemble size, 1 or 3 (default 3)")
-    a("--nemesis", help=f"comma list of faults: {', '.join(FAULTS)}; disk means the three disk-* "
-                        "(default none)")
+    a("--nemesis", help=f"comma list of faults: {', '.join(FAULTS)}; "
+                        + "; ".join(f"{g} means {', '.join(fs)}" for g, fs in FAULT_GROUPS.items())
+                        + " (default none)")
     a("--nemesis-targets", choices=TARGETS, help="which nodes faults hit (default random)")
     a("--nemesis-interval", type=float, metavar="S", help="mean seconds between fault changes (default 8)")
     a("--time-limit", type=float, metavar="S", help="seconds of workload under faults (default 60)")
@@ -254,9 +253,12 @@ def validate(s: TestSpec) -> None:
         bad(f"--system {s.system!r}: expected one of {', '.join(SYSTEMS)}")
     for fault in s.nemesis:
         if fault not in FAULTS:
-            bad(f"--nemesis {fault!r}: expected a comma list of {', '.join(FAULTS)} or disk")
+            bad(f"--nemesis {fault!r}: expected a comma list of {', '.join(FAULTS)} or {' or '.join(FAULT_GROUPS)}")
     if s.nemesis_targets not in TARGETS:
         bad(f"--nemesis-targets {s.nemesis_targets!r}: expected one of {', '.join(TARGETS)}")
+    for fault in s.nemesis:
+        if s.nemesis_targets not in FAULTS[fault].targets:
+            bad(f"--nemesis-targets {s.nemesis_targets}: {fault} takes {', '.join(FAULTS[fault].targets)}")
     if s.consumer_mode not in CONSUMER_MODES:
         bad(f"--consumer-mode {s.consumer_mode!r}: expected one of {', '.join(CONSUMER_MODES)}")
     if s.acks not in ACKS:

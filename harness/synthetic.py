@@ -31,6 +31,8 @@ from pathlib import Path
 import orjson
 
 from core.errors import UserError
+from nemesis.partition import grudge_for
+from nemesis.registry import FAULTS
 
 PLANTABLE = ("lost", "lost_acked", "dirty_reads", "duplicates", "inconsistent", "aborted", "nonmonotonic_polls",
              "skips", "nonmonotonic_sends", "unseen")
@@ -445,8 +447,10 @@ def _append_held(sim: _Sim, pid: int, partition: int) -> None:
 
 
 def _nemesis(sim: _Sim, fault_open: bool) -> bool:
-    f = "stop-partition" if fault_open else "start-partition"
-    value = {"grudge": {"n1": ["n2", "n3"], "n2": ["n1"], "n3": ["n1"]}}
+    """A partition isolating n1 of three nodes, started or stopped."""
+    partition = FAULTS["partition"]
+    f = partition.stop_action if fault_open else partition.start_action
+    value = {"grudge": grudge_for("isolate-one", ["n1", "n2", "n3"], (0, 1, 2))}
     sim.emit("nemesis", "invoke", f, value=value)
     sim.emit("nemesis", "ok", f, value=value, verified=True)
     return not fault_open

@@ -1,4 +1,6 @@
-"""Disk faults, through the faultfs mounted under each broker's data dir.
+"""Disk faults, through the faultfs mounted under each broker's data dir:
+`disk-stall`, `disk-slow`, `disk-fail`, and the probes they (and power loss,
+nemesis.power) verify themselves with.
 
 - disk-stall: the targets' filesystems block every operation (of the kinds
   `[disk] ops` names) until the fault ends; verified when a probe write on
@@ -7,18 +9,10 @@
 - disk-slow: every operation first waits `[disk] slow-ms`; verified when a
   probe write + fsync takes at least that long.
 - disk-fail: operations fail with EIO; verified when the probe fails so.
-- power-loss: kill -9 the targets' brokers, all at once, then drop every
-  write they had not fsynced (faultfs lose-unfsynced); verified when the
-  processes are gone and a probe file, written with a synced part and an
-  unsynced part before the kill, holds exactly its synced part after the
-  drop. Its end restarts the brokers (power-restore).
 
-`--nemesis disk` in a spec means disk-stall, disk-slow and disk-fail, drawn
-by the seeded schedule like any faults. Targets are chosen as for kill and
-pause (random, one, minority, majority, leaders, controller, all).
-
-Imports of nemesis.faults are inside functions: that module registers
-these faults at its end, so this one must not need it at import time.
+`--nemesis disk` in a spec means disk-stall, disk-slow and disk-fail (their
+group), drawn by the seeded schedule like any faults. Targets are chosen as
+for kill and pause (nemesis.targets).
 """
 
 from __future__ import annotations
@@ -31,6 +25,8 @@ import shlex
 from infra import faultfs
 from infra.nodes import parallel
 from infra.system import DataDir
+from nemesis.fault import STORAGE, Context, Fault, Step
+from nemesis.targets import TARGETS, draw_nodes, resolve
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +36,14 @@ RELEASE_PROBE_S = 10.0  # a probe must finish within this after the fault ends
 _probe_ids = itertools.count(1)
 
 
-def _target(ctx, name: str) -> tuple[object, str]:
+def target_of(ctx: Context, name: str) -> tuple[object, str]:
+    """A node, and the faultfs mount (the system's data dir) on it."""
     node = ctx.cluster.node(name)
     return node, faultfs.data_dir_of(ctx.system, node)
 
 
-def _probe_path(target: str, what: str) -> str:
+def probe_path(target: str, what: str) -> str:
+    """A new probe file's path under a mount."""
     return f"{target}/{PROBE}-{what}-{next(_probe_ids)}"
 
 
@@ -59,7 +57,7 @@ def probe_write(node, target: str, what: str, limit_s: float) -> dict:
     request cannot be killed, not even with -9, until the filesystem answers.
     """
     q = shlex.quote
-    path = _probe_path(target, what)
+    path = probe_path(target, what)
     marker = f"{node.run_dir}/{posixpath.basename(path)}"
     inner = f"printf probe > {q(path)} && sync {q(path)}"
     script = (
@@ -110,13 +108,11 @@ def _verify(mode: str, probe: dict, state: dict, delay_ms: float) -> tuple[bool,
 
 
 def _start_disk(mode: str):
-    def start(ctx, step) -> tuple[dict, dict]:
-        from nemesis.faults import targets
-
-        names, how = targets(ctx, step)
+    def start(ctx: Context, step: Step) -> tuple[dict, dict]:
+        names, how = resolve(ctx, step)
 
         def one(name):
-            node, target = _target(ctx, name)
+            node, target = target_of(ctx, name)
             st = faultfs.set_mode(node, target, mode)
             delay = st.get("delay_ms", 0.0)
             limit = STALL_PROBE_S if mode == "stall" else max(30.0, 10 * delay / 1000)
@@ -143,13 +139,13 @@ def _start_disk(mode: str):
     return start
 
 
-def stop_disk(ctx, state: dict) -> dict:
+def stop_disk(ctx: Context, state: dict) -> dict:
     """Back to passthrough; verified when a probe write and fsync finish."""
     names = state.get("nodes", [])
     held = state.get("probes", {})
 
     def one(name):
-        node, target = _target(ctx, name)
+        node, target = target_of(ctx, name)
         faultfs.set_mode(node, target, "passthrough")
         probe = probe_write(node, target, "release", RELEASE_PROBE_S)
         _wait_and_remove_probes(node, target, [m for m in (held.get(name), probe["marker"]) if m])
@@ -164,71 +160,8 @@ def stop_disk(ctx, state: dict) -> dict:
                          "probe": {n: words for n, (_, words) in results.items()}}}
 
 
-# ----------------------------------------------------------------------------
-# power loss
-
-SYNCED, UNSYNCED = "synced\n", "unsynced\n"
-
-
-def start_power_loss(ctx, step) -> tuple[dict, dict]:
-    from nemesis.faults import _wait_for, targets
-
-    names, how = targets(ctx, step)
-    probes = {}
-
-    def write_probe(name):
-        node, target = _target(ctx, name)
-        path = _probe_path(target, "power")
-        q = shlex.quote(path)
-        node.remote.run(f"printf {shlex.quote(SYNCED)} > {q} && sync {q} && printf {shlex.quote(UNSYNCED)} >> {q}",
-                        timeout=30)
-        probes[name] = path
-
-    parallel(write_probe, names)
-    # Every target loses power at the same moment: all killed before any drop.
-    parallel(lambda n: ctx.system.kill(ctx.cluster.node(n)), names)
-    gone = {n: _wait_for(lambda n=n: ctx.system.process_state(ctx.cluster.node(n)) is None, 5) for n in names}
-
-    def drop(name):
-        node, target = _target(ctx, name)
-        answer = faultfs.lose_unfsynced(node, target)
-        d = answer.get("dropped", {})
-        res = node.remote.run(f"cat {shlex.quote(probes[name])}", check=False, timeout=30)
-        node.remote.run(f"rm -f {shlex.quote(probes[name])}", check=False, timeout=30)
-        held = res.stdout if res.exit_status == 0 else None
-        ok = held == SYNCED
-        words = ("probe kept its fsynced part only" if ok else
-                 f"probe holds {held!r}, expected {SYNCED!r}" if held is not None else "probe unreadable")
-        lost = {"files": d.get("files", 0), "bytes_cut": d.get("bytes_cut", 0),
-                "bytes_restored": d.get("bytes_restored", 0)}
-        return ok, words, lost
-
-    results = dict(zip(names, parallel(drop, names)))
-    value = {"nodes": names, **how,
-             "lost": {n: lost for n, (_, _, lost) in results.items()},
-             "verified": {"ok": all(gone.values()) and all(ok for ok, _, _ in results.values()),
-                          "process_gone": gone, "probe": {n: words for n, (_, words, _) in results.items()}}}
-    return value, {"nodes": names}
-
-
-def stop_power_loss(ctx, state: dict) -> dict:
-    """Power back: the brokers restart on what their disks kept."""
-    from nemesis.faults import stop_kill
-
-    return stop_kill(ctx, state)
-
-
-# fault -> (start action, start, stop action, stop), merged into nemesis.faults.FAULTS
-DISK_FAULTS = {
-    "disk-stall": ("stall-disk", _start_disk("stall"), "unstall-disk", stop_disk),
-    "disk-slow": ("slow-disk", _start_disk("slow"), "unslow-disk", stop_disk),
-    "disk-fail": ("fail-disk", _start_disk("fail"), "unfail-disk", stop_disk),
-    "power-loss": ("power-loss", start_power_loss, "power-restore", stop_power_loss),
-}
-
-
-def heal_disks(ctx) -> dict:
-    """For heal_everything: every faultfs back to passthrough; what was released."""
+def heal_disks(ctx: Context) -> dict:
+    """The disk faults' sweep: every faultfs back to passthrough; what was released."""
     if not isinstance(ctx.system, DataDir):
         return {}
     try:
@@ -236,3 +169,24 @@ def heal_disks(ctx) -> dict:
     except Exception as e:  # keep healing the rest
         return {"disk_error": str(e)}
     return {"disks_released": released} if released else {}
+
+
+STALL = Fault(
+    name="disk-stall", start_action="stall-disk", start=_start_disk("stall"), stop_action="unstall-disk",
+    stop=stop_disk, verified_by="a probe write is still blocked after a moment, and the faultfs counts it blocked; "
+                                "after passthrough, a probe write and fsync finish",
+    targets=TARGETS, draw=draw_nodes, sweep=heal_disks, sweep_stage=STORAGE, colour="#e5dbff",
+    label="disk stall", needs_faultfs=True, group="disk")
+
+SLOW = Fault(
+    name="disk-slow", start_action="slow-disk", start=_start_disk("slow"), stop_action="unslow-disk",
+    stop=stop_disk, verified_by="a probe write and fsync take at least [disk] slow-ms; after passthrough, "
+                                "a probe write and fsync finish",
+    targets=TARGETS, draw=draw_nodes, sweep=heal_disks, sweep_stage=STORAGE, colour="#d3f9d8",
+    label="disk slow", needs_faultfs=True, group="disk")
+
+FAIL = Fault(
+    name="disk-fail", start_action="fail-disk", start=_start_disk("fail"), stop_action="unfail-disk",
+    stop=stop_disk, verified_by="a probe write fails with EIO; after passthrough, a probe write and fsync finish",
+    targets=TARGETS, draw=draw_nodes, sweep=heal_disks, sweep_stage=STORAGE, colour="#ffe8cc",
+    label="disk fail", needs_faultfs=True, group="disk")

@@ -8,7 +8,7 @@ import pytest
 from core.errors import UserError
 from infra import faultfs
 from nemesis import disk
-from nemesis.faults import Context
+from nemesis.fault import Context
 
 pytestmark = pytest.mark.integration
 

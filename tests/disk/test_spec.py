@@ -8,8 +8,8 @@ from harness.cli import main
 from core.errors import UserError
 from harness.report import FAULT_ENDS
 from harness.spec import build
-from nemesis.disk import DISK_FAULTS
-from nemesis.faults import FAULTS
+from nemesis import disk, power
+from nemesis.registry import FAULT_GROUPS, FAULTS
 from nemesis.schedule import plan
 
 
@@ -23,9 +23,10 @@ def test_disk_means_the_three_disk_faults_and_they_need_the_faultfs():
 
 
 def test_every_disk_fault_is_registered_and_shaded_in_reports():
-    for name, (start_f, start, stop_f, stop) in DISK_FAULTS.items():
-        assert FAULTS[name] == (start_f, start, stop_f, stop)
-        assert FAULT_ENDS[start_f] == stop_f, name
+    for record in (disk.STALL, disk.SLOW, disk.FAIL, power.POWER_LOSS):
+        assert FAULTS[record.name] is record and record.needs_faultfs
+        assert FAULT_ENDS[record.start_action] == record.stop_action, record.name
+    assert FAULT_GROUPS == {"disk": ("disk-stall", "disk-slow", "disk-fail")}
 
 
 def test_disk_faults_are_planned_like_kill_with_their_targets():

@@ -1,10 +1,11 @@
-"""The nemesis as a thread: follows a schedule, records every fault.
+"""The nemesis as a thread: follows a schedule, injects and records every fault.
 
 Each step writes an `invoke` event before the fault is applied and an `ok`
 after (with the exact targets and the probe's verdict), or `info` with the
-error when applying or verifying failed. `heal()` stops whatever fault is
-active and then sweeps the cluster clean (`faults.heal_everything`); it is
-safe to call more than once, from any thread, also after Ctrl-C.
+error when applying or verifying failed; the events' `f` are the records'
+start and stop actions (nemesis.registry). `heal()` stops whatever fault is
+active and then sweeps the cluster clean (`heal_everything`); it is safe to
+call more than once, from any thread, also after Ctrl-C.
 """
 
 from __future__ import annotations
@@ -13,13 +14,26 @@ import logging
 import threading
 
 from core.history.format import NEMESIS
-from nemesis.faults import FAULTS, Context, heal_everything
-from nemesis.schedule import Step
+from nemesis.fault import Context, Step
+from nemesis.registry import FAULTS
 
 log = logging.getLogger(__name__)
 
 
+def heal_everything(ctx: Context) -> dict:
+    """Undo every fault there could be, whatever the schedule thinks is active:
+    each registered fault's sweep once, by stage (partition rules removed,
+    disks back to passthrough, paused processes resumed, killed ones restarted)."""
+    done: dict = {}
+    sweeps = dict.fromkeys(f.sweep for f in sorted(FAULTS.values(), key=lambda f: f.sweep_stage))
+    for sweep in sweeps:
+        done.update(sweep(ctx))
+    return done
+
+
 class Nemesis:
+    """Follows the steps in a thread of its own; `heal()` ends it all."""
+
     def __init__(self, ctx: Context, steps: list[Step], history):
         self.ctx = ctx
         self.steps = steps
@@ -74,11 +88,12 @@ class Nemesis:
 
     def _start(self, step: Step) -> None:
         self._healed = False
-        start_f, start, _, _ = FAULTS[step.fault]
+        fault = FAULTS[step.fault]
+        start_f = fault.start_action
         planned = {"mode": step.mode} if step.mode else {}
         self._record("invoke", start_f, planned)
         try:
-            value, state = start(self.ctx, step)
+            value, state = fault.start(self.ctx, step)
         except Exception as e:
             log.warning("fault %s failed: %s", start_f, e)
             self._record("info", start_f, planned, error=_one_line(e))
@@ -96,10 +111,10 @@ class Nemesis:
         if self._active is None:
             return
         fault, state = self._active
-        _, _, stop_f, stop = FAULTS[fault]
+        stop_f = FAULTS[fault].stop_action
         self._record("invoke", stop_f, {k: v for k, v in state.items() if k in ("nodes", "grudge")})
         try:
-            value = stop(self.ctx, state) if not state.get("failed") else heal_everything(self.ctx)
+            value = FAULTS[fault].stop(self.ctx, state) if not state.get("failed") else heal_everything(self.ctx)
         except Exception as e:
             log.warning("undoing %s failed: %s", fault, e)
             self._record("info", stop_f, {}, error=_one_line(e))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nemesis.schedule import PARTITION_MODES, grudge_for, plan
+from nemesis.partition import PARTITION_MODES, grudge_for
+from nemesis.schedule import plan
 
 NAMES = ["n1", "n2", "n3", "n4", "n5"]
 

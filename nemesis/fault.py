@@ -1,0 +1,114 @@
+"""What a fault is: one `Fault` record, the `Context` it acts on, the `Step`
+of the schedule that starts it.
+
+Each family of faults has its file (nemesis/partition.py, process.py,
+disk.py, power.py) holding its records; nemesis/registry.py lists them. A
+record says everything the harness asks of a fault: its name in `--nemesis`,
+the history's `f` of its start and stop, the functions that apply and undo
+it (each verifying itself through a probe), the targets it accepts, how the
+schedule draws its mode and nodes, whether it needs the faultfs, how `heal`
+sweeps it away whatever the schedule did, and its colour and label in the
+report's plots.
+
+The seams, for every record:
+
+- `start(ctx, step) -> (value, state)`: applies the fault; `value` is what
+  the history records (the exact targets and, under `verified`, the probe's
+  verdict `{"ok": bool, ...}`), `state` what `stop` needs;
+- `stop(ctx, state) -> value`: undoes it and verifies that too;
+- `draw(targets, n_nodes, rng) -> (mode, picks)`: the schedule's random
+  choices for one start (picks index the sorted node list);
+- `sweep(ctx) -> dict`: undoes every trace of the fault's family on every
+  node (what it did, for the `heal` event), whether a fault is active or not.
+
+The system (own broker or Kafka) provides kill/start/pause/resume and, for
+probes, `running(node)` and `process_state(node)`; for targets, optionally
+`leaders(topic) -> {partition: node}`, `replicas(topic) -> {partition: [node]}`
+and `controller() -> node`; for the faultfs, `data_dir(node)`.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from core.errors import UserError
+from infra.nodes import Cluster
+
+# Stages of a sweep, run in this order: what a later stage restores needs the
+# earlier ones undone (a broker restarted on a stalled disk would hang).
+NETWORK, STORAGE, PROCESSES = 1, 2, 3
+
+
+@dataclass
+class Context:
+    """What faults act on: the cluster, the system on it, the workload's topic."""
+
+    cluster: Cluster
+    system: object
+    topic: str
+    names: list[str] = field(default_factory=list)  # the nodes faults may hit, sorted
+
+    def __post_init__(self) -> None:
+        if not self.names:
+            self.names = sorted(self.cluster.names)
+
+
+@dataclass(frozen=True)
+class Step:
+    """Wait `delay` seconds, then start a fault (or stop the current one)."""
+
+    delay: float
+    action: str  # "start" or "stop"
+    fault: str  # a registered fault's name: partition, kill, ...
+    mode: str = ""  # partition mode, or how targets are picked
+    picks: tuple[int, ...] = ()  # indexes into the sorted node list
+    extra: dict = field(default_factory=dict)  # e.g. which topic partition's leader
+
+
+class FaultError(UserError):
+    """A fault that could not be applied or undone."""
+
+
+Start = Callable[[Context, Step], tuple[dict, dict]]
+Stop = Callable[[Context, dict], dict]
+Draw = Callable[[str, int, random.Random], tuple[str, tuple[int, ...]]]
+Sweep = Callable[[Context], dict]
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault, all the harness knows of it."""
+
+    name: str  # in --nemesis, the spec and the schedule: "partition"
+    start_action: str  # the history's `f` when it begins: "start-partition"
+    start: Start
+    stop_action: str  # the history's `f` when it ends: "stop-partition"
+    stop: Stop
+    verified_by: str  # how its probes show it took effect and was undone, in words
+    targets: tuple[str, ...]  # the --nemesis-targets it accepts (nemesis.targets.TARGETS)
+    draw: Draw  # the schedule's choice of mode and nodes (nemesis.targets.draw_nodes for most)
+    sweep: Sweep  # undoes it on every node, whatever the schedule did (`heal`)
+    sweep_stage: int  # NETWORK, STORAGE or PROCESSES: when its sweep runs
+    colour: str  # its shade in the report's plots
+    label: str  # its name in the plots' legends
+    needs_faultfs: bool = False  # the run mounts the faultfs under the data dirs
+    group: str = ""  # a --nemesis name that means every fault of the group ("disk")
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 10.0, interval: float = 0.1) -> bool:
+    """Polls `check` until it holds (True) or `timeout` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if check():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+
+
+def process_state(ctx: Context, name: str) -> str | None:
+    """The system's process state on a node: None when gone, "T" when stopped."""
+    return ctx.system.process_state(ctx.cluster.node(name))

@@ -1,0 +1,75 @@
+"""Power loss, through the faultfs under each broker's data dir: `power-loss`.
+
+kill -9 the targets' brokers, all at once, then drop every write they had
+not fsynced (faultfs lose-unfsynced); verified when the processes are gone
+and a probe file, written with a synced part and an unsynced part before the
+kill, holds exactly its synced part after the drop. Its end restarts the
+brokers (power-restore), verified as a kill's end is.
+
+Targets are chosen as for kill and pause (nemesis.targets).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from infra import faultfs
+from infra.nodes import parallel
+from nemesis.disk import probe_path, target_of
+from nemesis.fault import PROCESSES, Context, Fault, Step, process_state, wait_for
+from nemesis.process import restart, sweep
+from nemesis.targets import TARGETS, draw_nodes, resolve
+
+SYNCED, UNSYNCED = "synced\n", "unsynced\n"
+
+
+def start(ctx: Context, step: Step) -> tuple[dict, dict]:
+    names, how = resolve(ctx, step)
+    probes = {}
+
+    def write_probe(name):
+        node, target = target_of(ctx, name)
+        path = probe_path(target, "power")
+        q = shlex.quote(path)
+        node.remote.run(f"printf {shlex.quote(SYNCED)} > {q} && sync {q} && printf {shlex.quote(UNSYNCED)} >> {q}",
+                        timeout=30)
+        probes[name] = path
+
+    parallel(write_probe, names)
+    # Every target loses power at the same moment: all killed before any drop.
+    parallel(lambda n: ctx.system.kill(ctx.cluster.node(n)), names)
+    gone = {n: wait_for(lambda n=n: process_state(ctx, n) is None, 5) for n in names}
+
+    def drop(name):
+        node, target = target_of(ctx, name)
+        answer = faultfs.lose_unfsynced(node, target)
+        d = answer.get("dropped", {})
+        res = node.remote.run(f"cat {shlex.quote(probes[name])}", check=False, timeout=30)
+        node.remote.run(f"rm -f {shlex.quote(probes[name])}", check=False, timeout=30)
+        held = res.stdout if res.exit_status == 0 else None
+        ok = held == SYNCED
+        words = ("probe kept its fsynced part only" if ok else
+                 f"probe holds {held!r}, expected {SYNCED!r}" if held is not None else "probe unreadable")
+        lost = {"files": d.get("files", 0), "bytes_cut": d.get("bytes_cut", 0),
+                "bytes_restored": d.get("bytes_restored", 0)}
+        return ok, words, lost
+
+    results = dict(zip(names, parallel(drop, names)))
+    value = {"nodes": names, **how,
+             "lost": {n: lost for n, (_, _, lost) in results.items()},
+             "verified": {"ok": all(gone.values()) and all(ok for ok, _, _ in results.values()),
+                          "process_gone": gone, "probe": {n: words for n, (_, words, _) in results.items()}}}
+    return value, {"nodes": names}
+
+
+def stop(ctx: Context, state: dict) -> dict:
+    """Power back: the brokers restart on what their disks kept."""
+    return restart(ctx, state)
+
+
+POWER_LOSS = Fault(
+    name="power-loss", start_action="power-loss", start=start, stop_action="power-restore", stop=stop,
+    verified_by="the processes are gone and a probe file keeps exactly its fsynced part; after the restart, "
+                "the processes run",
+    targets=TARGETS, draw=draw_nodes, sweep=sweep, sweep_stage=PROCESSES, colour="#c5f6fa",
+    label="power loss", needs_faultfs=True)
