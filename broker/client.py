@@ -10,6 +10,8 @@ import asyncio
 import socket
 import struct
 
+from broker.protocol import APIS
+
 
 _INT32 = struct.Struct(">i")
 
@@ -28,7 +30,6 @@ def _decode(request_cls_response, version: int, payload: bytes, flexible_header:
 
 
 def _response_class(request):
-    from broker.protocol import APIS
     return APIS[request.API_KEY][1]
 
 

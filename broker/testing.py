@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -37,7 +38,6 @@ def _port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 def free_ports(candidates: range, count: int, used: set[int] | None = None) -> list[int]:
     """`count` consecutive-ish free ports from `candidates` (random start, so parallel runs rarely clash)."""
-    import random
     used = used or set()
     ports = list(candidates)
     start = random.randrange(len(ports))

@@ -15,18 +15,18 @@ import html
 import io
 import logging
 import os
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import orjson
 
 from checkers.anomalies import MEANING
 from checkers.summary import describe, run_seconds
-from core.errors import HistoryError
+from core.errors import HistoryError, UserError
 from core.history.files import HistorySource, iter_source_jsonl, load_run_json, resolve
 from core.history.format import NEMESIS, NEMESIS_PROCESS_ID
 from core.history.jsonl import ReadReport
 from core.history.parquet import events_to_table, table_to_events
-from core.errors import UserError
 from nemesis.registry import BY_START_ACTION
 
 log = logging.getLogger(__name__)
@@ -241,7 +241,6 @@ def _example_html(name: str, e: dict, clock) -> str:
 def wall_clock(run: dict):
     """History time (ns) -> the UTC time of day, from run.json's `history_origin`;
     seconds into the run where the run did not record it."""
-    from datetime import datetime, timedelta, timezone
 
     try:
         origin = datetime.strptime(run["history_origin"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)

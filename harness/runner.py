@@ -17,14 +17,33 @@ from __future__ import annotations
 
 import logging
 import signal
+import subprocess
 import sys
 import time
 import traceback
 from dataclasses import dataclass, field
 
-from harness import spec as specs
-from harness import store
+from checkers.check import check_history, Options
+from checkers.results import write_results
+from checkers.summary import render as summary
 from core.errors import UserError
+from core.history.parquet import jsonl_to_parquet
+from core.history.writer import HistoryWriter
+from harness import spec as specs, store
+from harness.report import render as report
+from infra import faultfs
+from infra.cluster import provision
+from infra.faultfs import unmount_system
+from infra.kafka import KafkaOptions, KafkaSystem
+from infra.own_broker import OwnBroker
+from infra.system import collect_logs
+from infra.zookeeper import ZooKeeper, ZooKeeperOptions
+from nemesis.fault import Context
+from nemesis.injector import Nemesis
+from nemesis.schedule import plan
+from workloads.config import WorkloadConfig
+from workloads.topic import create_topic, wait_settled
+from workloads.workload import Workload
 
 log = logging.getLogger("harness.run")
 SETTLE_S = 30.0  # most seconds to wait for every partition's ISR after healing
@@ -119,15 +138,6 @@ def _phase(name: str) -> None:
 
 
 def _execute(r: Run) -> None:
-    from infra.cluster import provision
-    from infra.zookeeper import ZooKeeper, ZooKeeperOptions
-    from core.history.writer import HistoryWriter
-    from nemesis.fault import Context
-    from nemesis.injector import Nemesis
-    from nemesis.schedule import plan
-    from workloads.config import WorkloadConfig
-    from workloads.workload import Workload
-    from workloads.topic import create_topic, wait_settled
 
     s = r.spec
     steps = plan(s.nemesis, s.nemesis_targets, s.nodes, s.nemesis_interval, s.time_limit, s.seed, s.partitions)
@@ -150,7 +160,6 @@ def _execute(r: Run) -> None:
     _phase(f"starting the {s.system} system")
     r.system = _system(s, r.zookeeper.connect_string())
     if s.uses_faultfs:  # disk faults (issue 7): the faultfs under every data dir, before the system uses it
-        from infra import faultfs
 
         _phase("mounting the fault-injecting filesystem under the data dirs")
         r.faultfs = faultfs.mount_system(r.cluster, r.system, s.disk)
@@ -199,11 +208,9 @@ def _system(s: specs.TestSpec, zk_connect: str):
                 "unclean.leader.election.enable": str(s.unclean_election).lower(),
                 "num.partitions": s.partitions, **s.broker}
     if s.system == "own":
-        from infra.own_broker import OwnBroker
 
         return OwnBroker(zk_connect, settings, s.debug_bug)
     # --- Apache Kafka (issue 6, infra/kafka.py) ---
-    from infra.kafka import KafkaOptions, KafkaSystem
 
     return KafkaSystem(zk_connect, settings,
                        KafkaOptions(version=s.kafka_version, mode=s.kafka_mode, dist=s.kafka_dist))
@@ -212,7 +219,6 @@ def _system(s: specs.TestSpec, zk_connect: str):
 
 def _zookeeper_version() -> str:
     """The ZooKeeper release the ensemble runs (Debian's package)."""
-    import subprocess
 
     try:
         out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "zookeeper"], capture_output=True, text=True,
@@ -298,13 +304,11 @@ def _finish(r: Run) -> None:
 
 
 def _unmount_faultfs(r: Run) -> None:
-    from infra.faultfs import unmount_system
 
     unmount_system(r.cluster, r.faultfs)
 
 
 def _collect_logs(r: Run) -> None:
-    from infra.system import collect_logs
 
     systems = [x for x in (r.zookeeper, r.system, r.faultfs) if x is not None]
     collect_logs(r.cluster, r.dir.nodes, systems)
@@ -312,11 +316,6 @@ def _collect_logs(r: Run) -> None:
 
 def _conclude(r: Run) -> int:
     """Check and report whatever history there is; the exit status."""
-    from checkers.check import Options, check_history
-    from checkers.results import write_results
-    from checkers.summary import render as summary
-    from core.history.parquet import jsonl_to_parquet
-    from harness.report import render as report
 
     path = r.dir.path / "history.jsonl"
     verdict = None

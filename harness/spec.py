@@ -20,7 +20,9 @@ from typing import Any
 from checkers.anomalies import ANOMALIES
 from core.errors import UserError
 from infra.cluster import FLAG_FIELDS, add_provider_arguments, options_from_values, validate_options
+from infra.faultfs import validate_settings
 from infra.kafka import MODES as KAFKA_MODES  # --system kafka (issue 6)
+from infra.kafka import KafkaOptions, check_spec
 from infra.nodes import DEFAULT_NODES, DEFAULT_REMOTE_DIR, DEFAULT_VAGRANT_SUBNET, ProvisionOptions
 from nemesis.registry import FAULT_GROUPS, FAULTS, needs_faultfs
 from nemesis.targets import TARGETS
@@ -296,13 +298,9 @@ def validate(s: TestSpec) -> None:
     if s.system != "kafka" and (s.kafka_version or s.kafka_dist or s.kafka_mode != "zk"):
         bad("--kafka-version, --kafka-mode and --kafka-dist need --system kafka")
     if s.system == "kafka":
-        from infra.kafka import KafkaOptions, check_spec
-
         check_spec(KafkaOptions(version=s.kafka_version, mode=s.kafka_mode, dist=s.kafka_dist), s.broker)
     # --- end Apache Kafka ---
     if s.disk:
-        from infra.faultfs import validate_settings
-
         validate_settings(s.disk)
     for key, want in s.expect.items():
         if key == "valid":

@@ -31,6 +31,7 @@ from pathlib import Path
 import orjson
 
 from core.errors import UserError
+from core.history.parquet import write_parquet
 from nemesis.partition import grudge_for
 from nemesis.registry import FAULTS
 
@@ -529,7 +530,6 @@ def configure(parser) -> None:
 
 
 def run(args) -> int:
-    from core.history.parquet import write_parquet
 
     plan = Plan(events=args.events, seed=args.seed, partitions=args.partitions, producers=args.producers,
                 consumers=args.consumers, final_reads=args.final_reads,
