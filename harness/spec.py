@@ -20,7 +20,7 @@ from typing import Any
 from core.errors import UserError
 
 SYSTEMS = ("own", "kafka")
-PROVIDERS = ("local", "ssh", "vagrant")
+PROVIDERS = ("local", "ssh", "vagrant", "docker")
 FAULTS = ("partition", "kill", "pause", "disk-stall", "disk-slow", "disk-fail", "power-loss")
 DISK_FAULTS = ("disk-stall", "disk-slow", "disk-fail", "power-loss")  # need the faultfs under the data dirs
 FAULT_GROUPS = {"disk": ("disk-stall", "disk-slow", "disk-fail")}  # a name that means several faults
@@ -283,7 +283,7 @@ def validate(s: TestSpec) -> None:
         bad(f"--seed {s.seed}: expected a non-negative integer")
     if s.provider == "ssh" and not s.nodes_file:
         bad("--provider ssh needs --nodes-file naming the hosts")
-    if s.provider == "local" and s.nodes_file:
+    if s.provider in ("local", "docker") and s.nodes_file:
         bad("--nodes-file is for --provider ssh")
     if s.ssh_key and not Path(s.ssh_key).is_file():
         bad(f"--ssh-key {s.ssh_key}: no such file")

@@ -5,7 +5,9 @@ at any moment (even before it wrote its state) is still found:
 state directories, network namespace and link names, host iptables rules
 tagged `harness:<id>`, and processes tagged `HARNESS_DAEMON=<id>/...`.
 
-A local cluster is removed from its names alone (infra.local). An ssh or
+A local cluster is removed from its names alone (infra.local); a docker
+cluster's containers and networks from their label `harness.cluster=<id>`
+(infra.docker), found even without a state directory. An ssh or
 vagrant cluster's hosts are contacted with the cluster's saved SSH settings
 to kill the harness's daemons and delete its partition rules; unreachable
 hosts are reported, not retried. Mounts under the state root are unmounted
@@ -21,6 +23,7 @@ from typing import Callable
 
 from infra import hostops
 from infra import state as st
+from infra.docker import labelled_cluster_ids, remove_docker_cluster
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +62,7 @@ def clean(cluster_id: str | None = None, say: Callable[[str], None] | None = Non
         if say:
             say(line)
 
-    ids = find_cluster_ids()
+    ids = find_cluster_ids() | labelled_cluster_ids()
     if cluster_id is not None:
         ids &= {cluster_id}
     for cid in sorted(ids, key=st.slot_of):
@@ -69,6 +72,7 @@ def clean(cluster_id: str | None = None, say: Callable[[str], None] | None = Non
         else:
             from infra.local import remove_local_cluster
 
+            remove_docker_cluster(cid, say=note)  # first: the containers' daemons go with them
             remove_local_cluster(cid, say=note)
 
     if cluster_id is None:

@@ -61,7 +61,7 @@ def _up(args) -> int:
     validate_options(options)
     if args.zk_nodes < 0:
         raise UserError(f"--zk-nodes must be 0 or more, not {args.zk_nodes}")
-    if options.provider == "local" and args.zk_nodes > options.nodes:
+    if options.provider in ("local", "docker") and args.zk_nodes > options.nodes:
         raise UserError(f"--zk-nodes {args.zk_nodes} needs at least {args.zk_nodes} nodes; --nodes is {options.nodes}")
     if not 1 <= args.zk_port <= 65535:
         raise UserError(f"--zk-port must be a TCP port, not {args.zk_port}")
@@ -88,6 +88,8 @@ def _up(args) -> int:
 
 def _ssh_command(node) -> str:
     r = node.remote
+    if hasattr(r, "container"):  # a docker node (infra.docker)
+        return f"docker exec -it {r.container} bash"
     parts = ["ssh"]
     if r.key_file:
         parts += ["-i", r.key_file]

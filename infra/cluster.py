@@ -12,7 +12,8 @@ process (`harness cluster status|down`) and `harness clean` can remove it.
 Providers:
 - `local`: network namespaces on a bridge, one sshd each (infra.local);
 - `ssh`: hosts you name (infra.ssh);
-- `vagrant`: the VMs of a Vagrantfile, through `vagrant ssh-config` (infra.ssh).
+- `vagrant`: the VMs of a Vagrantfile, through `vagrant ssh-config` (infra.ssh);
+- `docker`: containers on a private Docker network, through the Docker API (infra.docker).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from core.errors import UserError
 from infra import state as st
 from infra.remote import Remote
 
-PROVIDERS = ("local", "ssh", "vagrant")
+PROVIDERS = ("local", "ssh", "vagrant", "docker")
 DEFAULT_NODES = 5
 DEFAULT_LOCAL_SUBNET_BASE = "10.213"  # 10.213.<slot>.0/24, one /24 per local cluster
 DEFAULT_REMOTE_DIR = "/var/lib/harness/nodes"
@@ -116,6 +117,10 @@ class Cluster:
             from infra.local import teardown_local
 
             return teardown_local(self)
+        if self.provider == "docker":
+            from infra.docker import teardown_docker
+
+            return teardown_docker(self)
         from infra.ssh import teardown_ssh
 
         return teardown_ssh(self)
@@ -139,6 +144,10 @@ def provision(provider: "str | ProvisionOptions" = "local", options: ProvisionOp
         from infra.local import provision_local
 
         return provision_local(options)
+    if provider == "docker":
+        from infra.docker import provision_docker
+
+        return provision_docker(options)
     from infra.ssh import provision_ssh, provision_vagrant
 
     if provider == "ssh":
@@ -152,7 +161,7 @@ def validate_options(o: ProvisionOptions) -> None:
         raise UserError(f"unknown provider {o.provider!r} (one of {', '.join(PROVIDERS)})")
     if o.cluster_id is not None and not st.CLUSTER_ID_RE.match(o.cluster_id):
         raise UserError(f"bad cluster id {o.cluster_id!r}: use c<number>, e.g. c3")
-    if o.provider == "local":
+    if o.provider in ("local", "docker"):
         if o.names:
             for name in o.names:
                 if not st.NODE_NAME_RE.match(name):
@@ -213,6 +222,9 @@ def parallel(fn: Callable[[T], R], items: Iterable[T], max_workers: int = 16) ->
 
 def node_to_dict(node: Node) -> dict:
     r = node.remote
+    if hasattr(r, "container"):  # a docker node (infra.docker.DockerRemote)
+        return {"name": node.name, "address": node.address, "data_dir": node.data_dir, "log_dir": node.log_dir,
+                "run_dir": node.run_dir, "docker": r.to_dict()}
     return {"name": node.name, "address": node.address, "data_dir": node.data_dir, "log_dir": node.log_dir,
             "run_dir": node.run_dir,
             "ssh": {"host": r.host, "port": r.port, "user": r.user, "key_file": r.key_file,
@@ -221,6 +233,11 @@ def node_to_dict(node: Node) -> dict:
 
 
 def node_from_dict(d: dict, connect_timeout: float = 10.0) -> Node:
+    if "docker" in d:
+        from infra.docker import remote_from_dict
+
+        return Node(d["name"], d["address"], d["data_dir"], d["log_dir"], d["run_dir"],
+                    remote_from_dict(d["name"], d["run_dir"], d["docker"]))
     s = d["ssh"]
     remote = Remote(d["name"], s["host"], port=s["port"], user=s["user"], key_file=s.get("key_file"),
                     known_hosts=s.get("known_hosts"), insecure=s.get("insecure", False), run_dir=d["run_dir"],
@@ -254,8 +271,10 @@ def add_provider_arguments(parser: argparse.ArgumentParser) -> None:
     """The provider flags, shared by `harness cluster up` and `harness run`."""
     g = parser.add_argument_group("cluster")
     g.add_argument("--provider", default="local", help=f"where nodes come from: {', '.join(PROVIDERS)} (default local)")
-    g.add_argument("--nodes", type=int, default=DEFAULT_NODES, help="local: number of nodes, named n1..nN (default 5)")
-    g.add_argument("--subnet", help="local: private IPv4 subnet for the nodes (default 10.213.<slot>.0/24)")
+    g.add_argument("--nodes", type=int, default=DEFAULT_NODES,
+                   help="local, docker: number of nodes, named n1..nN (default 5)")
+    g.add_argument("--subnet", help="local, docker: private IPv4 subnet for the nodes "
+                                    "(default 10.213.<slot>.0/24, docker 10.214.<slot>.0/24)")
     g.add_argument("--cluster", dest="cluster_id", help="cluster id c<N> (default: the first free one)")
     g.add_argument("--nodes-file", help="ssh: file with one node a line: [NAME] [USER@]HOST[:PORT]")
     g.add_argument("--hosts", help="ssh: comma-separated [USER@]HOST[:PORT] instead of --nodes-file")
