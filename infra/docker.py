@@ -395,6 +395,7 @@ def _bring_up(api: docker.APIClient, image: str, cid: str, names: list[str], net
         return Node(name, address, f"{NODE_ROOT}/data", f"{NODE_ROOT}/logs", run_dir, remote)
 
     nodes = parallel(start, list(enumerate(names, start=1)))
+    st.maybe_stall("containers")
     cluster = Cluster(nodes, "docker", control, cid, st.cluster_dir(cid),
                       meta={k: v for k, v in state.items() if k not in ("cluster_id", "provider", "control_address")})
     cluster.meta["nodes"] = [node_to_dict(n) for n in nodes]

@@ -10,6 +10,10 @@ without Docker) needs no daemon."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -21,7 +25,9 @@ from infra import state as st
 from infra.cluster import Node, ProvisionOptions, load_cluster, node_from_dict, node_to_dict, provision, validate_options
 from infra.remote import RemoteError
 
-from .conftest import harness_cli, need_root
+from tests.support import clusters_owned_by
+
+from .conftest import REPO, harness_cli, need_root
 
 integration = pytest.mark.integration
 
@@ -234,3 +240,30 @@ def test_teardown_and_clean_leave_nothing_and_spare_the_rest():
         api.remove_container(foreign, force=True)
         api.close()
 
+
+
+@integration
+@pytest.mark.parametrize("phase", ["network", "containers"])
+def test_clean_after_kill_9_during_bring_up(phase):
+    need_docker()
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "cluster", "up", "--provider", "docker",
+                             "--nodes", "3", "--zk-nodes", "0"], cwd=REPO,
+                            env={**os.environ, "HARNESS_INFRA_STALL_AT": phase},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()  # blocks until the stall (or exit)
+        assert line.strip() == f"stalled at {phase}", (line, proc.stderr.read() if proc.poll() else "")
+        (cid,) = clusters_owned_by(proc.pid)
+        assert not nothing(cid)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        res = harness_cli("clean", "--cluster", cid)
+        assert res.returncode == 0, res.stderr
+        assert f"docker network {dk.network_name(cid)}" in res.stdout
+        assert nothing(cid), leftovers(cid)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        proc.stdout.close()
+        proc.stderr.close()
