@@ -5,7 +5,8 @@ address .10+i of the cluster's subnet (default 10.214.<slot>.0/24, beside the
 local provider's 10.213.<slot>.0/24) on the network `harness-c<slot>`, an
 internal bridge network: no default route, so nothing a node sends leaves
 it, while this machine (the control node, .1 on the bridge) reaches every
-node directly, as with namespaces. Containers get NET_ADMIN (iptables inside
+node directly, as with namespaces (the default route Docker gives a
+container anyway is deleted). Containers get NET_ADMIN (iptables inside
 for partitions), SYS_ADMIN and /dev/fuse (the faultfs), and an init that
 reaps what the harness kills. Each node's data, logs and run dirs are under
 /var/lib/harness/node inside its container.
@@ -391,7 +392,8 @@ def _bring_up(api: docker.APIClient, image: str, cid: str, names: list[str], net
         api.start(container)
         run_dir = f"{NODE_ROOT}/run"
         remote = DockerRemote(name, container, run_dir=run_dir, tag_scope=f"{cid}/{name}")
-        remote.run(f"mkdir -p {NODE_ROOT}/data {NODE_ROOT}/logs {run_dir}")
+        # Docker gives internal networks a default route too; without it nothing leaves the network.
+        remote.run(f"ip route del default 2>/dev/null; mkdir -p {NODE_ROOT}/data {NODE_ROOT}/logs {run_dir}")
         return Node(name, address, f"{NODE_ROOT}/data", f"{NODE_ROOT}/logs", run_dir, remote)
 
     nodes = parallel(start, list(enumerate(names, start=1)))
