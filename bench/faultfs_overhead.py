@@ -1,6 +1,6 @@
 """Benchmark: what the faultfs (in passthrough) costs the brokers' acks=all throughput.
 
-    .venv/bin/python bench/faultfs_overhead.py [--systems own,kafka] [--records 100000]
+    .venv/bin/python -m bench.faultfs_overhead [--systems own,kafka] [--records 100000]
         [--size 100] [--repeats 3] [--json out.json]
 
 For each system and repeat, two runs that differ only in the data dirs:
@@ -23,20 +23,20 @@ import statistics
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from infra import faultfs  # noqa: E402
-from infra.cluster import ProvisionOptions, provision  # noqa: E402
-from infra.zookeeper import ZooKeeper, ZooKeeperOptions  # noqa: E402
-from workloads.config import WorkloadConfig  # noqa: E402
-from workloads.produce_bench import cpu_seconds, produce_timed  # noqa: E402
-from workloads.topic import create_topic  # noqa: E402
+from bench.produce_loop import cpu_seconds, produce_timed
+from infra import faultfs
+from infra.cluster import ProvisionOptions, provision
+from infra.kafka import KafkaSystem
+from infra.own_broker import OwnBroker
+from infra.zookeeper import ZooKeeper, ZooKeeperOptions
+from workloads.config import WorkloadConfig
+from workloads.topic import create_topic
 
 TOPIC = "bench"
 
 
 def one_run(system_name: str, mounted: bool, records: int, size: int) -> dict:
+    """One cluster, one system, data dirs plain or under the faultfs: the produce loop's numbers."""
     settings = {"default.replication.factor": 3, "min.insync.replicas": 2, "num.partitions": 3,
                 "unclean.leader.election.enable": "false"}
     cluster = provision("local", ProvisionOptions(nodes=3))
@@ -45,12 +45,8 @@ def one_run(system_name: str, mounted: bool, records: int, size: int) -> dict:
         zk = ZooKeeper(ZooKeeperOptions(nodes=1))
         zk.setup(cluster)
         if system_name == "own":
-            from infra.own_broker import OwnBroker
-
             system = OwnBroker(zk.connect_string(), settings)
         else:
-            from infra.kafka import KafkaSystem
-
             system = KafkaSystem(zk.connect_string(), settings)
         if mounted:
             mounts = faultfs.mount_system(cluster, system)

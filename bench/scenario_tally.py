@@ -1,6 +1,6 @@
 """Run one named scenario several times and tally what the checker found.
 
-    python bench/scenario_tally.py kafka-acks1-leader-kill --runs 10 [--results DIR] [--first-seed 1]
+    python -m bench.scenario_tally kafka-acks1-leader-kill --runs 10 [--results DIR] [--first-seed 1]
                                    [-- EXTRA harness run FLAGS]
 
 Each run is `harness run --scenario NAME --seed S` (seeds first-seed,
@@ -8,13 +8,15 @@ first-seed+1, ...) in a subprocess, as a user runs it. Prints one line per
 run (exit status, lost writes, inconsistent offsets, whether the scenario's
 expectation was met, seconds) and a summary such as "lost writes in 9 of 10
 runs"; `--json FILE` keeps the raw numbers. docs/scenarios.md records the
-tallies.
+tallies. It uses nothing of the project but the `harness` command, so
+`python bench/scenario_tally.py` runs it too.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,6 +27,7 @@ HARNESS = str(Path(sys.executable).with_name("harness"))
 
 
 def one_run(name: str, seed: int, results: Path, extra: list[str]) -> dict:
+    """`harness run --scenario NAME --seed SEED` in a subprocess: its exit and what it found."""
     started = time.monotonic()
     proc = subprocess.run([HARNESS, "run", "--scenario", name, "--seed", str(seed), "--results", str(results),
                            *extra], capture_output=True, text=True)
@@ -67,8 +70,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
     if tmp:
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

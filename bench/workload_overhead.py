@@ -1,9 +1,10 @@
 """Benchmark: the workload's history recorder overhead, and the highest op rate one control node sustains.
 
-    .venv/bin/python bench/workload_overhead.py [--seconds 8] [--repeats 3] [--json out.json]
+    .venv/bin/python -m bench.workload_overhead [--seconds 8] [--repeats 3] [--json out.json]
 
-Starts a local 2-broker Apache Kafka (KRaft, the jars `make setup` resolved,
-ports 39xxx, data in a temp folder, stopped at the end), creates one topic,
+Starts a 2-broker Apache Kafka on 127.0.0.1 (infra/loopback_kafka.py: KRaft,
+the jars `make setup` resolved, ports 39xxx, data in a temp folder, stopped
+at the end), creates one topic,
 and in the same run, against the same cluster, alternates:
 
 - `recorded`: the workload's producer loop writing history.jsonl;
@@ -29,15 +30,14 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from confluent_kafka import Producer
 
-from core.history.writer import HistoryWriter  # noqa: E402
-from workloads.config import WorkloadConfig  # noqa: E402
-from workloads.runner import Workload  # noqa: E402
-from workloads.topic import create_topic  # noqa: E402
-
-from tests.workloads.kafka_cluster import LocalKafka  # noqa: E402
+from core.history.jsonl import iter_jsonl
+from core.history.writer import HistoryWriter
+from infra.loopback_kafka import LoopbackKafka
+from workloads.config import WorkloadConfig
+from workloads.topic import create_topic
+from workloads.workload import Workload
 
 
 class NullHistory:
@@ -54,6 +54,7 @@ class NullHistory:
 
 
 def run_workload(bootstrap: str, cfg: WorkloadConfig, seconds: float, warmup: float, history) -> dict:
+    """The workload for `warmup` + `seconds`: rates and CPU over the measured seconds."""
     wl = Workload(cfg, bootstrap, history)
     wl.start()
     try:
@@ -77,8 +78,6 @@ def run_workload(bootstrap: str, cfg: WorkloadConfig, seconds: float, warmup: fl
 
 def send_latencies_ms(path: Path) -> dict:
     """p50/p99 of ok time - invoke time over the sends of a history."""
-    from core.history.jsonl import iter_jsonl
-
     invoked: dict[int, int] = {}
     lat = []
     for e in iter_jsonl(path):
@@ -96,8 +95,6 @@ def send_latencies_ms(path: Path) -> dict:
 
 def run_bare(bootstrap: str, cfg: WorkloadConfig, seconds: float, warmup: float) -> dict:
     """A plain produce loop: same settings and bound, no recording, no classification."""
-    from confluent_kafka import Producer
-
     settings = Workload(cfg, bootstrap, NullHistory()).producer_settings()
     acked = [0]
     outstanding = [0]
@@ -151,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     results: dict = {"host": {"cpus": os.cpu_count()}, "params": vars(args)}
-    with tempfile.TemporaryDirectory(prefix="wl-bench-") as tmp, LocalKafka(Path(tmp) / "kafka") as kafka:
+    with tempfile.TemporaryDirectory(prefix="wl-bench-") as tmp, LoopbackKafka(Path(tmp) / "kafka") as kafka:
         base = dict(partitions=args.partitions, replication_factor=2, producers=args.producers, consumers=0,
                     rate=0, acks="all")
         topic = WorkloadConfig(topic="bench", **base)

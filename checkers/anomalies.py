@@ -42,12 +42,28 @@ from dataclasses import dataclass, field
 from core.errors import HistoryError
 from core.history.format import FINAL_READS, MAX_OFFSET, MAX_PARTITION
 
-ANOMALIES = ("lost-write", "lost-acked", "dirty-read", "duplicate", "inconsistent-offset", "aborted-read",
-             "nonmonotonic-poll", "poll-skip", "nonmonotonic-send", "unseen")
-ALWAYS_ERRORS = {"lost-write", "lost-acked", "dirty-read", "inconsistent-offset", "aborted-read",
-                 "nonmonotonic-poll", "poll-skip"}
-# Errors only where the run's configuration promises to prevent them.
-IDEMPOTENCE_ERRORS = {"duplicate", "nonmonotonic-send"}
+# The anomaly vocabulary, defined here only: every anomaly the checker
+# reports, in report order, with when it counts as an error and what it
+# means (the words of `harness check`'s summary and of the HTML report).
+ALWAYS = "always"
+IF_IDEMPOTENT = "if-idempotent"  # only where the run's configuration promises to prevent it
+NEVER = "never"
+_VOCABULARY: dict[str, tuple[str, str]] = {
+    "lost-write": (ALWAYS, "acknowledged, never read, though reads went past it"),
+    "lost-acked": (ALWAYS, "acknowledged, not in the topic at the end (the final reads did not find it)"),
+    "dirty-read": (ALWAYS, "a consumer was given a record whose send never settled, and the topic did not keep it"),
+    "duplicate": (IF_IDEMPOTENT, "one value at two or more positions"),
+    "inconsistent-offset": (ALWAYS, "two values at one position"),
+    "aborted-read": (ALWAYS, "a read returned a value whose send failed"),
+    "nonmonotonic-poll": (ALWAYS, "a consumer went back without assign/seek"),
+    "poll-skip": (ALWAYS, "a consumer jumped over a known record"),
+    "nonmonotonic-send": (IF_IDEMPOTENT, "a producer's acks went backwards"),
+    "unseen": (NEVER, "acknowledged, never read, no read reached it"),
+}
+ANOMALIES = tuple(_VOCABULARY)
+MEANING = {name: meaning for name, (_, meaning) in _VOCABULARY.items()}
+ALWAYS_ERRORS = frozenset(name for name, (when, _) in _VOCABULARY.items() if when == ALWAYS)
+IDEMPOTENCE_ERRORS = frozenset(name for name, (when, _) in _VOCABULARY.items() if when == IF_IDEMPOTENT)
 MAX_EXAMPLES = 20
 
 OK, FAIL, INFO = 1, 2, 3  # a send's outcome, as a small number

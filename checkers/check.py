@@ -15,6 +15,7 @@ from pathlib import Path
 from checkers import anomalies as an
 from checkers import stats
 from checkers.load import load, prepare
+from checkers.spark import get_session
 from core.history.files import load_run_json, resolve
 from core.history.format import FINAL_READS
 from core.errors import UserError
@@ -54,8 +55,6 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
         # Validate before Spark starts: bad input fails fast, with line numbers.
         prepared = prepare(source, Path(scratch))
         if spark is None:
-            from checkers.spark import get_session
-
             spark = get_session(opts.master, opts.spark_conf)
         loaded = load(spark, prepared)
         results = _analyse(loaded.df, promised, opts)

@@ -3,14 +3,22 @@
 HISTORY is a history.jsonl or history.parquet file, a folder of parts, or a
 run directory. Writes results.json (beside the history unless --out), prints
 a summary (or the JSON), and exits 0 valid, 1 anomalies, 2 could not check.
+
+Only the command line lives here: the check is `checkers.check.check_history`,
+the file `checkers.results.write_results`, the summary `checkers.summary.render`.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+import orjson
+
+from checkers.check import Options, check_history
+from checkers.results import write_results
+from checkers.summary import render
 from core.errors import UserError
+from core.history.files import resolve
 
 
 def configure(parser) -> None:
@@ -27,6 +35,7 @@ def configure(parser) -> None:
 
 
 def spark_conf(pairs: list[str]) -> dict[str, str]:
+    """--spark-conf KEY=VALUE pairs as a dict; a pair without '=' is a UserError."""
     conf = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -36,27 +45,7 @@ def spark_conf(pairs: list[str]) -> dict[str, str]:
     return conf
 
 
-def write_results(results: dict, out_dir: Path) -> Path:
-    import orjson
-
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        path = out_dir / "results.json"
-        tmp = path.with_name(".results.json.tmp")
-        tmp.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2) + b"\n")
-        os.replace(tmp, path)
-    except OSError as e:
-        raise UserError(f"cannot write results to {out_dir}: {e.strerror}") from None
-    return path
-
-
 def run(args) -> int:
-    import orjson
-
-    from checkers.check import Options, check_history
-    from checkers.summary import render
-    from core.history.files import resolve
-
     opts = Options(allow=set(args.allow), idempotent=args.idempotent or None,
                    master=args.spark_master, spark_conf=spark_conf(args.spark_conf))
     results = check_history(args.history, opts)

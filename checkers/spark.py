@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -88,8 +89,6 @@ def _jvm_output_to(path: Path):
     """Point fds 1 and 2 at `path` while the JVM starts, so that it inherits
     them: the JVM's own start-up lines and Spark's stray console output land
     in a file, not on the user's terminal."""
-    import sys
-
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)

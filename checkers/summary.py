@@ -1,20 +1,8 @@
 """Human words for results: a one-line description of each example, and the
-terminal summary of `harness check`. The HTML report uses the same words."""
+terminal summary of `harness check`. The HTML report uses the same words;
+what each anomaly means is `checkers.anomalies.MEANING`."""
 
 from __future__ import annotations
-
-WHAT = {
-    "lost-write": "acknowledged, never read, though reads went past it",
-    "lost-acked": "acknowledged, not in the topic at the end (the final reads did not find it)",
-    "dirty-read": "a consumer was given a record whose send never settled, and the topic did not keep it",
-    "duplicate": "one value at two or more positions",
-    "inconsistent-offset": "two values at one position",
-    "aborted-read": "a read returned a value whose send failed",
-    "nonmonotonic-poll": "a consumer went back without assign/seek",
-    "poll-skip": "a consumer jumped over a known record",
-    "nonmonotonic-send": "a producer's acks went backwards",
-    "unseen": "acknowledged, never read, no read reached it",
-}
 
 
 def run_seconds(ns: int) -> str:

@@ -1,27 +1,28 @@
-"""Benchmarks: `harness bench TARGET [options]`, one sub-target per measured part.
+"""Benchmarks: `harness bench TARGET [options]`, one target per measured part.
 
-Sub-targets live with the code they measure and expose configure(parser)
-and run(args) -> int; this module only dispatches to them.
+The benchmarks live in bench/ and expose configure(parser) and
+run(args) -> int; this module only dispatches to them.
 """
 
 from __future__ import annotations
 
-import importlib
+from bench import broker_vs_kafka, checker_cost, cluster_up, own_broker_throughput
 
 # target -> (module, one-line help)
-TARGETS: dict[str, tuple[str, str]] = {
-    "cluster": ("infra.bench", "bring-up and teardown of a 5-node local cluster with ZooKeeper"),
-    "check": ("checkers.bench", "the checker's wall time and peak memory on 1M and 10M event histories"),
-    "broker": ("broker.bench", "acks=all produce throughput and latency of the own broker on a local 3-node cluster"),
-    "kafka": ("infra.kafka_bench", "own broker vs Apache Kafka: acks=all produce throughput and p99 side by side; Kafka bring-up"),
+TARGETS = {
+    "cluster": (cluster_up, "bring-up and teardown of a 5-node local cluster with ZooKeeper"),
+    "check": (checker_cost, "the checker's wall time and peak memory on 1M and 10M event histories"),
+    "broker": (own_broker_throughput,
+               "acks=all produce throughput and latency of the own broker on a local 3-node cluster"),
+    "kafka": (broker_vs_kafka,
+              "own broker vs Apache Kafka: acks=all produce throughput and p99 side by side; Kafka bring-up"),
 }
 
 
 def configure(parser):
     sub = parser.add_subparsers(dest="bench_target", metavar="TARGET", parser_class=type(parser))
-    for name, (module_name, help_text) in TARGETS.items():
+    for name, (module, help_text) in TARGETS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        module = importlib.import_module(module_name)
         module.configure(p)
         p.set_defaults(_bench_module=module)
 

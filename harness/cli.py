@@ -26,10 +26,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("harness.report", "render a run's report.html from its history and results"),
     "gen-history": ("harness.synthetic", "write a synthetic history with planted anomalies"),
     "bench": ("harness.bench", "run a benchmark and print its measurements"),
-    "cluster": ("infra.cli_cluster", "bring a cluster up, show it, take it down (local namespaces, ssh hosts, vagrant VMs)"),
+    "cluster": ("harness.cluster", "bring a cluster up, show it, take it down (local namespaces, ssh hosts, vagrant VMs)"),
     "scenarios": ("harness.scenarios", "list the named scenarios (scenarios/*.toml) and what each should show"),
     "calibrate": ("harness.calibrate", "run scenarios several times each and tally how often the verdict is right"),
-    "clean": ("infra.cli_clean", "remove everything harness runs left on this machine (namespaces, rules, daemons, mounts, keys)"),
+    "clean": ("harness.clean", "remove everything harness runs left on this machine (namespaces, rules, daemons, mounts, keys)"),
 }
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import orjson
 
-from checkers.summary import WHAT, describe, run_seconds
+from checkers.anomalies import MEANING
+from checkers.summary import describe, run_seconds
 from core.errors import HistoryError
 from core.history.files import HistorySource, iter_source_jsonl, load_run_json, resolve
 from core.history.format import NEMESIS, NEMESIS_PROCESS_ID
@@ -312,7 +313,7 @@ def render(run_dir: Path, results: dict) -> Path:
         examples = "".join(_example_html(name, e, clock) for e in a.get("examples", [])[:5])
         more = f"<p class='muted'>{len(a['examples'])} examples in results.json</p>" if len(a.get("examples", [])) > 5 else ""
         parts.append(f"<tr><td><code>{esc(name)}</code></td><td class='num'>{int(a['count'])}</td>"
-                     f"<td class='{'error' if a.get('error') else ''}'>{esc(mark)}</td><td>{esc(WHAT.get(name, ''))}</td>"
+                     f"<td class='{'error' if a.get('error') else ''}'>{esc(mark)}</td><td>{esc(MEANING.get(name, ''))}</td>"
                      f"<td>{'<ul>' + examples + '</ul>' + more if examples else ''}</td></tr>")
     parts.append("</table>")
     for w in results.get("warnings", []):

@@ -119,14 +119,14 @@ def _phase(name: str) -> None:
 
 
 def _execute(r: Run) -> None:
-    from infra.cluster import ProvisionOptions, provision
+    from infra.cluster import provision
     from infra.zookeeper import ZooKeeper, ZooKeeperOptions
     from core.history.writer import HistoryWriter
     from nemesis.faults import Context
     from nemesis.runner import Nemesis
     from nemesis.schedule import plan
     from workloads.config import WorkloadConfig
-    from workloads.runner import Workload
+    from workloads.workload import Workload
     from workloads.topic import create_topic, wait_settled
 
     s = r.spec
@@ -141,9 +141,7 @@ def _execute(r: Run) -> None:
                         "unclean.leader.election.enable": str(s.unclean_election).lower()})
 
     _phase(f"provisioning {s.nodes} {s.provider} nodes")
-    r.cluster = provision(s.provider, ProvisionOptions(
-        provider=s.provider, nodes=s.nodes, ssh_user=s.ssh_user, ssh_key=s.ssh_key,
-        nodes_file=s.nodes_file, ssh_insecure=s.ssh_insecure, vagrant_dir=s.vagrant_dir))
+    r.cluster = provision(s.provision_options())
     r.info["nodes"] = {n.name: n.address for n in r.cluster.nodes}
     r.info["cluster"] = r.cluster.cluster_id
     _phase(f"starting ZooKeeper on {s.zk_nodes} node(s)")
@@ -315,7 +313,7 @@ def _collect_logs(r: Run) -> None:
 def _conclude(r: Run) -> int:
     """Check and report whatever history there is; the exit status."""
     from checkers.check import Options, check_history
-    from checkers.cli import write_results
+    from checkers.results import write_results
     from checkers.summary import render as summary
     from core.history.parquet import jsonl_to_parquet
     from harness.report import render as report

@@ -17,17 +17,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from checkers.anomalies import ANOMALIES
 from core.errors import UserError
+from infra.cluster import FLAG_FIELDS, add_provider_arguments, options_from_values, validate_options
+from infra.kafka import MODES as KAFKA_MODES  # --system kafka (issue 6)
+from infra.nodes import DEFAULT_NODES, DEFAULT_REMOTE_DIR, DEFAULT_VAGRANT_SUBNET, ProvisionOptions
+from workloads.config import ACKS, CONSUMER_MODES
 
 SYSTEMS = ("own", "kafka")
-PROVIDERS = ("local", "ssh", "vagrant", "docker")
 FAULTS = ("partition", "kill", "pause", "disk-stall", "disk-slow", "disk-fail", "power-loss")
 DISK_FAULTS = ("disk-stall", "disk-slow", "disk-fail", "power-loss")  # need the faultfs under the data dirs
 FAULT_GROUPS = {"disk": ("disk-stall", "disk-slow", "disk-fail")}  # a name that means several faults
 TARGETS = ("random", "one", "minority", "majority", "leaders", "replicas", "controller", "all")
-CONSUMER_MODES = ("assign", "subscribe")
-ACKS = ("0", "1", "all")
-KAFKA_MODES = ("zk", "kraft")  # --system kafka (issue 6)
 TABLES = ("broker", "producer", "consumer", "expect", "disk")
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
@@ -42,7 +43,7 @@ class TestSpec:
     name: str = ""  # default: <system>-<nemesis>
     system: str = "own"
     provider: str = "local"
-    nodes: int = 5
+    nodes: int = DEFAULT_NODES
     zk_nodes: int = 3
     nemesis: tuple[str, ...] = ()
     nemesis_targets: str = "random"
@@ -68,12 +69,19 @@ class TestSpec:
     kafka_mode: str = "zk"  # zk (ZooKeeper) or kraft
     kafka_dist: str | None = None  # a Kafka folder or tarball to run instead of the jar cache
     # --- end Apache Kafka ---
-    # Providers
+    # Providers: the flags of infra.cluster.add_provider_arguments, by the same names
+    subnet: str | None = None
+    cluster_id: str | None = None
+    nodes_file: str | None = None
+    hosts: str | None = None  # comma-separated, as --hosts takes them
     ssh_user: str | None = None
     ssh_key: str | None = None
-    nodes_file: str | None = None
+    ssh_port: int = 22
+    known_hosts: str | None = None
     ssh_insecure: bool = False
+    remote_dir: str = DEFAULT_REMOTE_DIR
     vagrant_dir: str = "."
+    vagrant_subnet: str = DEFAULT_VAGRANT_SUBNET
     # Tables
     broker: dict = field(default_factory=dict)
     producer: dict = field(default_factory=dict)
@@ -94,6 +102,10 @@ class TestSpec:
     def test_name(self) -> str:
         return self.name or f"{self.system}-{'-'.join(self.nemesis) or 'none'}"
 
+    def provision_options(self) -> ProvisionOptions:
+        """What the run asks of its provider."""
+        return options_from_values({name: getattr(self, name) for name in FLAG_FIELDS})
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["nemesis"] = list(self.nemesis)
@@ -113,8 +125,6 @@ def add_arguments(parser) -> None:
     a("--scenario", metavar="NAME", help="a named scenario from scenarios/NAME.toml (see `harness scenarios`)")
     a("--name", help="test name; results go to RESULTS/NAME/TIMESTAMP (default SYSTEM-NEMESIS)")
     a("--system", choices=SYSTEMS, help="the system under test (default own)")
-    a("--provider", choices=PROVIDERS, help="where nodes come from (default local)")
-    a("--nodes", type=int, help="number of nodes (default 5)")
     a("--zk-nodes", type=int, help="ZooKeeper ensemble size, 1 or 3 (default 3)")
     a("--nemesis", help=f"comma list of faults: {', '.join(FAULTS)}; disk means the three disk-* "
                         "(default none)")
@@ -140,13 +150,9 @@ def add_arguments(parser) -> None:
     a("--kafka-mode", choices=KAFKA_MODES, help="--system kafka: zk (ZooKeeper, default) or kraft")
     a("--kafka-dist", metavar="PATH", help="--system kafka: a Kafka folder or .tgz to run instead of the jar cache")
     # --- end Apache Kafka ---
-    a("--ssh-user", help="ssh provider: user")
-    a("--ssh-key", help="ssh provider: private key file")
-    a("--nodes-file", help="ssh provider: a file naming one node a line")
-    a("--ssh-insecure", action="store_const", const=True, help="ssh provider: skip host key checks")
-    a("--vagrant-dir", help="vagrant provider: folder of the Vagrantfile")
     a("--faultfs", action="store_const", const=True,
       help="mount the fault-injecting filesystem under the data dirs even without disk faults")
+    add_provider_arguments(parser)
 
 
 def load_file(path: str) -> dict[str, Any]:
@@ -193,6 +199,8 @@ def build(values: dict[str, Any]) -> TestSpec:
     v = dict(values)
     if isinstance(v.get("nemesis"), str):
         v["nemesis"] = [x.strip() for x in v["nemesis"].split(",") if x.strip()]
+    if isinstance(v.get("hosts"), (list, tuple)):  # a file may list them
+        v["hosts"] = ",".join(str(h) for h in v["hosts"])
     if isinstance(v.get("debug_bug"), str):
         v["debug_bug"] = [v["debug_bug"]]
     if "nemesis" in v and isinstance(v["nemesis"], (list, tuple)):
@@ -244,8 +252,6 @@ def validate(s: TestSpec) -> None:
         bad(f"--name {s.name!r}: use letters, digits, '.', '_', '-' (at most 100)")
     if s.system not in SYSTEMS:
         bad(f"--system {s.system!r}: expected one of {', '.join(SYSTEMS)}")
-    if s.provider not in PROVIDERS:
-        bad(f"--provider {s.provider!r}: expected one of {', '.join(PROVIDERS)}")
     for fault in s.nemesis:
         if fault not in FAULTS:
             bad(f"--nemesis {fault!r}: expected a comma list of {', '.join(FAULTS)} or disk")
@@ -281,12 +287,7 @@ def validate(s: TestSpec) -> None:
         bad("--debug-bug plants bugs in the own broker; it needs --system own")
     if s.seed is not None and not 0 <= s.seed < 2**63:
         bad(f"--seed {s.seed}: expected a non-negative integer")
-    if s.provider == "ssh" and not s.nodes_file:
-        bad("--provider ssh needs --nodes-file naming the hosts")
-    if s.provider in ("local", "docker") and s.nodes_file:
-        bad("--nodes-file is for --provider ssh")
-    if s.ssh_key and not Path(s.ssh_key).is_file():
-        bad(f"--ssh-key {s.ssh_key}: no such file")
+    validate_options(s.provision_options())  # the provider flags, checked as `harness cluster up` checks them
     # --- Apache Kafka (issue 6): version, mode and jars are checked before anything starts ---
     if s.kafka_mode not in KAFKA_MODES:
         bad(f"--kafka-mode {s.kafka_mode!r}: expected one of {', '.join(KAFKA_MODES)}")
@@ -295,14 +296,12 @@ def validate(s: TestSpec) -> None:
     if s.system == "kafka":
         from infra.kafka import KafkaOptions, check_spec
 
-        check_spec(KafkaOptions(version=s.kafka_version, mode=s.kafka_mode, dist=s.kafka_dist), s.provider, s.broker)
+        check_spec(KafkaOptions(version=s.kafka_version, mode=s.kafka_mode, dist=s.kafka_dist), s.broker)
     # --- end Apache Kafka ---
     if s.disk:
         from infra.faultfs import validate_settings
 
         validate_settings(s.disk)
-    from checkers.anomalies import ANOMALIES
-
     for key, want in s.expect.items():
         if key == "valid":
             if not isinstance(want, bool):

@@ -1,9 +1,11 @@
 """Real clusters: providers that make nodes, the Remote that reaches them, systems that run on them.
 
-- `infra.cluster`: `provision()`, `Node`, `Cluster`, `ProvisionOptions`, `load_cluster()`
+- `infra.nodes`: `Node`, `Cluster`, `ProvisionOptions`, `parallel`, and the `Provider` seam
+- `infra.cluster`: the table of providers, `provision()`, `load_cluster()`, the provider flags
 - `infra.local` / `infra.ssh`: the local (namespaces), ssh and vagrant providers
 - `infra.remote`: `Remote`, one SSH connection per node (commands, files, daemons)
-- `infra.system`: the System seam and `collect_logs`; `infra.zookeeper`: the ensemble
+- `infra.system`: the system protocols and `collect_logs`; `infra.zookeeper`: the ensemble;
+  `infra.brokers`: what the own broker (`infra.own_broker`) and Kafka (`infra.kafka`) share
 - `infra.net`: partitions, healing, reachability probes
 - `infra.clean` / `infra.state`: what runs created, and removing it (`harness clean`)
 

@@ -1,58 +1,45 @@
 """Removes everything harness runs created on this machine, however they ended.
 
-Clusters are found from four independent sources, so a run killed with -9
-at any moment (even before it wrote its state) is still found:
-state directories, network namespace and link names, host iptables rules
-tagged `harness:<id>`, and processes tagged `HARNESS_DAEMON=<id>/...`.
+Clusters are found from their state directories and from what each provider
+finds by name (`Provider.find_clusters`; for local clusters: network
+namespace and link names, host iptables rules tagged `harness:<id>`, and
+processes tagged `HARNESS_DAEMON=<id>/...`), so a run killed with -9 at any
+moment (even before it wrote its state) is still found.
 
-A local cluster is removed from its names alone (infra.local); a docker
-cluster's containers and networks from their label `harness.cluster=<id>`
-(infra.docker), found even without a state directory. An ssh or
-vagrant cluster's hosts are contacted with the cluster's saved SSH settings
-to kill the harness's daemons and delete its partition rules; unreachable
-hosts are reported, not retried. Mounts under the state root are unmounted
-(`fusermount3 -u -z`) before any directory is removed. Running it twice is
-harmless: the second run finds nothing.
+A provider that can remove a cluster from its id alone (`Provider.remove`,
+the local one) does so. Otherwise (ssh, vagrant) the cluster's hosts are
+contacted with its saved SSH settings and torn down: the harness's daemons
+killed, its partition rules deleted; unreachable hosts are reported, not
+retried. Mounts under the state root are unmounted (`fusermount3 -u -z`)
+before any directory is removed. Running it twice is harmless: the second
+run finds nothing.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from typing import Callable
 
+from core.errors import UserError
 from infra import hostops
 from infra import state as st
-from infra.docker import labelled_cluster_ids, remove_docker_cluster
+from infra.cluster import PROVIDERS, load_cluster
+from infra.nodes import Provider
 
 log = logging.getLogger(__name__)
 
 
 def find_cluster_ids() -> set[str]:
+    """Every cluster id on this machine: state dirs, and what each provider
+    finds from the names of the things it made."""
     ids = set(st.list_cluster_ids())
-    for ns in hostops.list_netns():
-        m = st.NETNS_RE.match(ns)
-        if m:
-            ids.add(m.group(1))
-    for link in hostops.list_links():
-        m = st.BRIDGE_RE.match(link) or st.VETH_RE.match(link.split("@")[0])
-        if m:
-            ids.add(m.group(1))
-    for rule in hostops.iptables_rules("harness:"):
-        m = st.HOST_RULE_RE.search(rule)
-        if m:
-            ids.add(m.group(1))
-    for proc in hostops.scan_processes():
-        m = re.match(r"^(c\d{1,3})/", proc.daemon_tag or "")
-        if m:
-            ids.add(m.group(1))
+    for provider in PROVIDERS.values():
+        ids |= provider.find_clusters()
     return ids
 
 
 def clean(cluster_id: str | None = None, say: Callable[[str], None] | None = None) -> list[str]:
     """Removes cluster `cluster_id`, or every cluster; returns what was removed."""
-    from core.errors import UserError
-
     if cluster_id is not None and not st.CLUSTER_ID_RE.match(cluster_id):
         raise UserError(f"bad cluster id {cluster_id!r}: use c<number>, e.g. c3")
     removed: list[str] = []
@@ -62,18 +49,25 @@ def clean(cluster_id: str | None = None, say: Callable[[str], None] | None = Non
         if say:
             say(line)
 
-    ids = find_cluster_ids() | labelled_cluster_ids()
+    ids = find_cluster_ids()
     if cluster_id is not None:
         ids &= {cluster_id}
     for cid in sorted(ids, key=st.slot_of):
         state = st.read_state(cid) or {}
-        if state.get("provider") in ("ssh", "vagrant") and state.get("nodes"):
-            _clean_remote_cluster(cid, note)
+        provider = PROVIDERS.get(state.get("provider"))
+        if provider is not None and provider.remove is None and state.get("nodes"):
+            _clean_saved_cluster(cid, provider, note)
+        elif provider is not None and provider.remove is not None:
+            provider.remove(cid, note)
         else:
-            from infra.local import remove_local_cluster
-
-            remove_docker_cluster(cid, say=note)  # first: the containers' daemons go with them
-            remove_local_cluster(cid, say=note)
+            # No state says whose it is (a bring-up killed early): every provider
+            # that can remove a cluster from its id alone tries.
+            for p in PROVIDERS.values():
+                if p.remove is not None:
+                    p.remove(cid, note)
+            if st.cluster_dir(cid).exists():
+                hostops.remove_tree(st.cluster_dir(cid))
+                note(f"state directory {st.cluster_dir(cid)}")
 
     if cluster_id is None:
         # Mounts under the state root outside any cluster dir (a FUSE layer of a run
@@ -87,11 +81,8 @@ def clean(cluster_id: str | None = None, say: Callable[[str], None] | None = Non
     return removed
 
 
-def _clean_remote_cluster(cid: str, note: Callable[[str], None]) -> None:
-    from core.errors import UserError
-    from infra.cluster import load_cluster
-    from infra.ssh import teardown_ssh
-
+def _clean_saved_cluster(cid: str, provider: Provider, note: Callable[[str], None]) -> None:
+    """A cluster of hosts: reach them with its saved settings and tear it down."""
     try:
         cluster = load_cluster(cid, connect_timeout=5.0)
     except UserError as e:
@@ -99,4 +90,4 @@ def _clean_remote_cluster(cid: str, note: Callable[[str], None]) -> None:
         hostops.remove_tree(st.cluster_dir(cid))
         note(f"state directory {st.cluster_dir(cid)}")
         return
-    teardown_ssh(cluster, say=note)
+    provider.teardown(cluster, note)

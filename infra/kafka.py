@@ -48,7 +48,8 @@ from pathlib import Path
 from core.errors import UserError
 from infra import kafka_dist
 from infra import zk_state
-from infra.cluster import Cluster, Node, parallel
+from infra.brokers import BrokerBase
+from infra.nodes import Cluster, Node, parallel
 from infra.remote import RemoteError, one_line
 
 log = logging.getLogger(__name__)
@@ -163,10 +164,12 @@ class Distribution:
     source: kafka_dist.KafkaDist | None  # the user's --kafka-dist, if any
 
 
-def resolve(options: KafkaOptions, provider: str = "local", unpack: bool = True) -> Distribution:
+def resolve(options: KafkaOptions, in_place: bool = True, unpack: bool = True) -> Distribution:
     """Find the jars without downloading anything: the user's --kafka-dist, or
-    the cache. Unknown versions and a missing cache are UserErrors. With
-    `unpack` false nothing is written (a check before a run starts)."""
+    the cache. Unknown versions and a missing cache are UserErrors. `in_place`:
+    the nodes share this machine's files (Cluster.shares_filesystem), so a
+    tarball is unpacked here once. With `unpack` false nothing is written (a
+    check before a run starts)."""
     if options.mode not in MODES:
         raise UserError(f"--kafka-mode {options.mode!r}: expected one of {', '.join(MODES)}")
     if options.dist:
@@ -177,7 +180,7 @@ def resolve(options: KafkaOptions, provider: str = "local", unpack: bool = True)
         check_version(dist.version, options.mode)
         if dist.kind == "folder":
             return Distribution(dist.version, dist.path, dist)
-        if provider == "local" and unpack:  # local nodes run from a folder: unpack the tarball once
+        if in_place and unpack:  # nodes that share our files run from a folder: unpack the tarball once
             return Distribution(dist.version, _unpack_once(dist), dist)
         return Distribution(dist.version, None, dist)
     version = check_version(options.version or DEFAULT_VERSION, options.mode)
@@ -188,9 +191,9 @@ def resolve(options: KafkaOptions, provider: str = "local", unpack: bool = True)
     return Distribution(version, kafka_dist.kafka_home(version, cache), None)
 
 
-def check_spec(options: KafkaOptions, provider: str, broker_settings: dict) -> None:
+def check_spec(options: KafkaOptions, broker_settings: dict) -> None:
     """Everything about a Kafka run that can be checked before anything starts."""
-    resolve(options, provider, unpack=False)
+    resolve(options, unpack=False)
     _refuse_own_keys(broker_settings)
 
 
@@ -251,20 +254,22 @@ def _tail_line(text: str) -> str:
     return " | ".join(lines[-2:]) if lines else "no output"
 
 
-class KafkaSystem:
+class KafkaSystem(BrokerBase):
     """Apache Kafka on every node of a cluster (see the module docstring)."""
 
     name = "kafka"
+    title = "Kafka"
+    daemon = DAEMON
+    data_subdir = "kafka"
+    config_name = "kafka.properties"
 
     def __init__(self, zookeeper_connect: str, settings: dict | None = None,
                  options: KafkaOptions | None = None):
+        super().__init__()
         self.zookeeper_connect = zookeeper_connect
         self.settings = {k: _value(v) for k, v in (settings or {}).items()}
         self.options = options or KafkaOptions()
         _refuse_own_keys(self.settings)
-        self._nodes: list[Node] = []
-        self._ids: dict[str, int] = {}
-        self._local = True
         self._homes: dict[str, str] = {}  # node -> Kafka home (libs/) on that node
         self.cluster_id = new_cluster_id()
         self.dist: Distribution | None = None
@@ -275,22 +280,9 @@ class KafkaSystem:
     def mode(self) -> str:
         return self.options.mode
 
-    def nodes(self, cluster: Cluster | None = None) -> list[Node]:
-        return list(self._nodes)
-
-    def broker_id(self, node: Node) -> int:
-        return self._ids[node.name]
-
-    def bootstrap(self) -> str:
-        return ",".join(f"{n.address}:{self.options.port}" for n in self._nodes)
-
-    @staticmethod
-    def data_dir(node: Node) -> str:
-        return f"{node.data_dir}/kafka"
-
-    @staticmethod
-    def config_file(node: Node) -> str:
-        return f"{node.run_dir}/kafka.properties"
+    @property
+    def port(self) -> int:
+        return self.options.port
 
     @staticmethod
     def log_config_file(node: Node) -> str:
@@ -354,10 +346,8 @@ class KafkaSystem:
     # -- lifecycle
 
     def setup(self, cluster: Cluster) -> None:
-        self._nodes = list(cluster.nodes)
-        self._ids = {n.name: i for i, n in enumerate(self._nodes, start=1)}
-        self._local = cluster.provider == "local"
-        self.dist = resolve(self.options, cluster.provider)
+        self.place(cluster)
+        self.dist = resolve(self.options, self._local)
         if self.mode == "zk":
             zk_state.ensure_chroot(self.zookeeper_connect, CHROOT)
         parallel(self._prepare, self._nodes)
@@ -447,29 +437,6 @@ class KafkaSystem:
             time.sleep(0.2)
         log.warning("%s: broker %d still registered after %.0f s; starting anyway", node.name, me, timeout)
 
-    def kill(self, node: Node) -> None:
-        node.remote.signal(DAEMON, "KILL")
-        node.remote.wait_stopped(DAEMON, timeout=10)
-
-    def pause(self, node: Node) -> None:
-        node.remote.signal(DAEMON, "STOP")
-
-    def resume(self, node: Node) -> None:
-        node.remote.signal(DAEMON, "CONT")
-
-    def process_state(self, node: Node) -> str | None:
-        """The broker process's state letter (R, S, T, ...), None when not running."""
-        return node.remote.process_state(DAEMON)
-
-    def teardown(self, cluster: Cluster) -> None:
-        def stop(node: Node) -> None:
-            try:
-                node.remote.stop_daemon(DAEMON)
-            except RemoteError as e:
-                log.warning("stopping Kafka on %s: %s", node.name, e)
-
-        parallel(stop, self._nodes or list(cluster.nodes))
-
     # -- readiness
 
     def wait_serving(self, nodes: list[Node], timeout: float) -> None:
@@ -553,27 +520,24 @@ class KafkaSystem:
 
     def leaders(self, topic: str) -> dict[int, str]:
         """partition -> the node leading it (partitions without a leader left out)."""
-        names = {i: name for name, i in self._ids.items()}
         if self.mode == "zk":
             by_id = zk_state.leaders(self.zookeeper_connect, CHROOT, topic)
         else:
             by_id = {p: pm.leader for p, pm in self._partition_metadata(topic).items()}
-        return {p: names[b] for p, b in by_id.items() if b in names}
+        return self.named_leaders(by_id)
 
     def replicas(self, topic: str) -> dict[int, list[str]]:
         """partition -> the nodes holding its replicas."""
-        names = {i: name for name, i in self._ids.items()}
         if self.mode == "zk":
             by_id = zk_state.replicas(self.zookeeper_connect, CHROOT, topic)
         else:
             by_id = {p: list(pm.replicas) for p, pm in self._partition_metadata(topic).items()}
-        return {p: [names[b] for b in brokers if b in names] for p, brokers in by_id.items()}
+        return self.named_replicas(by_id)
 
     def controller(self) -> str | None:
         """The node acting as controller: from ZooKeeper, or the KRaft quorum leader."""
-        names = {i: name for name, i in self._ids.items()}
         if self.mode == "zk":
-            return names.get(zk_state.controller(self.zookeeper_connect, CHROOT))
+            return self.node_of(zk_state.controller(self.zookeeper_connect, CHROOT))
 
         def quorum_state(node: Node) -> tuple[int, int]:
             path = f"{self.data_dir(node)}/__cluster_metadata-0/quorum-state"
@@ -584,4 +548,4 @@ class KafkaSystem:
                 return -1, -1
 
         epoch, leader = max(parallel(quorum_state, self.voters()), default=(-1, -1))
-        return names.get(leader) if epoch >= 0 else None
+        return self.node_of(leader) if epoch >= 0 else None

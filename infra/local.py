@@ -25,12 +25,14 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import re
 from pathlib import Path
 
 from core.errors import UserError
 from infra import hostops
 from infra import state as st
-from infra.cluster import Cluster, Node, ProvisionOptions, local_node_address, node_to_dict, parallel, parse_subnet
+from infra.nodes import (Cluster, Node, Provider, ProvisionOptions, Say, check_named_nodes, local_node_address, parallel,
+                         parse_subnet)
 from infra.remote import Remote
 
 log = logging.getLogger(__name__)
@@ -186,20 +188,43 @@ def _bring_up(cid: str, names: list[str], net: ipaddress.IPv4Network) -> Cluster
         nodes.append(Node(n["name"], n["address"], str(n["dir"] / "data"), str(n["dir"] / "logs"), run_dir, remote))
     parallel(lambda node: node.remote.connect(), nodes)
 
-    cluster = Cluster(nodes, "local", control, cid, cdir, meta={k: v for k, v in state.items()
-                                                                  if k not in ("cluster_id", "provider", "control_address")})
-    cluster.meta["nodes"] = [node_to_dict(n) for n in nodes]
+    cluster = Cluster(nodes, PROVIDER, control, cid, cdir, meta={k: v for k, v in state.items()
+                                                                   if k not in ("cluster_id", "provider", "control_address")})
+    cluster.save_nodes()
     cluster.meta["phase"] = "ready"
     cluster.save()
     return cluster
 
 
-def teardown_local(cluster: Cluster) -> list[str]:
+def teardown_local(cluster: Cluster, say: Say = None) -> list[str]:
     cluster.close()
-    return remove_local_cluster(cluster.cluster_id)
+    return remove_local_cluster(cluster.cluster_id, say)
 
 
-def remove_local_cluster(cid: str, say=None) -> list[str]:
+def find_local_clusters() -> set[str]:
+    """Ids of local clusters from the names of what they made: namespaces,
+    links, host rules, tagged processes (found even without a state dir)."""
+    ids = set()
+    for ns in hostops.list_netns():
+        m = st.NETNS_RE.match(ns)
+        if m:
+            ids.add(m.group(1))
+    for link in hostops.list_links():
+        m = st.BRIDGE_RE.match(link) or st.VETH_RE.match(link.split("@")[0])
+        if m:
+            ids.add(m.group(1))
+    for rule in hostops.iptables_rules("harness:"):
+        m = st.HOST_RULE_RE.search(rule)
+        if m:
+            ids.add(m.group(1))
+    for proc in hostops.scan_processes():
+        m = re.match(r"^(c\d{1,3})/", proc.daemon_tag or "")
+        if m:
+            ids.add(m.group(1))
+    return ids
+
+
+def remove_local_cluster(cid: str, say: Say = None) -> list[str]:
     """Removes every trace of local cluster `cid`, from its names alone if need be.
 
     Order matters: abort FUSE connections (so nothing blocks), kill the
@@ -258,3 +283,9 @@ def remove_local_cluster(cid: str, say=None) -> list[str]:
         hostops.remove_tree(cdir)
         note(f"state directory {cdir} (keys, node dirs)")
     return removed
+
+
+PROVIDER = Provider(
+    name="local", summary="network namespaces on this machine",
+    provision=provision_local, teardown=teardown_local, validate=check_named_nodes,
+    makes_nodes=True, shares_filesystem=True, find_clusters=find_local_clusters, remove=remove_local_cluster)

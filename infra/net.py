@@ -23,7 +23,7 @@ import shlex
 import socket
 
 from core.errors import UserError
-from infra.cluster import Cluster, Node, parallel
+from infra.nodes import Cluster, Node, parallel
 from infra.state import NODE_RULE_TAG
 
 IPT = "iptables -w"

@@ -5,16 +5,17 @@ node's address, and all share the run's ZooKeeper ensemble under a chroot.
 Settings are written as a properties file with Kafka's names; planted bugs
 (`--debug-bug`) are passed on the command line, never through the file.
 
-Local nodes share the control machine's filesystem, so brokers run this
-checkout's code with this venv's Python. SSH and Vagrant nodes get the
-project's code uploaded into their run folder and run it with `python3`,
-whose packages (kazoo, kafka-python, crc32c) the Vagrantfile provisions.
+Nodes that share the control machine's filesystem (the local provider) run
+this checkout's code with this venv's Python. Other nodes get the broker's
+code (`broker/`, which imports nothing else of the project) uploaded into
+their run folder and run it with `python3`, whose packages (kazoo,
+kafka-python, crc32c) the Vagrantfile provisions.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import io
-import logging
 import sys
 import tarfile
 import time
@@ -22,65 +23,45 @@ from pathlib import Path
 
 from core.errors import UserError
 from infra import zk_state
-from infra.cluster import Cluster, Node, parallel
-from infra.remote import RemoteError
-
-log = logging.getLogger(__name__)
+from infra.brokers import BrokerBase
+from infra.nodes import Cluster, Node, parallel
 
 PORT = 9092
 DAEMON = "broker"
 CHROOT = "/own"
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("broker", "harness")  # what a broker process imports from the project
+PACKAGES = ("broker",)  # what a broker process imports from the project
 
 
-class OwnBroker:
+class OwnBroker(BrokerBase):
     name = "own"
+    title = "the broker"
+    daemon = DAEMON
+    data_subdir = "broker"
+    config_name = "broker.properties"
 
     def __init__(self, zookeeper_connect: str, settings: dict | None = None, debug_bugs: tuple[str, ...] = (),
                  port: int = PORT, start_timeout: float = 30.0):
+        super().__init__()
         self.zookeeper_connect = zookeeper_connect
         self.settings = dict(settings or {})
         self.debug_bugs = tuple(debug_bugs)
         self.port = port
         self.start_timeout = start_timeout
-        self._nodes: list[Node] = []
-        self._ids: dict[str, int] = {}
-        self._local = True  # local nodes share this machine's filesystem
-
-    # -- where things are
-
-    def nodes(self, cluster: Cluster | None = None) -> list[Node]:
-        return list(self._nodes)
-
-    def broker_id(self, node: Node) -> int:
-        return self._ids[node.name]
-
-    def bootstrap(self) -> str:
-        return ",".join(f"{n.address}:{self.port}" for n in self._nodes)
-
-    @staticmethod
-    def data_dir(node: Node) -> str:
-        return f"{node.data_dir}/broker"
-
-    @staticmethod
-    def config_file(node: Node) -> str:
-        return f"{node.run_dir}/broker.properties"
 
     def log_files(self, node: Node) -> list[str]:
         return [f"{node.log_dir}/broker.log", f"{node.log_dir}/broker.out"]
 
     def version(self) -> str:
-        from harness import __version__
-
-        return f"own {__version__}"
+        try:
+            return f"own {importlib.metadata.version('harness')}"
+        except importlib.metadata.PackageNotFoundError:  # a checkout used without installing it
+            return "own (not installed)"
 
     # -- lifecycle
 
     def setup(self, cluster: Cluster) -> None:
-        self._nodes = list(cluster.nodes)
-        self._ids = {n.name: i for i, n in enumerate(self._nodes, start=1)}
-        self._local = cluster.provider == "local"
+        self.place(cluster)
         zk_state.ensure_chroot(self.zookeeper_connect, CHROOT)
         parallel(self._prepare, self._nodes)
         parallel(self.start, self._nodes)
@@ -122,29 +103,6 @@ class OwnBroker:
         argv, env, cwd = self._argv(node)
         node.remote.start_daemon(DAEMON, argv, f"{node.log_dir}/broker.out", env=env, cwd=cwd)
 
-    def kill(self, node: Node) -> None:
-        node.remote.signal(DAEMON, "KILL")
-        node.remote.wait_stopped(DAEMON, timeout=10)
-
-    def pause(self, node: Node) -> None:
-        node.remote.signal(DAEMON, "STOP")
-
-    def resume(self, node: Node) -> None:
-        node.remote.signal(DAEMON, "CONT")
-
-    def process_state(self, node: Node) -> str | None:
-        """The broker process's state letter (R, S, T, ...), None when not running."""
-        return node.remote.process_state(DAEMON)
-
-    def teardown(self, cluster: Cluster) -> None:
-        def stop(node: Node) -> None:
-            try:
-                node.remote.stop_daemon(DAEMON)
-            except RemoteError as e:
-                log.warning("stopping the broker on %s: %s", node.name, e)
-
-        parallel(stop, self._nodes or list(cluster.nodes))
-
     # -- state, for targeted faults
 
     def wait_serving(self, nodes: list[Node]) -> None:
@@ -166,16 +124,11 @@ class OwnBroker:
                         f"(registered: {sorted(zk_state.registered_brokers(self.zookeeper_connect, CHROOT))})")
 
     def leaders(self, topic: str) -> dict[int, str]:
-        names = {i: name for name, i in self._ids.items()}
-        return {p: names[b] for p, b in zk_state.leaders(self.zookeeper_connect, CHROOT, topic).items()
-                if b in names}
+        return self.named_leaders(zk_state.leaders(self.zookeeper_connect, CHROOT, topic))
 
     def replicas(self, topic: str) -> dict[int, list[str]]:
-        names = {i: name for name, i in self._ids.items()}
-        return {p: [names[b] for b in brokers if b in names]
-                for p, brokers in zk_state.replicas(self.zookeeper_connect, CHROOT, topic).items()}
+        return self.named_replicas(zk_state.replicas(self.zookeeper_connect, CHROOT, topic))
 
     def controller(self) -> str | None:
-        names = {i: name for name, i in self._ids.items()}
-        return names.get(zk_state.controller(self.zookeeper_connect, CHROOT))
+        return self.node_of(zk_state.controller(self.zookeeper_connect, CHROOT))
 

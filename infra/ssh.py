@@ -28,14 +28,17 @@ import logging
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import UserError
+from infra import hostops
 from infra import state as st
-from infra.cluster import Cluster, Node, ProvisionOptions, node_to_dict, parallel
+from infra.net import heal_node
+from infra.nodes import Cluster, Node, Provider, ProvisionOptions, Say, check_ssh_options, parallel
 from infra.remote import Remote, RemoteError
 
 log = logging.getLogger(__name__)
@@ -208,7 +211,7 @@ def _make_nodes(cid: str, specs: list[tuple[str, Remote]], remote_dir: str) -> l
     return nodes
 
 
-def _finish(cid: str, provider: str, nodes: list[Node], control: str | None, extra: dict) -> Cluster:
+def _finish(cid: str, provider: Provider, nodes: list[Node], control: str | None, extra: dict) -> Cluster:
     def prepare(node: Node) -> None:
         node.remote.run(f"mkdir -p {shlex.quote(node.data_dir)} {shlex.quote(node.log_dir)} "
                         f"{shlex.quote(node.run_dir)}", timeout=30)
@@ -216,7 +219,7 @@ def _finish(cid: str, provider: str, nodes: list[Node], control: str | None, ext
     parallel(prepare, nodes)
     meta = {"phase": "ready", "owner_pid": os.getpid(), **extra}
     cluster = Cluster(nodes, provider, control, cid, st.cluster_dir(cid), meta)
-    cluster.meta["nodes"] = [node_to_dict(n) for n in nodes]
+    cluster.save_nodes()
     cluster.save()
     return cluster
 
@@ -224,8 +227,6 @@ def _finish(cid: str, provider: str, nodes: list[Node], control: str | None, ext
 def _abandon(cid: str, nodes_or_remotes) -> None:
     for r in nodes_or_remotes:
         (r.remote if isinstance(r, Node) else r).close()
-    import shutil
-
     shutil.rmtree(st.cluster_dir(cid), ignore_errors=True)
 
 
@@ -246,7 +247,7 @@ def provision_ssh(o: ProvisionOptions) -> Cluster:
             # The address other nodes (and partitions) know this node by: the IP we reached.
             n.address = n.remote.connect().get_transport().getpeername()[0]
         control = nodes[0].remote.local_address()
-        return _finish(cid, "ssh", nodes, control, {"provider_options": {"remote_dir": o.remote_dir}})
+        return _finish(cid, SSH, nodes, control, {"provider_options": {"remote_dir": o.remote_dir}})
     except BaseException:
         _abandon(cid, nodes)
         raise
@@ -308,9 +309,7 @@ def provision_vagrant(o: ProvisionOptions, config_text: str | None = None) -> Cl
 
         parallel(find_address, nodes)
         control = None
-        from infra.hostops import host_prefixes
-
-        for prefix in host_prefixes():
+        for prefix in hostops.host_prefixes():
             try:
                 iface = ipaddress.IPv4Interface(prefix)
             except ValueError:
@@ -318,18 +317,15 @@ def provision_vagrant(o: ProvisionOptions, config_text: str | None = None) -> Cl
             if iface.ip in subnet and iface.network.prefixlen < 32 and str(iface.ip) not in [n.address for n in nodes]:
                 control = str(iface.ip)
                 break
-        return _finish(cid, "vagrant", nodes, control,
+        return _finish(cid, VAGRANT, nodes, control,
                        {"provider_options": {"remote_dir": o.remote_dir, "vagrant_dir": o.vagrant_dir}})
     except BaseException:
         _abandon(cid, nodes)
         raise
 
 
-def teardown_ssh(cluster: Cluster, say=None) -> list[str]:
+def teardown_ssh(cluster: Cluster, say: Say = None) -> list[str]:
     """Stops the harness's daemons and partition rules on every host; forgets the cluster."""
-    from infra import hostops
-    from infra.net import heal_node
-
     removed: list[str] = []
 
     def one(node: Node) -> list[str]:
@@ -364,3 +360,15 @@ def teardown_ssh(cluster: Cluster, say=None) -> list[str]:
         if say:
             say(line)
     return removed
+
+
+def validate_ssh(o: ProvisionOptions) -> None:
+    check_ssh_options(o)
+    if not (o.nodes_file or o.hosts):
+        raise UserError("the ssh provider needs --nodes-file FILE or --hosts HOST,HOST,...")
+
+
+SSH = Provider(name="ssh", summary="hosts you name", provision=provision_ssh, teardown=teardown_ssh,
+               validate=validate_ssh)
+VAGRANT = Provider(name="vagrant", summary="the VMs of a Vagrantfile", provision=provision_vagrant,
+                   teardown=teardown_ssh, validate=check_ssh_options)

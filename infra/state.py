@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+from core.errors import UserError
+
 NETNS_PREFIX = "harness-"
 NODE_RULE_TAG = "harness-partition"
 DAEMON_ENV = "HARNESS_DAEMON"
@@ -149,8 +151,6 @@ def reserve_cluster_id(slot_is_free, wanted: str | None = None) -> str:
             write_state(cid, {"cluster_id": cid, "phase": "reserved", "owner_pid": os.getpid(),
                               "created": time.time()})
             return cid
-    from core.errors import UserError
-
     if wanted is not None:
         raise UserError(f"cluster {wanted} already exists on this machine "
                         f"(`harness cluster down --cluster {wanted}` or `harness clean` removes it)")

@@ -1,19 +1,22 @@
-"""The System seam: software the harness installs and runs on a cluster's nodes.
+"""The system seams: software the harness installs and runs on a cluster's nodes.
 
-A system (a ZooKeeper ensemble, the own broker, Apache Kafka) is any object
-with these methods; the optional ones may be missing, and callers check with
-`hasattr` (the nemesis targets leaders only on systems that name them):
+Small protocols in the spirit of Jepsen's db.clj; a system declares the ones
+it fills, and callers ask with `isinstance(system, Proto)`, never getattr:
 
-    setup(cluster)            configure and start on its nodes; return when it serves
-    teardown(cluster)         stop it everywhere and remove its data
-    start(node)               start it on one node (after a kill)
-    kill(node)                SIGKILL it on one node
-    pause(node) / resume(node)   SIGSTOP / SIGCONT
-    log_files(node) -> [path]    files worth collecting from that node
-    nodes(cluster) -> [Node]     the nodes it runs on (default: all)
-    leaders(...) -> [name]       optional: nodes currently leading something
-    controller() -> name | None  optional: the node acting as controller
+    System        name; setup(cluster), return when it serves; teardown(cluster),
+                  stop it everywhere (and remove its data)
+    Processes     start(node) after a kill; kill(node), SIGKILL, returns once gone;
+                  process_state(node) -> "R", "S", "T", ... or None when not running
+    Pausable      pause(node) / resume(node): SIGSTOP / SIGCONT
+    Primaries     leaders(topic) -> {partition: node}; replicas(topic) ->
+                  {partition: [node]}; controller() -> node or None
+    DataDir       data_dir(node) -> the folder its data lives in (disk faults mount there)
+    LogSource     nodes(cluster) -> the nodes it runs on; log_files(node) -> files
+                  worth collecting there (a run's faultfs mounts are one too)
+    BrokerSystem  all of the above, plus bootstrap() and version(): what
+                  `harness run` tests (infra.own_broker, infra.kafka)
 
+Nodes are `infra.nodes.Node`s, node names in answers are `Node.name`.
 `collect_logs` downloads each node's declared log files (or, given no
 systems, everything in the node's log dir) into `dest_dir/<node>/`, the
 layout of a run's store.
@@ -28,7 +31,7 @@ import shlex
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from infra.cluster import Cluster, Node, parallel
+from infra.nodes import Cluster, Node, parallel
 from infra.remote import RemoteError
 
 log = logging.getLogger(__name__)
@@ -36,29 +39,74 @@ log = logging.getLogger(__name__)
 
 @runtime_checkable
 class System(Protocol):
+    """Set up and torn down on a cluster (db.clj's DB)."""
+
     name: str
 
     def setup(self, cluster: Cluster) -> None: ...
 
     def teardown(self, cluster: Cluster) -> None: ...
 
+
+@runtime_checkable
+class Processes(Protocol):
+    """One process per node that faults kill and restart (db.clj's Process)."""
+
     def start(self, node: Node) -> None: ...
 
     def kill(self, node: Node) -> None: ...
+
+    def process_state(self, node: Node) -> str | None: ...
+
+
+@runtime_checkable
+class Pausable(Protocol):
+    """Processes that SIGSTOP and SIGCONT (db.clj's Pause)."""
 
     def pause(self, node: Node) -> None: ...
 
     def resume(self, node: Node) -> None: ...
 
+
+@runtime_checkable
+class Primaries(Protocol):
+    """Who leads what, for faults aimed at leaders, replicas or the controller (db.clj's Primary)."""
+
+    def leaders(self, topic: str) -> dict[int, str]: ...
+
+    def replicas(self, topic: str) -> dict[int, list[str]]: ...
+
+    def controller(self) -> str | None: ...
+
+
+@runtime_checkable
+class DataDir(Protocol):
+    """Where a node's data lives (disk faults put their filesystem there)."""
+
+    def data_dir(self, node: Node) -> str: ...
+
+
+@runtime_checkable
+class LogSource(Protocol):
+    """Files worth collecting after a run (db.clj's LogFiles)."""
+
+    name: str
+
+    def nodes(self, cluster: Cluster) -> list[Node]: ...
+
     def log_files(self, node: Node) -> list[str]: ...
 
 
-def system_nodes(system, cluster: Cluster) -> list[Node]:
-    nodes = getattr(system, "nodes", None)
-    return list(nodes(cluster)) if callable(nodes) else list(cluster.nodes)
+@runtime_checkable
+class BrokerSystem(System, Processes, Pausable, Primaries, DataDir, LogSource, Protocol):
+    """A Kafka-compatible system under test: every seam above, and where clients connect."""
+
+    def bootstrap(self) -> str: ...
+
+    def version(self) -> str: ...
 
 
-def collect_logs(cluster: Cluster, dest_dir: str | os.PathLike, systems: list | None = None,
+def collect_logs(cluster: Cluster, dest_dir: str | os.PathLike, systems: list[LogSource] | None = None,
                  extra: dict[str, list[str]] | None = None) -> dict[str, list[str]]:
     """Downloads log files into dest_dir/<node>/.
 
@@ -71,7 +119,7 @@ def collect_logs(cluster: Cluster, dest_dir: str | os.PathLike, systems: list | 
     dest = Path(dest_dir)
     wanted: dict[str, list[str]] = {n.name: [] for n in cluster.nodes}
     for system in systems or []:
-        for node in system_nodes(system, cluster):
+        for node in system.nodes(cluster):
             wanted[node.name] += list(system.log_files(node))
     for name, paths in (extra or {}).items():
         wanted.setdefault(name, []).extend(paths)

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 
 from core.errors import UserError
 from infra import state as st
-from infra.cluster import Cluster, Node, parallel
+from infra.nodes import Cluster, Node, parallel
 from infra.remote import RemoteError, last_line
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,8 @@ def parse_mode(srvr_output: str | None) -> str | None:
 
 
 class ZooKeeper:
-    """The ensemble on the first `options.nodes` nodes of a cluster."""
+    """The ensemble on the first `options.nodes` nodes of a cluster; a System,
+    Processes, Pausable and LogSource of infra.system."""
 
     name = "zookeeper"
 
@@ -188,6 +189,10 @@ class ZooKeeper:
         if node.remote.signal(DAEMON, "KILL"):
             node.remote.wait_stopped(DAEMON, 10)
 
+    def process_state(self, node: Node) -> str | None:
+        """ZooKeeper's process state letter on the node (R, S, T, ...), None when not running."""
+        return node.remote.process_state(DAEMON)
+
     def pause(self, node: Node) -> None:
         node.remote.signal(DAEMON, "STOP")
 
@@ -223,7 +228,8 @@ class ZooKeeper:
         answers = parallel(lambda n: parse_mode(four_letter(n.address, port)), self._nodes)
         return dict(zip([n.name for n in self._nodes], answers))
 
-    def leaders(self, *_ignored) -> list[str]:
+    def quorum_leaders(self) -> list[str]:
+        """The nodes that say they lead the ensemble (one, unless it is splitting)."""
         return [name for name, mode in self.modes().items() if mode in ("leader", "standalone")]
 
     def has_quorum(self) -> bool:

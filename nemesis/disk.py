@@ -29,7 +29,8 @@ import posixpath
 import shlex
 
 from infra import faultfs
-from infra.cluster import parallel
+from infra.nodes import parallel
+from infra.system import DataDir
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +229,7 @@ DISK_FAULTS = {
 
 def heal_disks(ctx) -> dict:
     """For heal_everything: every faultfs back to passthrough; what was released."""
-    if getattr(ctx.system, "data_dir", None) is None:
+    if not isinstance(ctx.system, DataDir):
         return {}
     try:
         released = faultfs.release_all(ctx.cluster, ctx.system)

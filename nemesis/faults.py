@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 from core.errors import UserError
 from infra import net
-from infra.cluster import Cluster, parallel
+from infra.nodes import Cluster, parallel
+from infra.system import Primaries
 from nemesis.disk import DISK_FAULTS, heal_disks
 from nemesis.schedule import Step, grudge_for
 
@@ -70,10 +71,9 @@ def targets(ctx: Context, step: Step) -> tuple[list[str], dict]:
 
 
 def _leader(ctx: Context, partition: int) -> str:
-    leaders = getattr(ctx.system, "leaders", None)
-    if leaders is None:
-        raise FaultError(f"the {getattr(ctx.system, 'name', 'system')} system cannot name leaders")
-    by_partition = leaders(ctx.topic)
+    if not isinstance(ctx.system, Primaries):
+        raise FaultError(f"the {ctx.system.name} system cannot name leaders")
+    by_partition = ctx.system.leaders(ctx.topic)
     if not by_partition:
         raise FaultError(f"no leader known for topic {ctx.topic}")
     node = by_partition.get(partition) or by_partition[sorted(by_partition)[0]]
@@ -81,18 +81,16 @@ def _leader(ctx: Context, partition: int) -> str:
 
 
 def _replicas(ctx: Context, partition: int) -> list[str]:
-    replicas = getattr(ctx.system, "replicas", None)
-    if replicas is None:
-        raise FaultError(f"the {getattr(ctx.system, 'name', 'system')} system cannot name replicas")
-    by_partition = replicas(ctx.topic)
+    if not isinstance(ctx.system, Primaries):
+        raise FaultError(f"the {ctx.system.name} system cannot name replicas")
+    by_partition = ctx.system.replicas(ctx.topic)
     if partition not in by_partition:
         raise FaultError(f"no replicas known for partition {partition} of topic {ctx.topic}")
     return sorted(by_partition[partition])
 
 
 def _controller(ctx: Context) -> str:
-    controller = getattr(ctx.system, "controller", None)
-    node = controller() if controller else None
+    node = ctx.system.controller() if isinstance(ctx.system, Primaries) else None
     if not node:
         raise FaultError("no controller known")
     return node

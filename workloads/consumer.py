@@ -31,15 +31,12 @@ import logging
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from core.history.format import FINAL_READS
-from workloads.errors import CRASH, EOF, FAIL, INFO, classify_commit, consumer_error_action
-
-if TYPE_CHECKING:
-    from workloads.runner import Workload
+from workloads.client_errors import CRASH, EOF, FAIL, INFO, classify_commit, consumer_error_action
+from workloads.clients import ClientContext
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +48,12 @@ REPLACE_BACKOFF_S = 0.5
 class Reader:
     """One consumer instance: its process id, assignment and read positions."""
 
-    def __init__(self, workload: "Workload", pid: int, *, subscribe: bool, partitions: list[int] | None = None,
+    def __init__(self, clients: ClientContext, pid: int, *, subscribe: bool, partitions: list[int] | None = None,
                  start: dict[int, int] | None = None, group_id: str | None = None, eof: bool = False,
                  commit_interval_s: float = 0.0):
-        self.workload = workload
+        self.clients = clients
         self.pid = pid
-        self.topic = workload.topic
+        self.topic = clients.config.topic
         self.next_offset: dict[int, int] = {}   # partition -> the offset after the last one read
         self.committed: dict[int, int] = {}
         self.assignment: list[int] = []
@@ -65,9 +62,9 @@ class Reader:
         self.records_read = 0
         self.commit_interval_s = commit_interval_s
         self.next_commit = time.monotonic() + commit_interval_s
-        self._record = workload.record
-        self._stats = workload.stats_counters
-        self.consumer = workload.make_consumer(pid, group_id or workload.config.group_id, eof, self._on_error)
+        self._record = clients.record
+        self._stats = clients.stats
+        self.consumer = clients.make_consumer(pid, group_id or clients.config.group_id, eof, self._on_error)
         if subscribe:
             self.consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
                                     on_lost=self._on_revoke)
@@ -213,7 +210,7 @@ class Reader:
             type_, error = (FAIL if definite else INFO), errors[0].name()
         self._record(self.pid, type_, "commit", offsets=listed, error=error)
         self._stats.completion("commit", type_, error)
-        if type_ == INFO and self.workload.config.replace_on_info:
+        if type_ == INFO and self.clients.config.replace_on_info:
             self.crash_reason = error
         return type_
 
@@ -246,12 +243,20 @@ def _name(e: BaseException) -> str:
     return type(e).__name__
 
 
+def new_reader(clients: ClientContext, partitions: list[int] | None, start: dict[int, int] | None = None) -> Reader:
+    """A reader with a new process id: assigned `partitions` (from `start`), or
+    subscribed to the group if `partitions` is None."""
+    pid = clients.new_pid()
+    return Reader(clients, pid, subscribe=partitions is None, partitions=partitions, start=start,
+                  commit_interval_s=clients.config.commit_interval_s)
+
+
 class ConsumerSlot(threading.Thread):
     """One consumer of the workload: a thread, successive reader instances."""
 
-    def __init__(self, workload: "Workload", slot: int, first: Reader, partitions: list[int] | None):
+    def __init__(self, clients: ClientContext, slot: int, first: Reader, partitions: list[int] | None):
         super().__init__(name=f"wl-consumer-{slot}", daemon=True)
-        self.workload = workload
+        self.clients = clients
         self.slot = slot
         self.reader = first
         self.partitions = partitions  # None in subscribe mode
@@ -261,27 +266,27 @@ class ConsumerSlot(threading.Thread):
             self._run()
         except Exception as e:
             log.exception("consumer slot %d failed", self.slot)
-            self.workload.stats_counters.thread_failed(f"{self.name}: {type(e).__name__}: {e}")
+            self.clients.stats.thread_failed(f"{self.name}: {type(e).__name__}: {e}")
 
     def _run(self) -> None:
-        wl = self.workload
-        cfg = wl.config
+        clients = self.clients
+        cfg = clients.config
         reader = self.reader
-        while not wl.stopping.is_set():
+        while not clients.stopping.is_set():
             reader.poll(cfg.poll_batch, cfg.poll_timeout_s)
             if reader.crash_reason is None:
                 reader.maybe_commit(time.monotonic())
-            if reader.crash_reason is not None and not wl.stopping.is_set():
+            if reader.crash_reason is not None and not clients.stopping.is_set():
                 reader = self.reader = self._replace(reader)
-        reader.close(min(CLOSE_BOUND_S, max(0.0, wl.stop_deadline - time.monotonic())))
+        reader.close(min(CLOSE_BOUND_S, max(0.0, clients.stop_deadline - time.monotonic())))
 
     def _replace(self, old: Reader) -> Reader:
-        wl = self.workload
+        clients = self.clients
         log.info("consumer process %d replaced after %s", old.pid, old.crash_reason)
         old.close()
-        wl.record_crash(old.pid)
-        wl.stopping.wait(REPLACE_BACKOFF_S)
-        return wl.new_reader(self.partitions, dict(old.next_offset))
+        clients.record_crash(old.pid)
+        clients.stopping.wait(REPLACE_BACKOFF_S)
+        return new_reader(clients, self.partitions, dict(old.next_offset))
 
 
 # --------------------------------------------------------------------------
@@ -329,13 +334,13 @@ WATERMARK_REFRESH_S = 1.0
 STABLE_END_S = 5.0  # a log end that stays put this long, all read, is the end
 
 
-def final_reads(workload: "Workload", deadline_s: float) -> FinalReadReport:
+def final_reads(clients: ClientContext, deadline_s: float) -> FinalReadReport:
     """Read every partition from the beginning until each reaches its targets
     (see module docstring) or `deadline_s` seconds have passed."""
-    cfg = workload.config
+    cfg = clients.config
     started = time.monotonic()
     end = started + deadline_s
-    acked = workload.stats_counters.acked_offsets()
+    acked = clients.stats.acked_offsets()
     partitions = sorted(set(range(cfg.partitions)) | set(acked))
     high: dict[int, int] = {}
     reached = {p: 0 for p in partitions}
@@ -349,13 +354,12 @@ def final_reads(workload: "Workload", deadline_s: float) -> FinalReadReport:
     ends: dict[int, int] = {}  # partition -> the end its final read reached
 
     def new_reader() -> Reader:
-        pid = workload.process_ids.next()
-        workload.stats_counters.process_started()
+        pid = clients.new_pid()
         processes.append(pid)
-        workload.record(pid, "invoke", FINAL_READS, partitions=partitions)
+        clients.record(pid, "invoke", FINAL_READS, partitions=partitions)
         # Start where the previous reader got to: what it read stays read.
         start = {p: reached[p] for p in partitions if reached[p] > 0}
-        return Reader(workload, pid, subscribe=False, partitions=partitions, start=start,
+        return Reader(clients, pid, subscribe=False, partitions=partitions, start=start,
                       group_id=f"{cfg.group_id}-final", eof=True)
 
     def target(p: int) -> int | None:
@@ -393,14 +397,14 @@ def final_reads(workload: "Workload", deadline_s: float) -> FinalReadReport:
             if reader.crash_reason is not None and len(done) < len(partitions):
                 records += reader.records_read
                 reader.close(min(CLOSE_BOUND_S, max(0.0, end - time.monotonic())))
-                _complete(workload, reader.pid, ends)
-                workload.record_crash(reader.pid)
+                _complete(clients, reader.pid, ends)
+                clients.record_crash(reader.pid)
                 time.sleep(min(REPLACE_BACKOFF_S, max(0.0, end - time.monotonic())))
                 reader = new_reader()
     finally:
         records += reader.records_read
         reader.close(min(CLOSE_BOUND_S, max(1.0, end - time.monotonic())))
-        _complete(workload, reader.pid, ends)
+        _complete(clients, reader.pid, ends)
     return FinalReadReport(
         complete=len(done) == len(partitions),
         seconds=time.monotonic() - started,
@@ -411,9 +415,9 @@ def final_reads(workload: "Workload", deadline_s: float) -> FinalReadReport:
     )
 
 
-def _complete(workload: "Workload", pid: int, ends: dict[int, int]) -> None:
+def _complete(clients: ClientContext, pid: int, ends: dict[int, int]) -> None:
     """The ok completion of `pid`'s final-reads: what is known to be read to its end."""
-    workload.record(pid, "ok", FINAL_READS, ends=[{"partition": p, "offset": o} for p, o in sorted(ends.items())])
+    clients.record(pid, "ok", FINAL_READS, ends=[{"partition": p, "offset": o} for p, o in sorted(ends.items())])
 
 
 def _refresh_watermarks(reader: Reader, partitions: list[int], high: dict[int, int], end: float) -> None:

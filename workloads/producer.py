@@ -3,7 +3,7 @@
 One `ProducerSlot` thread per configured producer. A slot drives one
 confluent-kafka `Producer` instance at a time (`ProducerClient`, one process
 id). Each send is recorded as an `invoke` *before* `produce()` and completed
-in the delivery callback, classified by `workloads.errors`.
+in the delivery callback, classified by `workloads.client_errors`.
 
 A client that gets an indeterminate (`info`) result, or a fatal error, is
 retired: the slot switches at once to a new instance with a new process id,
@@ -22,15 +22,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 from confluent_kafka import KafkaException
 
-from workloads.errors import (ACKED_WITHOUT_OFFSET, ACKS_0, INFO, classify_delivery, classify_produce_exception,
-                              produce_exception_is_fatal)
-
-if TYPE_CHECKING:
-    from workloads.runner import Workload
+from workloads.client_errors import (ACKED_WITHOUT_OFFSET, ACKS_0, INFO, classify_delivery,
+                                     classify_produce_exception, produce_exception_is_fatal)
+from workloads.clients import ClientContext
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +49,8 @@ class ProducerClient:
     history's own. `Stats` sums them for a snapshot.
     """
 
-    def __init__(self, workload: "Workload", pid: int):
-        self.workload = workload
+    def __init__(self, clients: ClientContext, pid: int):
+        self.clients = clients
         self.pid = pid
         self.outstanding = 0
         self.invoked = 0
@@ -60,13 +58,13 @@ class ProducerClient:
         self.acked_max: dict[int, int] = {}  # partition -> highest acknowledged offset
         # Why this instance must be replaced (an error name), or None.
         self.tainted: str | None = None
-        self._history_record = workload.history.record
-        self._recorder = workload.record
-        self._stats = workload.stats_counters
-        self._single_attempt = workload.config.single_attempt
-        self._acks0 = workload.config.acks == "0"
-        self.producer = workload.make_producer(pid, self._on_delivery, self._on_error)
-        workload.stats_counters.add_producer(self)
+        self._history_record = clients.history.record
+        self._recorder = clients.record
+        self._stats = clients.stats
+        self._single_attempt = clients.config.single_attempt
+        self._acks0 = clients.config.acks == "0"
+        self.producer = clients.make_producer(pid, self._on_delivery, self._on_error)
+        clients.stats.add_producer(self)
 
     def _on_delivery(self, err, msg) -> None:
         self.outstanding -= 1
@@ -87,7 +85,7 @@ class ProducerClient:
         value = int(msg.value())
         if err is None:
             # acks=0: the broker never answers; expected for every send, so no replacement.
-            # Otherwise acknowledged at no known position (see workloads.errors).
+            # Otherwise acknowledged at no known position (see workloads.client_errors).
             name = ACKS_0 if self._acks0 else ACKED_WITHOUT_OFFSET
             self._recorder(self.pid, "info", "send", value=value, error=name)
             self._stats.completion("send", "info", name)
@@ -111,7 +109,7 @@ class ProducerClient:
         the rest so each gets its completion; serve their reports briefly."""
         while self.outstanding > 0:
             # stop() may bring the deadline forward while we wait
-            left = min(until, self.workload.stop_deadline - PURGE_GRACE_S) - time.monotonic()
+            left = min(until, self.clients.stop_deadline - PURGE_GRACE_S) - time.monotonic()
             if left <= 0:
                 break
             self.producer.flush(min(left, 0.2))
@@ -129,12 +127,19 @@ class ProducerClient:
         self.producer = None
 
 
+def new_producer_client(clients: ClientContext) -> ProducerClient:
+    """A producer instance with a new process id, counted as a started process."""
+    client = ProducerClient(clients, clients.process_ids.next())
+    clients.stats.process_started()
+    return client
+
+
 class ProducerSlot(threading.Thread):
     """One producer of the workload: a thread, successive client instances."""
 
-    def __init__(self, workload: "Workload", slot: int, values: Iterator[int], first: ProducerClient):
+    def __init__(self, clients: ClientContext, slot: int, values: Iterator[int], first: ProducerClient):
         super().__init__(name=f"wl-producer-{slot}", daemon=True)
-        self.workload = workload
+        self.clients = clients
         self.slot = slot
         self.values = values
         self.client = first
@@ -146,12 +151,11 @@ class ProducerSlot(threading.Thread):
             self._run()
         except Exception as e:  # a bug: keep the run going, report it in stats
             log.exception("producer slot %d failed", self.slot)
-            self.workload.stats_counters.thread_failed(f"{self.name}: {type(e).__name__}: {e}")
+            self.clients.stats.thread_failed(f"{self.name}: {type(e).__name__}: {e}")
 
     def _run(self) -> None:
-        wl = self.workload
-        cfg = wl.config
-        stopping = wl.stopping
+        cfg = self.clients.config
+        stopping = self.clients.stopping
         per_slot = cfg.rate / cfg.producers if cfg.rate > 0 else 0.0
         max_lag = max(BURST, int(per_slot)) if per_slot else 0
         started = time.monotonic()
@@ -185,12 +189,12 @@ class ProducerSlot(threading.Thread):
 
     def _send_many(self, client: ProducerClient, n: int) -> None:
         """n sends: each recorded as an invoke before produce()."""
-        wl = self.workload
-        record = wl.history.record  # the producer loop never runs after the history closes
+        cfg = self.clients.config
+        record = self.clients.history.record  # the producer loop never runs after the history closes
         produce = client.producer.produce
         next_value = self.values.__next__
-        topic, key_count, pid = wl.topic, wl.key_count, client.pid
-        partitions = wl.partitions if wl.explicit_partitions else 0
+        topic, key_count, pid = cfg.topic, cfg.key_count, client.pid
+        partitions = cfg.partitions if cfg.explicit_partitions else 0
         queued = 0
         for _ in range(n):
             value = next_value()
@@ -209,10 +213,9 @@ class ProducerSlot(threading.Thread):
         client.outstanding += queued
 
     def _produce_failed(self, client: ProducerClient, value: int, e: BaseException) -> None:
-        wl = self.workload
         outcome = classify_produce_exception(e)
-        wl.record(client.pid, outcome.type, "send", value=value, error=outcome.error)
-        wl.stats_counters.completion("send", outcome.type, outcome.error)
+        self.clients.record(client.pid, outcome.type, "send", value=value, error=outcome.error)
+        self.clients.stats.completion("send", outcome.type, outcome.error)
         if produce_exception_is_fatal(e):
             client.tainted = outcome.error
 
@@ -223,28 +226,27 @@ class ProducerSlot(threading.Thread):
         return sum(c.outstanding for c, _ in self.retiring)
 
     def _replace(self, old: ProducerClient) -> ProducerClient:
-        wl = self.workload
         log.info("producer process %d replaced after %s", old.pid, old.tainted)
         retire = threading.Thread(target=self._retire, args=(old,), name=f"wl-retire-{old.pid}", daemon=True)
         retire.start()
         self.retiring.append((old, retire))
-        return wl.new_producer_client()
+        return new_producer_client(self.clients)
 
     def _retire(self, client: ProducerClient) -> None:
-        wl = self.workload
+        clients = self.clients
         try:
-            until = min(time.monotonic() + wl.config.retire_flush_s, wl.stop_deadline - PURGE_GRACE_S)
+            until = min(time.monotonic() + clients.config.retire_flush_s, clients.stop_deadline - PURGE_GRACE_S)
             client.drain(until)
             client.close()
         except Exception as e:
             log.exception("retiring producer process %d failed", client.pid)
-            wl.stats_counters.thread_failed(f"retire {client.pid}: {type(e).__name__}: {e}")
-        wl.record_crash(client.pid)
+            clients.stats.thread_failed(f"retire {client.pid}: {type(e).__name__}: {e}")
+        clients.record_crash(client.pid)
 
     def _finish(self, client: ProducerClient) -> None:
         """The fault phase is over: deliver or purge what is outstanding."""
-        wl = self.workload
-        client.drain(wl.stop_deadline - PURGE_GRACE_S)
+        deadline = self.clients.stop_deadline
+        client.drain(deadline - PURGE_GRACE_S)
         client.close()
         for _, thread in self.retiring:
-            thread.join(max(0.0, wl.stop_deadline - time.monotonic()))
+            thread.join(max(0.0, deadline - time.monotonic()))

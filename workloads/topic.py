@@ -12,9 +12,13 @@ import logging
 import time
 from typing import Any
 
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
 from core.errors import UserError
+from workloads.client_errors import error_name
+from workloads.clients import check_bootstrap, client_log
 from workloads.config import WorkloadConfig
-from workloads.errors import error_name
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +37,6 @@ def create_topic(bootstrap: str, config: WorkloadConfig, timeout_s: float = 60.0
                  admin_settings: dict[str, Any] | None = None) -> None:
     """Create `config.topic` (partitions, replication factor, topic_settings)
     and return once every partition has a leader."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    from workloads.runner import check_bootstrap, client_log
-
     deadline = time.monotonic() + timeout_s
     admin = AdminClient({"bootstrap.servers": check_bootstrap(bootstrap), "logger": client_log,
                          **(admin_settings or {})})
@@ -70,8 +69,6 @@ def create_topic(bootstrap: str, config: WorkloadConfig, timeout_s: float = 60.0
 
 def wait_for_leaders(admin, topic: str, partitions: int, deadline: float, bootstrap: str = "") -> None:
     """Poll metadata until `topic` has `partitions` partitions, each with a leader."""
-    from confluent_kafka import KafkaException
-
     last = "no metadata yet"
     while True:
         left = deadline - time.monotonic()
@@ -99,11 +96,6 @@ def wait_settled(bootstrap: str, topic: str, timeout_s: float = 60.0, full_isr: 
     """After a heal: wait until every partition of `topic` has a leader and,
     with `full_isr`, every replica back in its ISR. Returns partition -> ISR.
     Raises ClusterUnavailable when the cluster does not settle in time."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
-
-    from workloads.runner import check_bootstrap, client_log
-
     admin = AdminClient({"bootstrap.servers": check_bootstrap(bootstrap), "logger": client_log})
     deadline = time.monotonic() + timeout_s
     last = "no metadata yet"

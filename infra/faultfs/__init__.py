@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import UserError
+from infra.nodes import parallel
+from infra.system import DataDir
 
 log = logging.getLogger(__name__)
 
@@ -285,17 +287,14 @@ class SystemMounts:
 
 
 def data_dir_of(system, node) -> str:
-    data_dir = getattr(system, "data_dir", None)
-    if data_dir is None:
-        raise UserError(f"disk faults need a system with a fixed data dir; {getattr(system, 'name', system)} has none")
-    return data_dir(node).rstrip("/")
+    if not isinstance(system, DataDir):
+        raise UserError(f"disk faults need a system with a fixed data dir; {system.name} has none")
+    return system.data_dir(node).rstrip("/")
 
 
 def mount_system(cluster, system, settings: dict | None = None) -> SystemMounts:
     """A faultfs under `system.data_dir(node)` on every node of the cluster,
     the data itself in `<data_dir>.raw`. Partly mounted is unmounted again."""
-    from infra.cluster import parallel
-
     s = validate_settings(settings or {})
     mounts = SystemMounts(_nodes=list(cluster.nodes))
 
@@ -315,8 +314,6 @@ def mount_system(cluster, system, settings: dict | None = None) -> SystemMounts:
 
 def unmount_system(cluster, mounts: SystemMounts) -> dict:
     """Unmounts every mount of the run; raises UserError naming those left."""
-    from infra.cluster import parallel
-
     nodes = [n for n in cluster.nodes if n.name in mounts.mounts]
     errors = {}
 
@@ -336,8 +333,6 @@ def unmount_system(cluster, mounts: SystemMounts) -> dict:
 def release_all(cluster, system) -> dict:
     """Every node's faultfs back to passthrough (heal); node -> what it was,
     for those that were faulty. Nodes without a faultfs are skipped."""
-    from infra.cluster import parallel
-
     def one(node):
         target = data_dir_of(system, node)
         st = status(node, target)
@@ -346,7 +341,7 @@ def release_all(cluster, system) -> dict:
         set_mode(node, target, "passthrough")
         return st.get("mode")
 
-    if getattr(system, "data_dir", None) is None:
+    if not isinstance(system, DataDir):
         return {}
     modes = parallel(one, list(cluster.nodes))
     return {n.name: m for n, m in zip(cluster.nodes, modes) if m}

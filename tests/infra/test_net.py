@@ -8,7 +8,7 @@ import pytest
 
 from core.errors import UserError
 from infra import net
-from infra.cluster import parallel
+from infra.nodes import parallel
 
 from tests.support import wait_for
 

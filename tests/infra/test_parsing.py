@@ -11,7 +11,9 @@ import pytest
 
 from core.errors import UserError
 from infra import state as st
-from infra.cluster import Cluster, Node, ProvisionOptions, parse_subnet, validate_options
+from infra.cluster import validate_options
+from infra.local import PROVIDER as LOCAL
+from infra.nodes import Cluster, Node, ProvisionOptions, parse_subnet
 from infra.net import grudge_from_components, isolate
 from infra.remote import Remote, RemoteError
 from infra.ssh import HostSpec, parse_host, parse_nodes_text, parse_ssh_config, pick_address
@@ -161,10 +163,32 @@ def test_bad_options_are_user_errors(options, fragment):
     assert fragment in str(e.value)
 
 
+def test_providers_are_records_in_one_table():
+    from infra.cluster import PROVIDERS, provider_named
+
+    assert list(PROVIDERS) == ["local", "ssh", "vagrant"]
+    for name, p in PROVIDERS.items():
+        assert p.name == name and callable(p.provision) and callable(p.teardown)
+    assert PROVIDERS["local"].makes_nodes and PROVIDERS["local"].shares_filesystem and PROVIDERS["local"].remove
+    assert not PROVIDERS["ssh"].shares_filesystem and PROVIDERS["ssh"].remove is None
+    with pytest.raises(UserError) as e:
+        provider_named("docker-swarm")
+    assert "unknown provider 'docker-swarm' (one of local, ssh, vagrant)" in str(e.value)
+
+
+def test_a_saved_node_loads_back():
+    from infra.nodes import node_from_dict, node_to_dict
+
+    node = Node("n1", "10.9.9.11", "/d", "/l", "/r", Remote("n1", "10.9.9.11", port=2222, user="admin",
+                                                             key_file="/k", run_dir="/r", tag_scope="c0/n1"))
+    again = node_from_dict(node_to_dict(node))
+    assert node_to_dict(again) == node_to_dict(node) and again.remote.port == 2222
+
+
 def test_subnet_layout():
     net = parse_subnet("10.213.40.0/24", 5)
     assert net == ipaddress.IPv4Network("10.213.40.0/24")
-    from infra.cluster import local_node_address
+    from infra.nodes import local_node_address
 
     assert local_node_address(net, 1) == "10.213.40.11"
 
@@ -176,7 +200,7 @@ def test_subnet_layout():
 def _offline_cluster(names):
     # Real Remote objects; nothing here connects.
     nodes = [Node(n, f"10.9.9.{i}", "/d", "/l", "/r", Remote(n, f"10.9.9.{i}")) for i, n in enumerate(names, 11)]
-    return Cluster(nodes, "local", "10.9.9.1", "c0", st.cluster_dir("c0"))
+    return Cluster(nodes, LOCAL, "10.9.9.1", "c0", st.cluster_dir("c0"))
 
 
 def test_isolate_is_symmetric():
@@ -255,7 +279,7 @@ def _calls(res):
 
 
 def test_vagrantfile_defines_five_debian_vms_on_the_provider_subnet():
-    from infra.cluster import DEFAULT_VAGRANT_SUBNET
+    from infra.nodes import DEFAULT_VAGRANT_SUBNET
 
     calls = _calls(_vagrantfile())
     sets = {c["set"]: c["value"] for c in calls if "set" in c}

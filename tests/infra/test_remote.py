@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from infra.cluster import parallel
+from infra.nodes import parallel
 from infra.remote import Remote, RemoteError
 
 from tests.support import wait_for

@@ -55,11 +55,11 @@ def test_ensemble_elects_a_leader_and_serves_kazoo_from_the_host(cluster5, zk):
 
 
 def test_killing_the_leader_elects_another_and_it_rejoins(cluster5, zk):
-    (leader_name,) = zk.leaders()
+    (leader_name,) = zk.quorum_leaders()
     leader = cluster5.node(leader_name)
     zk.kill(leader)
     assert leader.remote.pid_of("zookeeper") is None
-    new_leaders = wait_for(lambda: [l for l in zk.leaders() if l != leader_name], timeout=30, what="a new leader")
+    new_leaders = wait_for(lambda: [l for l in zk.quorum_leaders() if l != leader_name], timeout=30, what="a new leader")
     assert len(new_leaders) == 1
     client = zk.client()
     try:

@@ -27,14 +27,14 @@ def test_a_tarball_is_unpacked_once_for_local_nodes(tmp_path, monkeypatch):
     tgz = tmp_path / "kafka.tgz"
     with tarfile.open(tgz, "w:gz") as tar:
         tar.add(home, arcname=home.name)
-    first = resolve(KafkaOptions(dist=str(tgz)), "local")
+    first = resolve(KafkaOptions(dist=str(tgz)), in_place=True)
     assert first.version == "3.9.2" and (first.home / "libs" / "kafka_2.13-3.9.2.jar").is_file()
     marker = first.home.parent / ".complete"
     stamp = marker.stat().st_mtime_ns
-    again = resolve(KafkaOptions(dist=str(tgz)), "local")
+    again = resolve(KafkaOptions(dist=str(tgz)), in_place=True)
     assert again.home == first.home and marker.stat().st_mtime_ns == stamp
     # A check before a run writes nothing; remote nodes get the tarball as it is.
-    assert resolve(KafkaOptions(dist=str(tgz)), "ssh").home is None
+    assert resolve(KafkaOptions(dist=str(tgz)), in_place=False).home is None
 
 
 @pytest.mark.integration
@@ -44,7 +44,7 @@ def test_remote_nodes_get_the_jars_uploaded_once(tmp_path, monkeypatch):
     monkeypatch.setenv(kafka.CACHE_ENV, str(tmp_path / "cache"))
     home = fake_dist(tmp_path / "src")
     system = KafkaSystem("unused:2181", {}, KafkaOptions(dist=str(home)))
-    system.dist = resolve(system.options, "ssh")
+    system.dist = resolve(system.options, in_place=False)
     cluster = provision("local", ProvisionOptions(nodes=1))
     try:
         node = cluster.nodes[0]

@@ -117,7 +117,7 @@ def test_kafka_starts_and_is_recognised_at_once_many_times(node, kraft):
 
     class OneNode:  # what KafkaSystem.setup reads of a cluster
         nodes = [node]
-        provider = "local"
+        shares_filesystem = True
 
     system.setup(OneNode)
     for _ in range(5):
@@ -132,7 +132,7 @@ def test_a_kafka_that_dies_at_once_says_how_and_where_it_looked(node, kraft):
 
     class OneNode:
         nodes = [node]
-        provider = "local"
+        shares_filesystem = True
 
     with pytest.raises(UserError) as e:
         system.setup(OneNode)

@@ -69,6 +69,15 @@ def test_bad_spec_files(tmp_path, text, words):
     (["--system", "cassandra"], ["invalid choice"]),
     (["-c", "/no/such/spec.toml"], ["cannot read"]),
     (["--consumer-mode", "fan"], ["invalid choice"]),
+    # The provider flags `harness cluster up` has, checked the same way.
+    (["--provider", "nosuch"], ["unknown provider 'nosuch'"]),
+    (["--provider", "ssh"], ["needs --nodes-file FILE or --hosts"]),
+    (["--provider", "ssh", "--hosts", "h1,h2", "--ssh-port", "0"], ["--ssh-port must be a TCP port"]),
+    (["--provider", "ssh", "--hosts", "h1", "--known-hosts", "/no/such/kh"], ["--known-hosts /no/such/kh"]),
+    (["--provider", "ssh", "--hosts", "h1", "--ssh-key", "/no/such/key"], ["--ssh-key /no/such/key: no such file"]),
+    (["--subnet", "8.8.8.0/24"], ["must be a private range"]),
+    (["--cluster", "x1"], ["bad cluster id 'x1'"]),
+    (["--nodes-file", "nodes.txt"], ["--nodes-file is for --provider ssh"]),
 ])
 def test_bad_flags_are_one_line_and_exit_2(capsys, tmp_path, argv, words):
     status = main(["run", "--results", str(tmp_path), *argv])
@@ -90,3 +99,26 @@ def test_report_rejects_a_folder_without_results(tmp_path, capsys):
     status = main(["report", str(tmp_path)])
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and "results.json" in err
+
+
+def test_run_and_cluster_up_share_the_provider_flags():
+    from harness.cli import build_parser
+
+    def flags(*path):
+        parser = build_parser()
+        for name in path:
+            parser = next(a for a in parser._actions if a.dest in ("command", "cluster_command")).choices[name]
+        group = next(g for g in parser._action_groups if g.title == "cluster")
+        return [(a.option_strings, a.dest, a.type, a.help) for a in group._group_actions]
+
+    assert flags("run") == flags("cluster", "up")
+    assert ["--hosts"] in [f[0] for f in flags("run")] and ["--subnet"] in [f[0] for f in flags("run")]
+
+
+def test_a_run_passes_every_provider_setting_on():
+    s = build({"provider": "ssh", "hosts": ["a1", "root@a2:2222"], "ssh_port": 2200, "nodes": 2, "zk_nodes": 1, "replication_factor": 2,
+               "remote_dir": "/srv/h", "ssh_insecure": True})
+    o = s.provision_options()
+    assert (o.provider, o.hosts, o.ssh_port, o.nodes, o.remote_dir, o.ssh_insecure) == (
+        "ssh", ["a1", "root@a2:2222"], 2200, 2, "/srv/h", True)
+    assert build({}).provision_options().subnet is None

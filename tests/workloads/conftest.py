@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.history.writer import HistoryWriter
-
-from tests.workloads.kafka_cluster import LocalKafka
+from infra.loopback_kafka import LoopbackKafka
 
 _names = itertools.count()
 
@@ -18,7 +17,7 @@ _names = itertools.count()
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory):
     """A 2-node KRaft cluster (node 1 also the controller), stopped at the end."""
-    cluster = LocalKafka(tmp_path_factory.mktemp("kafka"))
+    cluster = LoopbackKafka(tmp_path_factory.mktemp("kafka"))
     try:
         cluster.start()
         yield cluster

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from core.errors import UserError
+from workloads.clients import check_bootstrap
 from workloads.config import WorkloadConfig
-from workloads.runner import Workload, check_bootstrap
+from workloads.workload import Workload
 
 
 def test_defaults_are_valid_and_json_able():

@@ -13,13 +13,13 @@ import time
 import pytest
 
 from core.history.writer import HistoryWriter
+from infra.loopback_kafka import LoopbackKafka
+from workloads.client_errors import INDETERMINATE_NOTES, REJECTED_BEFORE_APPEND, error_name
 from workloads.config import WorkloadConfig
-from workloads.errors import INDETERMINATE_NOTES, REJECTED_BEFORE_APPEND, error_name
-from workloads.runner import Workload
 from workloads.topic import create_topic, wait_settled
+from workloads.workload import Workload
 
 from tests.workloads.history_checks import check_history
-from tests.workloads.kafka_cluster import LocalKafka
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +28,7 @@ INDETERMINATE = {error_name(c) for c in INDETERMINATE_NOTES} | {"_PURGE_QUEUE"}
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    kafka = LocalKafka(tmp_path_factory.mktemp("kafka-faults"))
+    kafka = LoopbackKafka(tmp_path_factory.mktemp("kafka-faults"))
     try:
         kafka.start()
         yield kafka

@@ -8,8 +8,8 @@ import pytest
 
 from core.errors import UserError
 from workloads.config import WorkloadConfig
-from workloads.runner import Workload
 from workloads.topic import create_topic
+from workloads.workload import Workload
 
 from tests.workloads.history_checks import check_history
 

@@ -10,48 +10,26 @@
     wl.stats()                               # live counters, any time
 
 Nothing here knows which system it drives: it speaks the Kafka protocol
-through confluent-kafka to whatever `bootstrap` names.
+through confluent-kafka to whatever `bootstrap` names. The client threads
+get a `ClientContext` (workloads.clients), not the `Workload`.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import re
-import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from core.errors import UserError
+from workloads.clients import ClientContext, check_bootstrap
 from workloads.common import ProcessIds, Recorder, Stats
 from workloads.config import WorkloadConfig
-from workloads.consumer import FinalReadReport, Reader, ConsumerSlot, final_reads
-from workloads.producer import ProducerClient, ProducerSlot
+from workloads.consumer import ConsumerSlot, FinalReadReport, Reader, final_reads, new_reader
+from workloads.producer import ProducerClient, ProducerSlot, new_producer_client
 
 log = logging.getLogger(__name__)
-# librdkafka's own log lines go here (not to stderr), served on poll().
-client_log = logging.getLogger("workloads.librdkafka")
-
-# Producer defaults the workload picks over librdkafka's; `producer_settings` override them.
-PRODUCER_DEFAULTS: dict[str, Any] = {
-    # A send during a fault resolves within seconds, not librdkafka's 5 minutes.
-    "message.timeout.ms": 10_000,
-    "request.timeout.ms": 5_000,
-    "queue.buffering.max.ms": 5,
-    # Kafka's Java client default (and the most an idempotent producer uses):
-    # fewer, fuller requests; halved p99 send latency at a steady 2000/s
-    # against librdkafka's default of a million (docs/benchmarks.md).
-    "max.in.flight.requests.per.connection": 5,
-}
-CONSUMER_DEFAULTS: dict[str, Any] = {
-    "auto.offset.reset": "earliest",
-    # A killed consumer's partitions move on within seconds.
-    "session.timeout.ms": 10_000,
-    "heartbeat.interval.ms": 1_000,
-}
-
-_BOOTSTRAP_RE = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}$")
 
 
 @dataclass
@@ -72,16 +50,8 @@ class Workload:
         self.config = config
         self.bootstrap = check_bootstrap(bootstrap)
         self.history = history
-        self.record = Recorder(history)
-        self.process_ids = process_ids or ProcessIds()
-        self.stats_counters = Stats()
-        self.stopping = threading.Event()
-        self.stop_deadline = float("inf")
-        # Hot-path copies of config fields.
-        self.topic = config.topic
-        self.partitions = config.partitions
-        self.key_count = config.key_count
-        self.explicit_partitions = config.explicit_partitions
+        self.clients = ClientContext(config, self.bootstrap, history, Recorder(history),
+                                     Stats(), process_ids or ProcessIds())
         self._values = itertools.count(config.first_value)
         self._producers: list[ProducerSlot] = []
         self._consumers: list[ConsumerSlot] = []
@@ -92,65 +62,28 @@ class Workload:
 
     def producer_settings(self) -> dict[str, Any]:
         """The librdkafka settings every producer gets (without callbacks)."""
-        cfg = self.config
-        settings = {"bootstrap.servers": self.bootstrap, "acks": cfg.acks,
-                    "enable.idempotence": cfg.idempotent, **PRODUCER_DEFAULTS}
-        settings["queue.buffering.max.messages"] = max(100_000, 2 * cfg.max_in_flight)
-        settings.update(cfg.producer_settings)
-        return settings
+        return self.clients.producer_settings()
 
     def consumer_settings(self, group_id: str | None = None, eof: bool = False) -> dict[str, Any]:
-        settings = {"bootstrap.servers": self.bootstrap, "group.id": group_id or self.config.group_id,
-                    "enable.auto.commit": False, "enable.auto.offset.store": False,
-                    "enable.partition.eof": eof, **CONSUMER_DEFAULTS}
-        settings.update(self.config.consumer_settings)
-        return settings
+        """The librdkafka settings every consumer gets (without callbacks)."""
+        return self.clients.consumer_settings(group_id, eof)
 
     def run_info(self) -> dict[str, Any]:
         """For run.json: the topic, the workload's knobs and the clients' settings."""
         def public(settings: dict) -> dict:
             return {k: v for k, v in settings.items() if k != "bootstrap.servers"}
-        return {"topic": self.topic, "workload": self.config.to_dict(),
+        return {"topic": self.config.topic, "workload": self.config.to_dict(),
                 "producer": public(self.producer_settings()), "consumer": public(self.consumer_settings())}
-
-    def make_producer(self, pid: int, on_delivery: Callable, on_error: Callable):
-        from confluent_kafka import KafkaException, Producer
-
-        conf = {**self.producer_settings(), "client.id": f"harness-p{pid}", "on_delivery": on_delivery,
-                "error_cb": on_error, "logger": client_log}
-        try:
-            return Producer(conf)
-        except (KafkaException, ValueError, TypeError) as e:
-            raise UserError(f"workload producer settings rejected by the client: {_first_line(e)}") from None
-
-    def make_consumer(self, pid: int, group_id: str, eof: bool, on_error: Callable):
-        from confluent_kafka import Consumer, KafkaException
-
-        conf = {**self.consumer_settings(group_id, eof), "client.id": f"harness-c{pid}", "error_cb": on_error,
-                "logger": client_log}
-        try:
-            return Consumer(conf)
-        except (KafkaException, ValueError, TypeError) as e:
-            raise UserError(f"workload consumer settings rejected by the client: {_first_line(e)}") from None
 
     # -- clients
 
     def new_producer_client(self) -> ProducerClient:
-        client = ProducerClient(self, self.process_ids.next())
-        self.stats_counters.process_started()
-        return client
+        """A producer instance with a new process id."""
+        return new_producer_client(self.clients)
 
     def new_reader(self, partitions: list[int] | None, start: dict[int, int] | None = None) -> Reader:
-        pid = self.process_ids.next()
-        self.stats_counters.process_started()
-        return Reader(self, pid, subscribe=partitions is None, partitions=partitions, start=start,
-                      commit_interval_s=self.config.commit_interval_s)
-
-    def record_crash(self, pid: int) -> None:
-        """The instance of `pid` was torn down; later ops use a new process id."""
-        self.record(pid, "invoke", "crash")
-        self.record(pid, "ok", "crash")
-        self.stats_counters.crashed()
+        """A consumer instance with a new process id: assigned `partitions`, or subscribed if None."""
+        return new_reader(self.clients, partitions, start)
 
     def consumer_partitions(self, slot: int) -> list[int] | None:
         """Assign mode: partitions of consumer `slot`, spread round-robin (each
@@ -170,11 +103,12 @@ class Workload:
             raise RuntimeError("workload already started")
         self._started = True
         cfg = self.config
-        producers = [ProducerSlot(self, i, self._values, self.new_producer_client()) for i in range(cfg.producers)]
+        producers = [ProducerSlot(self.clients, i, self._values, self.new_producer_client())
+                     for i in range(cfg.producers)]
         consumers = []
         for i in range(cfg.consumers):
             partitions = self.consumer_partitions(i)
-            consumers.append(ConsumerSlot(self, i, self.new_reader(partitions), partitions))
+            consumers.append(ConsumerSlot(self.clients, i, self.new_reader(partitions), partitions))
         self._producers, self._consumers = producers, consumers
         for t in consumers + producers:
             t.start()
@@ -189,12 +123,13 @@ class Workload:
         if self._stopped:
             return StopReport(0.0)
         self._stopped = True
-        self.stop_deadline = started + max(0.0, timeout)
-        self.stopping.set()
+        clients = self.clients
+        clients.stop_deadline = started + max(0.0, timeout)
+        clients.stopping.set()
         threads = self._producers + self._consumers
         # Leave room past the deadline for purged sends' reports and a consumer close.
         for t in threads:
-            t.join(max(0.0, self.stop_deadline + 2.0 - time.monotonic()))
+            t.join(max(0.0, clients.stop_deadline + 2.0 - time.monotonic()))
         left = [t.name for t in threads if t.is_alive()]
         outstanding = sum(s.client.outstanding for s in self._producers)
         outstanding += sum(c.outstanding for s in self._producers for c, _ in s.retiring)
@@ -204,7 +139,7 @@ class Workload:
 
     def abandon(self) -> None:
         """The run is over: events from clients left behind are dropped, not raised."""
-        self.record.abandon()
+        self.clients.record.abandon()
 
     def final_reads(self, deadline_s: float) -> FinalReadReport:
         """Read every partition from offset 0 with new process ids until each
@@ -214,29 +149,12 @@ class Workload:
             raise RuntimeError("stop() the workload before final reads")
         if deadline_s <= 0:
             raise UserError(f"final reads need a positive time limit, not {deadline_s}")
-        return final_reads(self, deadline_s)
+        return final_reads(self.clients, deadline_s)
 
     def stats(self) -> dict[str, Any]:
         """Live counters: ops per f and completion type, errors by name,
         records read, processes and crashes, sends in flight."""
-        snap = self.stats_counters.snapshot()
+        snap = self.clients.stats.snapshot()
         snap["in_flight"] = sum(s.client.outstanding for s in self._producers)
         snap["rate_skipped"] = sum(s.skipped for s in self._producers)
         return snap
-
-
-def check_bootstrap(bootstrap: str) -> str:
-    """A `host:port[,host:port...]` list, else UserError."""
-    if not isinstance(bootstrap, str) or not bootstrap.strip():
-        raise UserError("workload bootstrap must be host:port[,host:port...], got nothing")
-    for item in bootstrap.split(","):
-        if not _BOOTSTRAP_RE.match(item.strip()):
-            raise UserError(f"workload bootstrap entry {item.strip()!r} is not host:port")
-    return ",".join(item.strip() for item in bootstrap.split(","))
-
-
-def _first_line(e: BaseException) -> str:
-    if e.args and hasattr(e.args[0], "str"):
-        return e.args[0].str()
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__

@@ -15,15 +15,21 @@ from __future__ import annotations
 
 import json
 import signal
-import sys
 import time
+
+from core.errors import UserError
+from infra import net
+from infra import state as st
+from infra.clean import find_cluster_ids
+from infra.cluster import add_provider_arguments, load_cluster, options_from_args, provider_named, provision, validate_options
+from infra.hostops import is_alive
+from infra.remote import RemoteError
+from infra.zookeeper import ZooKeeper, ZooKeeperOptions
 
 
 def configure(parser) -> None:
     sub = parser.add_subparsers(dest="cluster_command", metavar="ACTION")
     up = sub.add_parser("up", help="bring a cluster (and ZooKeeper) up and leave it running")
-    from infra.cluster import add_provider_arguments
-
     add_provider_arguments(up)
     up.add_argument("--zk-nodes", type=int, default=3,
                     help="ZooKeeper ensemble size on the first nodes: 3 (default), 1, or 0 for none")
@@ -36,8 +42,6 @@ def configure(parser) -> None:
 
 
 def run(args) -> int:
-    from core.errors import UserError
-
     action = getattr(args, "cluster_command", None)
     if action == "up":
         return _up(args)
@@ -53,15 +57,11 @@ def _raise_interrupt(signum, frame):
 
 
 def _up(args) -> int:
-    from core.errors import UserError
-    from infra.cluster import options_from_args, provision, validate_options
-    from infra.zookeeper import ZooKeeper, ZooKeeperOptions
-
     options = options_from_args(args)
     validate_options(options)
     if args.zk_nodes < 0:
         raise UserError(f"--zk-nodes must be 0 or more, not {args.zk_nodes}")
-    if options.provider in ("local", "docker") and args.zk_nodes > options.nodes:
+    if provider_named(options.provider).makes_nodes and args.zk_nodes > options.nodes:
         raise UserError(f"--zk-nodes {args.zk_nodes} needs at least {args.zk_nodes} nodes; --nodes is {options.nodes}")
     if not 1 <= args.zk_port <= 65535:
         raise UserError(f"--zk-port must be a TCP port, not {args.zk_port}")
@@ -86,30 +86,13 @@ def _up(args) -> int:
     return 0
 
 
-def _ssh_command(node) -> str:
-    r = node.remote
-    if hasattr(r, "container"):  # a docker node (infra.docker)
-        return f"docker exec -it {r.container} bash"
-    parts = ["ssh"]
-    if r.key_file:
-        parts += ["-i", r.key_file]
-    if r.known_hosts:
-        parts += ["-o", f"UserKnownHostsFile={r.known_hosts}"]
-    if r.insecure:
-        parts += ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
-    if r.port != 22:
-        parts += ["-p", str(r.port)]
-    parts.append(f"{r.user}@{r.host}")
-    return " ".join(parts)
-
-
 def _describe(cluster, zk, elapsed: float) -> dict:
     return {"cluster_id": cluster.cluster_id, "provider": cluster.provider,
             "control_address": cluster.control_address, "seconds": round(elapsed, 3),
             "nodes": [{"name": n.name, "address": n.address, "data_dir": n.data_dir, "log_dir": n.log_dir,
-                       "ssh": _ssh_command(n)} for n in cluster.nodes],
+                       "ssh": cluster.kind.login(n)} for n in cluster.nodes],
             "zookeeper": ({"connect": zk.connect_string(), "nodes": [n.name for n in zk.nodes()],
-                           "leaders": zk.leaders()} if zk else None)}
+                           "leaders": zk.quorum_leaders()} if zk else None)}
 
 
 def _print_up(cluster, zk, elapsed: float) -> None:
@@ -119,23 +102,18 @@ def _print_up(cluster, zk, elapsed: float) -> None:
           + (f", control node {cluster.control_address}" if cluster.control_address else ""))
     width = max(len(n.name) for n in cluster.nodes)
     for n in cluster.nodes:
-        print(f"  {n.name:<{width}}  {n.address:<15}  {_ssh_command(n)}")
+        print(f"  {n.name:<{width}}  {n.address:<15}  {cluster.kind.login(n)}")
     if zk:
-        leaders = zk.leaders()
+        leaders = zk.quorum_leaders()
         print(f"zookeeper: {zk.connect_string()}" + (f" (leader {', '.join(leaders)})" if leaders else ""))
     print(f"up in {elapsed:.1f} s; `harness cluster down --cluster {cluster.cluster_id}` removes it")
 
 
 def _status(args) -> int:
-    from infra import state as st
-    from infra.clean import find_cluster_ids
-
     ids = sorted(find_cluster_ids(), key=st.slot_of)
     if args.cluster_id:
         ids = [c for c in ids if c == args.cluster_id]
         if not ids:
-            from core.errors import UserError
-
             raise UserError(f"no cluster {args.cluster_id} on this machine")
     if not ids:
         print("no clusters on this machine")
@@ -146,13 +124,6 @@ def _status(args) -> int:
 
 
 def _status_one(cid: str) -> None:
-    from infra import net
-    from infra import state as st
-    from infra.cluster import load_cluster
-    from infra.hostops import is_alive
-    from infra.remote import RemoteError
-    from infra.zookeeper import ZooKeeper
-
     state = st.read_state(cid) or {}
     if state.get("phase") != "ready" or "nodes" not in state:
         owner = state.get("owner_pid")
@@ -181,8 +152,6 @@ def _status_one(cid: str) -> None:
 
 
 def _down(args) -> int:
-    from infra.cluster import load_cluster
-
     cluster = load_cluster(args.cluster_id)
     removed = cluster.teardown()
     for line in removed:
@@ -190,8 +159,3 @@ def _down(args) -> int:
     print(f"cluster {cluster.cluster_id} is down")
     return 0
 
-
-if __name__ == "__main__":  # pragma: no cover - `python -m infra.cli_cluster` for debugging
-    from harness.cli import main
-
-    sys.exit(main(["cluster", *sys.argv[1:]]))

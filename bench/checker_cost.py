@@ -1,10 +1,14 @@
-"""harness bench check: the checker's wall time and peak memory on large
-synthetic Parquet histories, against a bare Spark scan-and-group-by of the
-same file in the same Spark session.
+"""Benchmark: the checker's wall time and peak memory on large synthetic
+Parquet histories, against a bare Spark scan-and-group-by of the same file
+in the same Spark session.
+
+    harness bench check [--sizes 1000000,10000000] [--cache .cache/bench] [--repeat 2] [--out FILE]
 
 Histories are generated once into a cache folder (a 10M-event history is
 written part by part: independent simulations on disjoint partitions,
-processes and values, one after another in time), then reused.
+processes and values, one after another in time), then reused. Each part
+comes from `harness gen-history`, run as a user runs it: the generator
+belongs to the top of the harness, which a benchmark does not import.
 """
 
 from __future__ import annotations
@@ -12,13 +16,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import orjson
 
+from checkers.check import Options, check_history
+from checkers.spark import get_session
 from core.errors import UserError
+from core.history.parquet import arrow_schema, events_to_table
 
 PLANTED = dict(lost=5, duplicates=5, inconsistent=5, aborted=5, nonmonotonic_polls=5, skips=5,
                nonmonotonic_sends=5, unseen=5)
@@ -26,6 +34,7 @@ PART_EVENTS = 1_000_000
 
 
 def configure(parser) -> None:
+    """Flags, for `harness bench check`."""
     parser.add_argument("--sizes", default="1000000,10000000",
                         help="comma list of history sizes in events (default 1000000,10000000)")
     parser.add_argument("--cache", default=".cache/bench", help="where generated histories are kept")
@@ -44,11 +53,25 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
+def synthetic_part(events: int, seed: int, scratch: Path) -> tuple[list[dict], dict[str, int]]:
+    """One simulation of about `events` events with PLANTED anomalies (6
+    partitions), from `harness gen-history` writing under `scratch`: its
+    events and expected counts."""
+    planted = [f"--{name.replace('_', '-')}={n}" for name, n in PLANTED.items()]
+    with tempfile.TemporaryDirectory(prefix="part-", dir=scratch) as tmp:
+        proc = subprocess.run([sys.executable, "-m", "harness.cli", "gen-history", "--events", str(events),
+                               "--seed", str(seed), "--partitions", "6", *planted, "--format", "jsonl",
+                               "--out", tmp], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise UserError(f"harness gen-history failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+        with open(Path(tmp) / "history.jsonl", "rb") as f:
+            events_out = [orjson.loads(line) for line in f]
+        expected = orjson.loads((Path(tmp) / "expected.json").read_bytes())["anomalies"]
+    return events_out, expected
+
+
 def ensure_history(size: int, cache: Path) -> Path:
     """A Parquet history of about `size` events with planted anomalies, made once."""
-    from core.history.parquet import arrow_schema, events_to_table
-    from harness.synthetic import Plan, generate
-
     folder = cache / f"check-{size}"
     path = folder / "history.parquet"
     if path.exists():
@@ -63,10 +86,10 @@ def ensure_history(size: int, cache: Path) -> Path:
     print(f"generating a {size}-event history in {parts} part(s) into {folder} ...", file=sys.stderr)
     with pq.ParquetWriter(tmp, arrow_schema(), compression="zstd") as writer:
         for k in range(parts):
-            syn = generate(Plan(events=size // parts, seed=k, partitions=6, **PLANTED))
-            n_proc = 1 + max(e["process"] for e in syn.events if e["process"] != "nemesis")
+            events, part_expected = synthetic_part(size // parts, k, folder)
+            n_proc = 1 + max(e["process"] for e in events if e["process"] != "nemesis")
             shifted = []
-            for e in syn.events:
+            for e in events:
                 e = dict(e)
                 e["index"] += index
                 e["time"] += time_base
@@ -82,10 +105,10 @@ def ensure_history(size: int, cache: Path) -> Path:
                 shifted.append(e)
             for start in range(0, len(shifted), 250_000):
                 writer.write_table(events_to_table(shifted[start:start + 250_000]))
-            index += len(syn.events)
+            index += len(events)
             time_base = shifted[-1]["time"] + 1_000_000
             value_base += 10_000_000
-            for name, n in syn.expected.items():
+            for name, n in part_expected.items():
                 expected[name] = expected.get(name, 0) + n
     os.replace(tmp, path)
     (folder / "expected.json").write_bytes(orjson.dumps({"events": index, "anomalies": expected}))
@@ -145,6 +168,7 @@ class PeakRSS:
 
 
 def bare_scan(spark, path: Path) -> float:
+    """Seconds of a plain read-group-aggregate of the file: Spark's floor for it."""
     from pyspark.sql import functions as F
 
     started = time.monotonic()
@@ -154,9 +178,7 @@ def bare_scan(spark, path: Path) -> float:
 
 
 def run(args) -> int:
-    from checkers.check import Options, check_history
-    from checkers.spark import get_session
-
+    """Generate (once), check each size, print; --out keeps the numbers as JSON."""
     sizes = _sizes(args.sizes)
     cache = Path(args.cache)
     paths = {size: ensure_history(size, cache) for size in sizes}

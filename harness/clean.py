@@ -6,14 +6,14 @@ Works after a clean exit or a kill -9 alike, and is safe to run again; with
 
 from __future__ import annotations
 
+from infra.clean import clean
+
 
 def configure(parser) -> None:
     parser.add_argument("--cluster", dest="cluster_id", help="remove only this cluster (c<N>)")
 
 
 def run(args) -> int:
-    from infra.clean import clean
-
     removed = clean(args.cluster_id, say=lambda line: print(f"removed {line}", flush=True))
     what = f"cluster {args.cluster_id}" if args.cluster_id else "harness runs"
     if removed:

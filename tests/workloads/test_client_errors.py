@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from workloads import errors as E
+from workloads import client_errors as E
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "workloads.md"
 

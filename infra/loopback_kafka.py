@@ -1,4 +1,5 @@
-"""A small real Apache Kafka cluster on 127.0.0.1 for the workload's tests and benchmark.
+"""A small real Apache Kafka cluster on 127.0.0.1, without nodes or providers,
+for the workload's tests and its overhead benchmark (bench/workload_overhead.py).
 
 KRaft mode, from the jars `infra.kafka_dist` resolved: node 1 is broker and
 controller, nodes 2.. are brokers only (a 2-node cluster starts in a few
@@ -27,6 +28,8 @@ PORT_RANGE = (39000, 39999)
 
 @dataclass
 class Node:
+    """One Kafka process of the cluster: its ids, ports and folder."""
+
     node_id: int
     port: int
     controller_port: int | None
@@ -66,7 +69,7 @@ def _cluster_id() -> str:
             return text
 
 
-class LocalKafka:
+class LoopbackKafka:
     """Start, kill, restart and stop a local KRaft cluster."""
 
     def __init__(self, root: Path, nodes: int = 2, version: str = DEFAULT_VERSION, heap: str = "512m",
@@ -221,7 +224,7 @@ class LocalKafka:
             return "(no output)"
         return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
-    def __enter__(self) -> "LocalKafka":
+    def __enter__(self) -> "LoopbackKafka":
         try:
             self.start()
         except BaseException:

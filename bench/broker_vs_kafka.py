@@ -26,13 +26,21 @@ import statistics
 import sys
 import time
 
+from bench.produce_loop import cpu_seconds_of_stat, produce_timed
 from core.errors import UserError
-from workloads.produce_bench import cpu_seconds_of_stat, produce_timed
+from infra.cluster import ProvisionOptions, provision
+from infra.kafka import MODES as KAFKA_MODES
+from infra.kafka import KafkaOptions, KafkaSystem, resolve
+from infra.own_broker import OwnBroker
+from infra.zookeeper import ZooKeeper, ZooKeeperOptions
+from workloads.config import WorkloadConfig
+from workloads.topic import create_topic as create
 
 TOPIC = "bench"
 
 
 def configure(parser) -> None:
+    """Flags, for `harness bench kafka`."""
     a = parser.add_argument
     a("--records", type=int, default=300_000, help="records in each saturation run (default 300000)")
     a("--warmup", type=int, default=50_000, help="records sent before each saturation run, not measured (default 50000)")
@@ -57,9 +65,6 @@ def _cpu_seconds(system, node) -> float:
 
 def create_topic(bootstrap: str, replication_factor: int) -> None:
     """The benchmark topic (3 partitions), once every partition has a leader."""
-    from workloads.config import WorkloadConfig
-    from workloads.topic import create_topic as create
-
     create(bootstrap, WorkloadConfig(topic=TOPIC, partitions=3, replication_factor=replication_factor,
                                      topic_settings={"min.insync.replicas": str(min(2, replication_factor))}))
 
@@ -68,12 +73,8 @@ def _measure_system(kind: str, cluster, zk_connect: str, args) -> dict:
     settings = {"default.replication.factor": 3, "min.insync.replicas": 2, "num.partitions": 3,
                 "unclean.leader.election.enable": "false"}
     if kind == "own":
-        from infra.own_broker import OwnBroker
-
         system = OwnBroker(zk_connect, settings)
     else:
-        from infra.kafka import KafkaSystem
-
         system = KafkaSystem(zk_connect, settings)
     try:
         t0 = time.monotonic()
@@ -93,9 +94,7 @@ def _measure_system(kind: str, cluster, zk_connect: str, args) -> dict:
 
 
 def compare(args) -> list[dict]:
-    from infra.cluster import ProvisionOptions, provision
-    from infra.zookeeper import ZooKeeper, ZooKeeperOptions
-
+    """The produce comparison: each system on one cluster, --repeats times, alternating."""
     results = []
     cluster = provision("local", ProvisionOptions(nodes=args.nodes))
     try:
@@ -113,12 +112,9 @@ def compare(args) -> list[dict]:
 
 
 def bring_up(args) -> list[dict]:
-    from infra.cluster import ProvisionOptions, provision
-    from infra.kafka import KafkaOptions, KafkaSystem
-    from infra.zookeeper import ZooKeeper, ZooKeeperOptions
-
+    """Kafka's bring-up on a fresh cluster, per mode: seconds of each phase."""
     out = []
-    for mode in ("zk", "kraft"):
+    for mode in KAFKA_MODES:
         for i in range(args.bring_up_repeats):
             print(f"  bring-up {mode} {i + 1} of {args.bring_up_repeats} ...", file=sys.stderr)
             t0 = time.monotonic()
@@ -158,7 +154,7 @@ def _print_compare(results: list[dict], args) -> None:
 
 def _print_bring_up(results: list[dict], args) -> None:
     print(f"\nKafka bring-up on {args.bring_up_nodes} local nodes (seconds; median, min-max)")
-    for mode in ("zk", "kraft"):
+    for mode in KAFKA_MODES:
         rows = [r for r in results if r["mode"] == mode]
         if not rows:
             continue
@@ -170,6 +166,7 @@ def _print_bring_up(results: list[dict], args) -> None:
 
 
 def run(args) -> int:
+    """Check the flags and the jar cache, measure, print; exit 1 if a send failed."""
     if args.warmup < 0:
         raise UserError("bench kafka: --warmup must be 0 or more")
     for name in ("records", "size", "rate", "repeats", "nodes", "bring_up_nodes", "bring_up_repeats"):
@@ -177,9 +174,7 @@ def run(args) -> int:
             raise UserError(f"bench kafka: --{name.replace('_', '-')} must be at least 1")
     if args.nodes < 3:
         raise UserError("bench kafka: --nodes must be at least 3 (the topic has 3 replicas)")
-    from infra.kafka import KafkaOptions, resolve
-
-    resolve(KafkaOptions(), "local", unpack=False)  # a missing jar cache fails before anything starts
+    resolve(KafkaOptions(), unpack=False)  # a missing jar cache fails before anything starts
     report: dict = {}
     if not args.skip_compare:
         report["compare"] = compare(args)

@@ -1,5 +1,5 @@
 """A timed acks=all produce loop, shared by the throughput benchmarks
-(`harness bench broker`, `harness bench kafka`, bench/faultfs_overhead.py),
+(`harness bench broker`, `harness bench kafka`, `python -m bench.faultfs_overhead`),
 so that the own broker and Kafka, with and without faultfs, are measured by
 the very same loop: idempotent confluent-kafka producer, 5 ms linger, large
 batches, per-record latency from produce() to the delivery callback.

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 
+from bench.produce_loop import cpu_seconds, produce_timed
+from broker.testing import LocalCluster, ZooKeeperServer
 from core.errors import UserError
-from workloads.produce_bench import cpu_seconds, produce_timed
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    """Flags, for `harness bench broker`."""
     parser.add_argument("--records", type=int, default=200_000, help="records in the saturation run")
     parser.add_argument("--size", type=int, default=100, help="value size in bytes")
     parser.add_argument("--partitions", type=int, default=3, help="partitions of the benchmark topic")
@@ -31,7 +34,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from broker.testing import LocalCluster, ZooKeeperServer
+    """Bring the cluster up, measure both phases, print; exit 1 if a send failed."""
     if args.records < 1 or args.size < 1 or args.partitions < 1 or args.brokers < 1 or args.rate < 1:
         raise UserError("bench broker: --records, --size, --partitions, --brokers and --rate must be positive")
     base = tempfile.mkdtemp(prefix="own-broker-bench-")
@@ -65,6 +68,5 @@ def run(args) -> int:
     if args.keep:
         print(f"cluster directory kept: {base}")
     else:
-        import shutil
         shutil.rmtree(base, ignore_errors=True)
     return 0 if not sat["errors"] and not sat["undelivered"] else 1

@@ -1,0 +1,22 @@
+"""Every benchmark of the project; docs/benchmarks.md has the numbers and
+the command that reproduces each.
+
+`harness bench TARGET` (harness/bench.py) runs these, each exposing
+configure(parser) and run(args) -> int:
+
+- `cluster_up` (cluster): bring-up and teardown of a local cluster with ZooKeeper.
+- `checker_cost` (check): the checker's wall time and peak memory on 1M and 10M events.
+- `own_broker_throughput` (broker): acks=all produce throughput and latency of the own broker.
+- `broker_vs_kafka` (kafka): the own broker against Apache Kafka, and Kafka's bring-up.
+
+Run as `python -m bench.NAME`:
+
+- `faultfs_overhead`: what the faultfs in passthrough costs the brokers' throughput.
+- `workload_overhead`: the history recorder's overhead and the highest op rate sustained.
+- `scenario_tally`: one scenario run several times, what the checker found each time.
+
+Shared: `produce_loop`, the timed produce loop the throughput benchmarks use.
+
+A stage just below `harness/`: benchmarks import infra, broker, workloads,
+checkers and core; nothing below imports them, and they import no tests.
+"""
