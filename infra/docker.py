@@ -49,7 +49,8 @@ import requests
 from core.errors import UserError
 from infra import hostops
 from infra import state as st
-from infra.cluster import Cluster, Node, ProvisionOptions, local_node_address, node_to_dict, parallel, parse_subnet
+from infra.nodes import (Cluster, Node, Provider, ProvisionOptions, Say, check_named_nodes, local_node_address, parallel,
+                         parse_subnet)
 from infra.remote import NodeShell, RemoteError, short_cmd
 
 log = logging.getLogger(__name__)
@@ -299,8 +300,22 @@ class DockerRemote(NodeShell):
                 f.write(chunk)
 
 
-def remote_from_dict(name: str, run_dir: str, d: dict) -> DockerRemote:
-    return DockerRemote(name, d["container"], run_dir=run_dir, tag_scope=d.get("tag_scope"))
+def save_node(node: Node) -> dict:
+    """A docker node, as its cluster's state saves it."""
+    return {"name": node.name, "address": node.address, "data_dir": node.data_dir, "log_dir": node.log_dir,
+            "run_dir": node.run_dir, "docker": node.remote.to_dict()}
+
+
+def load_node(d: dict, connect_timeout: float = 10.0) -> Node:
+    """The node `save_node` saved, with a fresh DockerRemote (the API has no connect step to time out)."""
+    remote = DockerRemote(d["name"], d["docker"]["container"], run_dir=d["run_dir"],
+                          tag_scope=d["docker"].get("tag_scope"))
+    return Node(d["name"], d["address"], d["data_dir"], d["log_dir"], d["run_dir"], remote)
+
+
+def login_command(node: Node) -> str:
+    """The shell command that logs a user in to a docker node."""
+    return f"docker exec -it {node.remote.container} bash"
 
 
 # ----------------------------------------------------------------------------
@@ -398,20 +413,20 @@ def _bring_up(api: docker.APIClient, image: str, cid: str, names: list[str], net
 
     nodes = parallel(start, list(enumerate(names, start=1)))
     st.maybe_stall("containers")
-    cluster = Cluster(nodes, "docker", control, cid, st.cluster_dir(cid),
+    cluster = Cluster(nodes, PROVIDER, control, cid, st.cluster_dir(cid),
                       meta={k: v for k, v in state.items() if k not in ("cluster_id", "provider", "control_address")})
-    cluster.meta["nodes"] = [node_to_dict(n) for n in nodes]
+    cluster.save_nodes()
     cluster.meta["phase"] = "ready"
     cluster.save()
     return cluster
 
 
-def teardown_docker(cluster: Cluster) -> list[str]:
+def teardown_docker(cluster: Cluster, say: Say = None) -> list[str]:
     cluster.close()
-    return remove_docker_cluster(cluster.cluster_id)
+    return remove_docker_cluster(cluster.cluster_id, say)
 
 
-def remove_docker_cluster(cid: str | None, say=None) -> list[str]:
+def remove_docker_cluster(cid: str | None, say: Say = None) -> list[str]:
     """Removes the containers and networks labelled with cluster `cid` (every
     cluster's with None), and that cluster's state directory. Nothing without
     the harness's label is touched; with no Docker daemon there is nothing to
@@ -460,6 +475,13 @@ def labelled_cluster_ids() -> set[str]:
     finally:
         api.close()
     return {labels[LABEL] for labels in found if st.CLUSTER_ID_RE.match(labels.get(LABEL, ""))}
+
+
+PROVIDER = Provider(
+    name="docker", summary="containers on a private Docker network",
+    provision=provision_docker, teardown=teardown_docker, validate=check_named_nodes,
+    makes_nodes=True, find_clusters=labelled_cluster_ids, remove=remove_docker_cluster,
+    save_node=save_node, load_node=load_node, login=login_command)
 
 
 # ----------------------------------------------------------------------------

@@ -22,7 +22,8 @@ from core.errors import UserError
 from infra import docker as dk
 from infra import faultfs, net
 from infra import state as st
-from infra.cluster import Node, ProvisionOptions, load_cluster, node_from_dict, node_to_dict, provision, validate_options
+from infra.cluster import load_cluster, provision, validate_options
+from infra.nodes import Node, ProvisionOptions
 from infra.remote import RemoteError
 
 from tests.support import clusters_owned_by
@@ -46,11 +47,12 @@ def test_docker_nodes_round_trip_through_saved_state():
     remote = dk.DockerRemote("n2", "harness-c7-n2", run_dir="/var/lib/harness/node/run", tag_scope="c7/n2")
     node = Node("n2", "10.214.7.12", "/var/lib/harness/node/data", "/var/lib/harness/node/logs",
                 "/var/lib/harness/node/run", remote)
-    again = node_from_dict(node_to_dict(node))
+    again = dk.PROVIDER.load_node(dk.PROVIDER.save_node(node), 10.0)
     assert isinstance(again.remote, dk.DockerRemote)
     assert (again.remote.container, again.remote.tag_scope, again.remote.run_dir) == \
         ("harness-c7-n2", "c7/n2", "/var/lib/harness/node/run")
     assert (again.name, again.address, again.data_dir) == (node.name, node.address, node.data_dir)
+    assert dk.PROVIDER.login(again) == "docker exec -it harness-c7-n2 bash"
 
 
 def test_docker_options_are_checked_like_local_ones():
