@@ -42,9 +42,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-
-import docker
-import requests
+from typing import TYPE_CHECKING
 
 from core.errors import UserError
 from infra import hostops
@@ -52,6 +50,9 @@ from infra import state as st
 from infra.nodes import (Cluster, Node, Provider, ProvisionOptions, Say, check_named_nodes, local_node_address, parallel,
                          parse_subnet)
 from infra.remote import NodeShell, RemoteError, short_cmd
+
+if TYPE_CHECKING:
+    import docker
 
 log = logging.getLogger(__name__)
 
@@ -75,17 +76,23 @@ API_TIMEOUT = 3600
 
 
 def api_client(timeout: float = API_TIMEOUT) -> docker.APIClient:
+    # The Docker SDK (with requests) is imported only when Docker is used, not by every
+    # `import infra.cluster` (which names this provider in its table).
+    import docker
+
     return docker.APIClient(base_url=SOCKET, timeout=timeout)
 
 
 def dockerd_running() -> bool:
+    import docker
+
     try:
         api = api_client(timeout=5)
         try:
             return bool(api.ping())
         finally:
             api.close()
-    except (docker.errors.DockerException, requests.RequestException, OSError):
+    except (docker.errors.DockerException, OSError):  # requests' errors are OSErrors
         return False
 
 
@@ -135,6 +142,8 @@ def image_name() -> str:
 
 
 def image_exists(api: docker.APIClient, name: str) -> bool:
+    import docker
+
     try:
         api.inspect_image(name)
         return True
@@ -199,13 +208,15 @@ class DockerRemote(NodeShell):
 
     def _call(self, what: str, fn):
         """Runs one API call; Docker's failures become a RemoteError naming the node."""
+        import docker
+
         try:
             return fn(self.connect())
         except docker.errors.NotFound as e:
             raise RemoteError(self.node, what, f"not found: {e.explanation or e}") from None
         except docker.errors.APIError as e:
             raise RemoteError(self.node, what, f"Docker: {e.explanation or e}") from None
-        except (requests.RequestException, docker.errors.DockerException, OSError) as e:
+        except (docker.errors.DockerException, OSError) as e:  # requests' errors are OSErrors
             raise RemoteError(self.node, what, f"Docker daemon: {e}") from None
 
     def exec_bytes(self, cmd: str, timeout: float = 60, env: dict | None = None,
@@ -378,6 +389,8 @@ def provision_docker(o: ProvisionOptions) -> Cluster:
 
 
 def _bring_up(api: docker.APIClient, image: str, cid: str, names: list[str], net: ipaddress.IPv4Network) -> Cluster:
+    import docker
+
     control = str(net.network_address + 1)
     labels = {LABEL: cid}
     state = st.read_state(cid) or {}
@@ -437,6 +450,8 @@ def remove_docker_cluster(cid: str | None, say: Say = None) -> list[str]:
         removed.append(what)
         if say:
             say(what)
+
+    import docker
 
     label = f"{LABEL}={cid}" if cid else LABEL
     if dockerd_running():
