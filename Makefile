@@ -13,10 +13,10 @@ SYSTEM_STAMP := .cache/system.stamp
 KAFKA_VERSION ?= 3.9.2
 KAFKA_STAMP := .cache/kafka/$(KAFKA_VERSION)/.complete
 
-.PHONY: setup run test bench clean
+.PHONY: setup run test bench clean docker-image
 .SILENT:
 
-setup: $(SYSTEM_STAMP) $(STAMP) $(KAFKA_STAMP)
+setup: $(SYSTEM_STAMP) $(STAMP) $(KAFKA_STAMP) docker-image
 
 $(SYSTEM_STAMP): scripts/setup-system.sh
 	scripts/setup-system.sh
@@ -32,6 +32,12 @@ $(STAMP): pyproject.toml requirements.lock
 # is written last); order-only, so a newer venv does not resolve again.
 $(KAFKA_STAMP): | $(SYSTEM_STAMP) $(STAMP)
 	$(PY) -m infra.kafka_dist --version $(KAFKA_VERSION)
+
+# The docker provider's node image, built from Debian's packages once per recipe
+# (infra/docker.py); starts dockerd if none runs. Without Docker it warns and
+# goes on: the local provider needs none of it.
+docker-image: | $(SYSTEM_STAMP) $(STAMP)
+	$(PY) -m infra.docker image
 
 # The main job: a minute of the own broker on 5 local nodes under network
 # partitions, checked, with results/latest/report.html. Exit 1 means the

@@ -6,8 +6,8 @@ namespace and link names, host iptables rules tagged `harness:<id>`, and
 processes tagged `HARNESS_DAEMON=<id>/...`), so a run killed with -9 at any
 moment (even before it wrote its state) is still found.
 
-A provider that can remove a cluster from its id alone (`Provider.remove`,
-the local one) does so. Otherwise (ssh, vagrant) the cluster's hosts are
+A provider that can remove a cluster from its id alone (`Provider.remove`:
+the local one; docker, from its label `harness.cluster=<id>`) does so. Otherwise (ssh, vagrant) the cluster's hosts are
 contacted with its saved SSH settings and torn down: the harness's daemons
 killed, its partition rules deleted; unreachable hosts are reported, not
 retried. Mounts under the state root are unmounted (`fusermount3 -u -z`)

@@ -9,7 +9,8 @@ seam: what a provider must define is documented there) and one line in
 
 - `local`: network namespaces on a bridge, one sshd each (infra.local);
 - `ssh`: hosts you name (infra.ssh);
-- `vagrant`: the VMs of a Vagrantfile, through `vagrant ssh-config` (infra.ssh).
+- `vagrant`: the VMs of a Vagrantfile, through `vagrant ssh-config` (infra.ssh);
+- `docker`: containers on a private Docker network, through the Docker API (infra.docker).
 
 The provider flags, shared by `harness cluster up` and `harness run`, are
 defined here once (`add_provider_arguments`, `options_from_args`).
@@ -21,7 +22,7 @@ import argparse
 from dataclasses import fields
 
 from core.errors import UserError
-from infra import local, ssh
+from infra import docker, local, ssh
 from infra import state as st
 from infra.nodes import (DEFAULT_NODES, DEFAULT_REMOTE_DIR, DEFAULT_VAGRANT_SUBNET, Cluster, Provider,
                          ProvisionOptions)
@@ -30,6 +31,7 @@ PROVIDERS: dict[str, Provider] = {p.name: p for p in (
     local.PROVIDER,
     ssh.SSH,
     ssh.VAGRANT,
+    docker.PROVIDER,
 )}
 
 
@@ -88,8 +90,9 @@ def load_cluster(cluster_id: str | None = None, connect_timeout: float = 10.0) -
 PROVIDER_FLAGS: list[tuple[tuple[str, ...], dict]] = [
     (("--provider",), {"help": "where nodes come from: "
                                + ", ".join(f"{p.name} ({p.summary})" for p in PROVIDERS.values()) + "; default local"}),
-    (("--nodes",), {"type": int, "help": f"local: number of nodes, named n1..nN (default {DEFAULT_NODES})"}),
-    (("--subnet",), {"help": "local: private IPv4 subnet for the nodes (default 10.213.<slot>.0/24)"}),
+    (("--nodes",), {"type": int, "help": f"local, docker: number of nodes, named n1..nN (default {DEFAULT_NODES})"}),
+    (("--subnet",), {"help": "local, docker: private IPv4 subnet for the nodes "
+                             "(default 10.213.<slot>.0/24, docker 10.214.<slot>.0/24)"}),
     (("--cluster",), {"dest": "cluster_id", "help": "cluster id c<N> (default: the first free one)"}),
     (("--nodes-file",), {"help": "ssh: file with one node a line: [NAME] [USER@]HOST[:PORT]"}),
     (("--hosts",), {"help": "ssh: comma-separated [USER@]HOST[:PORT] instead of --nodes-file"}),

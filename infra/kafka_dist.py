@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -332,16 +333,21 @@ def dist_tarball(dist: KafkaDist | Path, dest_dir: str | os.PathLike) -> Path:
     dest_dir = Path(dest_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)
     out = dest_dir / f"kafka-{dist.version}.tgz"
-    newest = max(f.stat().st_mtime for f in dist.path.rglob("*") if f.is_file())
-    if out.is_file() and out.stat().st_mtime >= newest:
+    # Nodes are prepared in parallel threads: one packs, the others reuse it.
+    with _PACKING:
+        newest = max(f.stat().st_mtime for f in dist.path.rglob("*") if f.is_file())
+        if out.is_file() and out.stat().st_mtime >= newest:
+            return out
+        tmp = out.with_suffix(f".tgz.tmp{os.getpid()}")
+        with tarfile.open(tmp, "w:gz", compresslevel=1) as tar:
+            for sub in ("libs", "config"):
+                if (dist.path / sub).is_dir():
+                    tar.add(dist.path / sub, arcname=f"kafka-{dist.version}/{sub}")
+        tmp.rename(out)
         return out
-    tmp = out.with_suffix(".tgz.tmp")
-    with tarfile.open(tmp, "w:gz", compresslevel=1) as tar:
-        for sub in ("libs", "config"):
-            if (dist.path / sub).is_dir():
-                tar.add(dist.path / sub, arcname=f"kafka-{dist.version}/{sub}")
-    tmp.rename(out)
-    return out
+
+
+_PACKING = threading.Lock()
 
 
 # --------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 A provider (infra.local, infra.ssh, ...) turns `ProvisionOptions` into a
 `Cluster` of `Node`s, each with its data/log/run directories and a remote
-(`infra.remote.Remote`, one SSH connection) that reaches it. This module sits
+(an `infra.remote.NodeShell`: `Remote`, one SSH connection, or a provider's own
+transport such as infra.docker's) that reaches it. This module sits
 below the providers: they import it, it imports none of them; the table of
 providers is `infra.cluster.PROVIDERS`.
 
@@ -21,7 +22,7 @@ from typing import Callable, Iterable, Optional, TypeVar
 
 from core.errors import UserError
 from infra import state as st
-from infra.remote import Remote
+from infra.remote import NodeShell, Remote
 
 DEFAULT_NODES = 5
 DEFAULT_REMOTE_DIR = "/var/lib/harness/nodes"
@@ -62,7 +63,7 @@ class Node:
     data_dir: str
     log_dir: str
     run_dir: str
-    remote: Remote
+    remote: NodeShell
 
     def __repr__(self) -> str:
         return f"Node({self.name!r}, {self.address!r})"

@@ -1,10 +1,15 @@
-"""One node, reached over SSH (paramiko): run commands, move files, run daemons.
+"""One node: run commands, move files, run daemons; over SSH (paramiko) here.
 
-`Remote` is the seam every provider offers (a Docker provider will offer the
-same methods through the Docker API). One SSH connection per node is opened
-lazily, reused by every call (each command is a new channel on it) and
-reopened when it died. Failures raise `RemoteError`, a `UserError` whose one
-line names the node and the command.
+`NodeShell` is the seam every provider offers: `run`, the daemon and process
+helpers (all built as shell commands on `exec_bytes`) and the file moves. A
+transport subclasses it with `exec_bytes`, the file moves and the
+connection: `Remote` over SSH (the local, ssh and vagrant providers),
+`infra.docker.DockerRemote` through the Docker API.
+
+`Remote` opens one SSH connection per node lazily, reuses it for every call
+(each command is a new channel on it) and reopens it when it died. Failures
+raise `RemoteError`, a `UserError` whose one line names the node and the
+command.
 
 Daemons are started detached with `setsid`, their output appended to a log
 file, their pid written to `<run_dir>/<name>.pid`, and their environment
@@ -92,177 +97,28 @@ def last_line(text: str) -> str:
     return lines[-1].strip() if lines else ""
 
 
-class Remote:
-    """A node reached over SSH. Thread-safe; one connection, many channels."""
+class NodeShell:
+    """What every transport offers: `run` and the daemon and process helpers,
+    all shell commands sent through the transport's `exec_bytes`.
 
-    def __init__(
-        self,
-        node: str,
-        host: str,
-        *,
-        port: int = 22,
-        user: str = "root",
-        key_file: str | None = None,
-        known_hosts: str | None = None,
-        insecure: bool = False,
-        run_dir: str = "/var/lib/harness/run",
-        tag_scope: str | None = None,
-        sudo: bool | None = None,
-        connect_timeout: float = 10.0,
-        connect_retry_s: float = 0.0,
-    ):
+    A transport defines `exec_bytes`, `write_file`, `read_file`, `put`,
+    `get`, `connect`, `close` and `where`; commands run under the node's
+    `timeout` (see `command_line`)."""
+
+    def __init__(self, node: str, run_dir: str, tag_scope: str | None = None):
         self.node = node
-        self.host = host
-        self.port = port
-        self.user = user
-        self.key_file = key_file
-        self.known_hosts = known_hosts
-        self.insecure = insecure
         self.run_dir = run_dir
         self.tag_scope = tag_scope or node
-        self.sudo = (user != "root") if sudo is None else sudo
-        self.connect_timeout = connect_timeout
-        # The local provider's sshd may take a moment to listen after it forks.
-        self.connect_retry_s = connect_retry_s
-        self._client = None
-        self._sftp = None
-        self._lock = threading.Lock()
-        self._sftp_lock = threading.Lock()
-        self._channels = threading.BoundedSemaphore(MAX_CHANNELS)
-
-    def __repr__(self) -> str:
-        return f"Remote({self.node!r}, {self.user}@{self.host}:{self.port})"
 
     @property
     def where(self) -> str:
-        return f"{self.node} ({self.user}@{self.host}:{self.port})"
+        return self.node
 
-    # ------------------------------------------------------------------
-    # Connection
-
-    def connect(self):
-        """Returns the live SSH client, opening (or reopening) it if needed."""
-        with self._lock:
-            client = self._client
-            if client is not None:
-                transport = client.get_transport()
-                if transport is not None and transport.is_active():
-                    return client
-                log.info("%s: connection is dead, reopening", self.where)
-                self._close_locked()
-            self._client = self._open()
-            return self._client
-
-    def _open(self):
-        import paramiko
-
-        if not logging.getLogger().isEnabledFor(logging.DEBUG):
-            # paramiko logs tracebacks for failed handshakes; our error says it in one line.
-            logging.getLogger("paramiko").setLevel(logging.CRITICAL)
-        client = paramiko.SSHClient()
-        if self.insecure:
-            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
-        else:
-            path = self.known_hosts or os.path.expanduser("~/.ssh/known_hosts")
-            if os.path.exists(path):
-                try:
-                    client.load_host_keys(path)
-                except (OSError, paramiko.SSHException, ValueError) as e:
-                    raise RemoteConnectError(self.where, "reading known_hosts", f"{path}: {e}") from None
-            client.set_missing_host_key_policy(paramiko.RejectPolicy())
-        kwargs = dict(hostname=self.host, port=self.port, username=self.user,
-                      timeout=self.connect_timeout, banner_timeout=self.connect_timeout,
-                      auth_timeout=self.connect_timeout)
-        if self.key_file:
-            kwargs.update(key_filename=self.key_file, look_for_keys=False, allow_agent=False)
-        deadline = time.monotonic() + self.connect_retry_s
-        while True:
-            try:
-                client.connect(**kwargs)
-                break
-            except paramiko.BadHostKeyException:
-                client.close()
-                raise RemoteConnectError(self.where, "connect",
-                                         "host key differs from the one in known_hosts "
-                                         f"({self.known_hosts or '~/.ssh/known_hosts'}); refusing") from None
-            except paramiko.AuthenticationException:
-                client.close()
-                key = self.key_file or "agent/default keys"
-                raise RemoteConnectError(self.where, "connect",
-                                         f"authentication failed for user {self.user} with key {key}") from None
-            except paramiko.SSHException as e:
-                client.close()
-                if "not found in known_hosts" in str(e):
-                    raise RemoteConnectError(
-                        self.where, "connect",
-                        f"host key not in known_hosts ({self.known_hosts or '~/.ssh/known_hosts'}); "
-                        "add it (ssh-keyscan) or pass --ssh-insecure") from None
-                if time.monotonic() < deadline:
-                    time.sleep(0.05)
-                    continue
-                if "banner" in str(e).lower():
-                    raise RemoteConnectError(self.where, "connect",
-                                             "no SSH server answers there (no SSH banner)") from None
-                raise RemoteConnectError(self.where, "connect", f"SSH failed: {e}") from None
-            except (OSError, EOFError) as e:
-                client.close()
-                if time.monotonic() < deadline:
-                    time.sleep(0.05)
-                    continue
-                raise RemoteConnectError(self.where, "connect", _describe_socket_error(e, self.connect_timeout)) from None
-        transport = client.get_transport()
-        transport.set_keepalive(15)
-        # Commands are small request/response exchanges: Nagle would add ~40 ms each.
-        transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return client
-
-    def _close_locked(self):
-        if self._sftp is not None:
-            try:
-                self._sftp.close()
-            except Exception:
-                pass
-            self._sftp = None
-        if self._client is not None:
-            try:
-                self._client.close()
-            except Exception:
-                pass
-            self._client = None
-
-    def close(self) -> None:
-        """Closes the connection; the next call opens a new one."""
-        with self._lock:
-            self._close_locked()
-
-    def _drop_if_dead(self):
-        with self._lock:
-            if self._client is not None:
-                transport = self._client.get_transport()
-                if transport is None or not transport.is_active():
-                    self._close_locked()
-
-    def local_address(self) -> str:
-        """The address of this (control) machine as the node sees it."""
-        return self.connect().get_transport().sock.getsockname()[0]
-
-    # ------------------------------------------------------------------
-    # Commands
-
-    def _wrap(self, cmd: str, env: dict | None, timeout: float, stdin: bool = False) -> str:
-        """The command line sent to sshd: `[sudo -n] timeout -k 1 T sh -c 'exports; cmd'`.
-
-        The node's own `timeout` kills the command's process group when time is
-        up, so a command the harness gave up on does not linger on the node
-        (daemons started with setsid have left that group and are not touched).
-
-        The channel's end of input must never reach sshd after the command has
-        ended: paramiko can send that EOF after the channel's CLOSE (paramiko
-        issues 1115 and 1705), and OpenSSH then drops the whole connection with
-        every command on it. So a command without input reads /dev/null and no
-        EOF is sent; a command with input is followed by reading the rest of it,
-        so the channel stays open until our EOF has arrived.
-        """
+    def command_line(self, cmd: str, env: dict | None, timeout: float) -> str:
+        """`timeout -k 1 T sh -c 'exports; cmd'`: the node's own `timeout` kills the
+        command's process group when time is up, so a command the harness gave up
+        on does not linger on the node (daemons started with setsid have left that
+        group and are not touched)."""
         script = cmd
         if env:
             exports = []
@@ -271,91 +127,42 @@ class Remote:
                     raise RemoteError(self.node, short_cmd(cmd), f"bad environment variable name {k!r}")
                 exports.append(f"export {k}={shlex.quote(str(v))}; ")
             script = "".join(exports) + cmd
-        line = f"timeout -k 1 {timeout:.3f} sh -c {shlex.quote(script)}"
-        if self.sudo:
-            line = "sudo -n -- " + line
-        if stdin:
-            return f"{line}; s=$?; cat >/dev/null; exit $s"
-        return f"exec {line} </dev/null"
+        return f"timeout -k 1 {timeout:.3f} sh -c {shlex.quote(script)}"
 
-    def _open_channel(self, cmd: str):
-        import paramiko
-
-        for attempt in (0, 1):
-            client = self.connect()
-            try:
-                return client.get_transport().open_session(timeout=self.connect_timeout)
-            except (paramiko.SSHException, EOFError, OSError, AttributeError) as e:
-                # Nothing ran yet, so opening the channel again is safe.
-                self._drop_if_dead()
-                if attempt:
-                    raise RemoteError(self.where, short_cmd(cmd), f"cannot open a channel: {e}") from None
-                with self._lock:
-                    self._close_locked()
+    def check_timed_out(self, cmd: str, status: int, started: float, timeout: float) -> None:
+        """Raises when the node's `timeout` ended the command (124: it sent TERM; 137: it had to KILL)."""
+        if status in (124, 137) and time.monotonic() - started >= timeout - 0.01:
+            raise RemoteError(self.node, short_cmd(cmd), f"timed out after {timeout:g}s")
 
     def exec_bytes(self, cmd: str, timeout: float = 60, env: dict | None = None,
                    stdin: bytes | None = None) -> tuple[int, bytes, bytes]:
         """Runs `cmd` with `sh -c` on the node; returns (status, stdout, stderr) as bytes."""
-        wrapped = self._wrap(cmd, env, timeout, stdin=stdin is not None)
-        with self._channels:
-            chan = self._open_channel(cmd)
-            try:
-                started = time.monotonic()
-                status, out, err = self._exec_on(chan, cmd, wrapped, timeout, stdin)
-            finally:
-                chan.close()
-        # 124: the node's `timeout` sent TERM; 137: it had to KILL.
-        if status in (124, 137) and time.monotonic() - started >= timeout - 0.01:
-            raise RemoteError(self.node, short_cmd(cmd), f"timed out after {timeout:g}s")
-        return status, out, err
+        raise NotImplementedError
 
-    def _exec_on(self, chan, cmd, wrapped, timeout, stdin):
-        # The node's timeout normally reports first; this deadline covers a hung node.
-        deadline = time.monotonic() + timeout + 3
-        out, err = bytearray(), bytearray()
-        try:
-            chan.exec_command(wrapped)
-            if stdin is not None:
-                chan.sendall(stdin)
-                chan.shutdown_write()
-            # sshd may send the exit status before the last output, so the command is
-            # done only when both the exit status and EOF have arrived.
-            while True:
-                while chan.recv_ready():
-                    out += chan.recv(65536)
-                while chan.recv_stderr_ready():
-                    err += chan.recv_stderr(65536)
-                if chan.exit_status_ready() and chan.eof_received:
-                    break
-                if chan.closed or not chan.get_transport().is_active():
-                    if chan.exit_status_ready():
-                        break
-                    self._drop_if_dead()
-                    raise RemoteError(self.node, short_cmd(cmd), "connection lost before the command finished")
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise RemoteError(self.node, short_cmd(cmd), f"timed out after {timeout:g}s")
-                if chan.eof_received:
-                    # Both streams are done; only the exit status is still on its way.
-                    chan.status_event.wait(min(remaining, 0.2))
-                else:
-                    select.select([chan], [], [], min(remaining, 0.2))
-            while chan.recv_ready():
-                out += chan.recv(65536)
-            while chan.recv_stderr_ready():
-                err += chan.recv_stderr(65536)
-            status = chan.recv_exit_status()
-        except RemoteError:
-            raise
-        except (socket.error, EOFError, OSError) as e:
-            self._drop_if_dead()
-            raise RemoteError(self.node, short_cmd(cmd), f"connection failed: {e}") from None
-        except Exception as e:  # paramiko.SSHException and kin
-            self._drop_if_dead()
-            raise RemoteError(self.node, short_cmd(cmd), f"{type(e).__name__}: {e}") from None
-        if status == -1:
-            raise RemoteError(self.node, short_cmd(cmd), "connection lost before the command finished")
-        return status, bytes(out), bytes(err)
+    def write_file(self, remote_path: str, data: bytes, mode: int = 0o644) -> None:
+        """Writes `data` to a file on the node, creating its directory."""
+        raise NotImplementedError
+
+    def read_file(self, remote_path: str) -> bytes:
+        raise NotImplementedError
+
+    def put(self, local_path: str, remote_path: str) -> None:
+        """Uploads a local file to the node."""
+        raise NotImplementedError
+
+    def get(self, remote_path: str, local_path: str) -> None:
+        """Downloads a file from the node."""
+        raise NotImplementedError
+
+    def connect(self):
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Lets go of the transport's connection; the next call opens a new one."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------
+    # Commands
 
     def run(self, cmd: str, timeout: float = 60, check: bool = True, env: dict | None = None,
             stdin: bytes | None = None) -> CommandResult:
@@ -370,113 +177,6 @@ class Remote:
             detail = last_line(result.stderr) or last_line(result.stdout) or "no output"
             raise RemoteError(self.node, short_cmd(cmd), f"exit status {status}: {detail}", result)
         return result
-
-    # ------------------------------------------------------------------
-    # Files
-
-    def _sftp_client(self):
-        client = self.connect()
-        with self._sftp_lock:
-            if self._sftp is None or self._sftp.get_channel().get_transport() is not client.get_transport():
-                self._sftp = client.open_sftp()
-            return self._sftp
-
-    def _sftp_call(self, what: str, fn):
-        for attempt in (0, 1):
-            try:
-                return fn(self._sftp_client())
-            except FileNotFoundError:
-                raise
-            except PermissionError as e:
-                raise RemoteError(self.node, what, f"permission denied: {e}") from None
-            except (OSError, EOFError) as e:
-                # A dead connection is reopened once; anything else is reported.
-                self._drop_if_dead()
-                with self._sftp_lock:
-                    self._sftp = None
-                if attempt:
-                    raise RemoteError(self.node, what, str(e) or type(e).__name__) from None
-
-    def write_file(self, remote_path: str, data: bytes, mode: int = 0o644) -> None:
-        """Writes `data` to a file on the node, creating its directory."""
-        what = f"write {remote_path}"
-        parent = posixpath.dirname(remote_path) or "/"
-        if self.sudo:
-            self.run(f"mkdir -p {shlex.quote(parent)} && cat > {shlex.quote(remote_path)} && "
-                     f"chmod {mode:o} {shlex.quote(remote_path)}", stdin=data)
-            return
-
-        def write(sftp):
-            with sftp.open(remote_path, "wb") as f:
-                f.set_pipelined(True)
-                f.write(data)
-            sftp.chmod(remote_path, mode)
-
-        try:
-            self._sftp_call(what, write)
-        except FileNotFoundError:
-            self.run(f"mkdir -p {shlex.quote(parent)}")
-            try:
-                self._sftp_call(what, write)
-            except FileNotFoundError as e:
-                raise RemoteError(self.node, what, f"no such directory: {e}") from None
-
-    def read_file(self, remote_path: str) -> bytes:
-        what = f"read {remote_path}"
-        if self.sudo:
-            status, out, err = self.exec_bytes(f"cat {shlex.quote(remote_path)}")
-            if status != 0:
-                raise RemoteError(self.node, what, last_line(err.decode("utf-8", "replace")) or f"exit {status}")
-            return out
-
-        def read(sftp):
-            with sftp.open(remote_path, "rb") as f:
-                f.prefetch()
-                return f.read()
-
-        try:
-            return self._sftp_call(what, read)
-        except FileNotFoundError:
-            raise RemoteError(self.node, what, "no such file") from None
-
-    def put(self, local_path: str, remote_path: str) -> None:
-        """Uploads a local file to the node."""
-        what = f"put {local_path} -> {remote_path}"
-        if not os.path.isfile(local_path):
-            raise UserError(f"{local_path}: no such file to upload to {self.node}")
-        mode = os.stat(local_path).st_mode & 0o777
-        if self.sudo:
-            with open(local_path, "rb") as f:
-                self.write_file(remote_path, f.read(), mode)
-            return
-        parent = posixpath.dirname(remote_path) or "/"
-
-        def put(sftp):
-            sftp.put(local_path, remote_path)
-            sftp.chmod(remote_path, mode)
-
-        try:
-            self._sftp_call(what, put)
-        except FileNotFoundError:
-            self.run(f"mkdir -p {shlex.quote(parent)}")
-            try:
-                self._sftp_call(what, put)
-            except FileNotFoundError as e:
-                raise RemoteError(self.node, what, str(e)) from None
-
-    def get(self, remote_path: str, local_path: str) -> None:
-        """Downloads a file from the node."""
-        what = f"get {remote_path}"
-        os.makedirs(os.path.dirname(os.path.abspath(local_path)), exist_ok=True)
-        if self.sudo:
-            data = self.read_file(remote_path)
-            with open(local_path, "wb") as f:
-                f.write(data)
-            return
-        try:
-            self._sftp_call(what, lambda sftp: sftp.get(remote_path, local_path))
-        except FileNotFoundError:
-            raise RemoteError(self.node, what, "no such file") from None
 
     # ------------------------------------------------------------------
     # Daemons
@@ -638,6 +338,362 @@ class Remote:
                 return True
             time.sleep(0.05)
         return False
+
+
+class Remote(NodeShell):
+    """A node reached over SSH. Thread-safe; one connection, many channels."""
+
+    def __init__(
+        self,
+        node: str,
+        host: str,
+        *,
+        port: int = 22,
+        user: str = "root",
+        key_file: str | None = None,
+        known_hosts: str | None = None,
+        insecure: bool = False,
+        run_dir: str = "/var/lib/harness/run",
+        tag_scope: str | None = None,
+        sudo: bool | None = None,
+        connect_timeout: float = 10.0,
+        connect_retry_s: float = 0.0,
+    ):
+        super().__init__(node, run_dir, tag_scope)
+        self.host = host
+        self.port = port
+        self.user = user
+        self.key_file = key_file
+        self.known_hosts = known_hosts
+        self.insecure = insecure
+        self.sudo = (user != "root") if sudo is None else sudo
+        self.connect_timeout = connect_timeout
+        # The local provider's sshd may take a moment to listen after it forks.
+        self.connect_retry_s = connect_retry_s
+        self._client = None
+        self._sftp = None
+        self._lock = threading.Lock()
+        self._sftp_lock = threading.Lock()
+        self._channels = threading.BoundedSemaphore(MAX_CHANNELS)
+
+    def __repr__(self) -> str:
+        return f"Remote({self.node!r}, {self.user}@{self.host}:{self.port})"
+
+    @property
+    def where(self) -> str:
+        return f"{self.node} ({self.user}@{self.host}:{self.port})"
+
+    # ------------------------------------------------------------------
+    # Connection
+
+    def connect(self):
+        """Returns the live SSH client, opening (or reopening) it if needed."""
+        with self._lock:
+            client = self._client
+            if client is not None:
+                transport = client.get_transport()
+                if transport is not None and transport.is_active():
+                    return client
+                log.info("%s: connection is dead, reopening", self.where)
+                self._close_locked()
+            self._client = self._open()
+            return self._client
+
+    def _open(self):
+        import paramiko
+
+        if not logging.getLogger().isEnabledFor(logging.DEBUG):
+            # paramiko logs tracebacks for failed handshakes; our error says it in one line.
+            logging.getLogger("paramiko").setLevel(logging.CRITICAL)
+        client = paramiko.SSHClient()
+        if self.insecure:
+            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+        else:
+            path = self.known_hosts or os.path.expanduser("~/.ssh/known_hosts")
+            if os.path.exists(path):
+                try:
+                    client.load_host_keys(path)
+                except (OSError, paramiko.SSHException, ValueError) as e:
+                    raise RemoteConnectError(self.where, "reading known_hosts", f"{path}: {e}") from None
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        kwargs = dict(hostname=self.host, port=self.port, username=self.user,
+                      timeout=self.connect_timeout, banner_timeout=self.connect_timeout,
+                      auth_timeout=self.connect_timeout)
+        if self.key_file:
+            kwargs.update(key_filename=self.key_file, look_for_keys=False, allow_agent=False)
+        deadline = time.monotonic() + self.connect_retry_s
+        while True:
+            try:
+                client.connect(**kwargs)
+                break
+            except paramiko.BadHostKeyException:
+                client.close()
+                raise RemoteConnectError(self.where, "connect",
+                                         "host key differs from the one in known_hosts "
+                                         f"({self.known_hosts or '~/.ssh/known_hosts'}); refusing") from None
+            except paramiko.AuthenticationException:
+                client.close()
+                key = self.key_file or "agent/default keys"
+                raise RemoteConnectError(self.where, "connect",
+                                         f"authentication failed for user {self.user} with key {key}") from None
+            except paramiko.SSHException as e:
+                client.close()
+                if "not found in known_hosts" in str(e):
+                    raise RemoteConnectError(
+                        self.where, "connect",
+                        f"host key not in known_hosts ({self.known_hosts or '~/.ssh/known_hosts'}); "
+                        "add it (ssh-keyscan) or pass --ssh-insecure") from None
+                if time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                if "banner" in str(e).lower():
+                    raise RemoteConnectError(self.where, "connect",
+                                             "no SSH server answers there (no SSH banner)") from None
+                raise RemoteConnectError(self.where, "connect", f"SSH failed: {e}") from None
+            except (OSError, EOFError) as e:
+                client.close()
+                if time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                raise RemoteConnectError(self.where, "connect", _describe_socket_error(e, self.connect_timeout)) from None
+        transport = client.get_transport()
+        transport.set_keepalive(15)
+        # Commands are small request/response exchanges: Nagle would add ~40 ms each.
+        transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return client
+
+    def _close_locked(self):
+        if self._sftp is not None:
+            try:
+                self._sftp.close()
+            except Exception:
+                pass
+            self._sftp = None
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception:
+                pass
+            self._client = None
+
+    def close(self) -> None:
+        """Closes the connection; the next call opens a new one."""
+        with self._lock:
+            self._close_locked()
+
+    def _drop_if_dead(self):
+        with self._lock:
+            if self._client is not None:
+                transport = self._client.get_transport()
+                if transport is None or not transport.is_active():
+                    self._close_locked()
+
+    def local_address(self) -> str:
+        """The address of this (control) machine as the node sees it."""
+        return self.connect().get_transport().sock.getsockname()[0]
+
+    # ------------------------------------------------------------------
+    # Commands
+
+    def _wrap(self, cmd: str, env: dict | None, timeout: float, stdin: bool = False) -> str:
+        """The command line sent to sshd: `[sudo -n] ` and `command_line`.
+
+        The channel's end of input must never reach sshd after the command has
+        ended: paramiko can send that EOF after the channel's CLOSE (paramiko
+        issues 1115 and 1705), and OpenSSH then drops the whole connection with
+        every command on it. So a command without input reads /dev/null and no
+        EOF is sent; a command with input is followed by reading the rest of it,
+        so the channel stays open until our EOF has arrived.
+        """
+        line = self.command_line(cmd, env, timeout)
+        if self.sudo:
+            line = "sudo -n -- " + line
+        if stdin:
+            return f"{line}; s=$?; cat >/dev/null; exit $s"
+        return f"exec {line} </dev/null"
+
+    def _open_channel(self, cmd: str):
+        import paramiko
+
+        for attempt in (0, 1):
+            client = self.connect()
+            try:
+                return client.get_transport().open_session(timeout=self.connect_timeout)
+            except (paramiko.SSHException, EOFError, OSError, AttributeError) as e:
+                # Nothing ran yet, so opening the channel again is safe.
+                self._drop_if_dead()
+                if attempt:
+                    raise RemoteError(self.where, short_cmd(cmd), f"cannot open a channel: {e}") from None
+                with self._lock:
+                    self._close_locked()
+
+    def exec_bytes(self, cmd: str, timeout: float = 60, env: dict | None = None,
+                   stdin: bytes | None = None) -> tuple[int, bytes, bytes]:
+        wrapped = self._wrap(cmd, env, timeout, stdin=stdin is not None)
+        with self._channels:
+            chan = self._open_channel(cmd)
+            try:
+                started = time.monotonic()
+                status, out, err = self._exec_on(chan, cmd, wrapped, timeout, stdin)
+            finally:
+                chan.close()
+        self.check_timed_out(cmd, status, started, timeout)
+        return status, out, err
+
+    def _exec_on(self, chan, cmd, wrapped, timeout, stdin):
+        # The node's timeout normally reports first; this deadline covers a hung node.
+        deadline = time.monotonic() + timeout + 3
+        out, err = bytearray(), bytearray()
+        try:
+            chan.exec_command(wrapped)
+            if stdin is not None:
+                chan.sendall(stdin)
+                chan.shutdown_write()
+            # sshd may send the exit status before the last output, so the command is
+            # done only when both the exit status and EOF have arrived.
+            while True:
+                while chan.recv_ready():
+                    out += chan.recv(65536)
+                while chan.recv_stderr_ready():
+                    err += chan.recv_stderr(65536)
+                if chan.exit_status_ready() and chan.eof_received:
+                    break
+                if chan.closed or not chan.get_transport().is_active():
+                    if chan.exit_status_ready():
+                        break
+                    self._drop_if_dead()
+                    raise RemoteError(self.node, short_cmd(cmd), "connection lost before the command finished")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise RemoteError(self.node, short_cmd(cmd), f"timed out after {timeout:g}s")
+                if chan.eof_received:
+                    # Both streams are done; only the exit status is still on its way.
+                    chan.status_event.wait(min(remaining, 0.2))
+                else:
+                    select.select([chan], [], [], min(remaining, 0.2))
+            while chan.recv_ready():
+                out += chan.recv(65536)
+            while chan.recv_stderr_ready():
+                err += chan.recv_stderr(65536)
+            status = chan.recv_exit_status()
+        except RemoteError:
+            raise
+        except (socket.error, EOFError, OSError) as e:
+            self._drop_if_dead()
+            raise RemoteError(self.node, short_cmd(cmd), f"connection failed: {e}") from None
+        except Exception as e:  # paramiko.SSHException and kin
+            self._drop_if_dead()
+            raise RemoteError(self.node, short_cmd(cmd), f"{type(e).__name__}: {e}") from None
+        if status == -1:
+            raise RemoteError(self.node, short_cmd(cmd), "connection lost before the command finished")
+        return status, bytes(out), bytes(err)
+
+    # ------------------------------------------------------------------
+    # Files
+
+    def _sftp_client(self):
+        client = self.connect()
+        with self._sftp_lock:
+            if self._sftp is None or self._sftp.get_channel().get_transport() is not client.get_transport():
+                self._sftp = client.open_sftp()
+            return self._sftp
+
+    def _sftp_call(self, what: str, fn):
+        for attempt in (0, 1):
+            try:
+                return fn(self._sftp_client())
+            except FileNotFoundError:
+                raise
+            except PermissionError as e:
+                raise RemoteError(self.node, what, f"permission denied: {e}") from None
+            except (OSError, EOFError) as e:
+                # A dead connection is reopened once; anything else is reported.
+                self._drop_if_dead()
+                with self._sftp_lock:
+                    self._sftp = None
+                if attempt:
+                    raise RemoteError(self.node, what, str(e) or type(e).__name__) from None
+
+    def write_file(self, remote_path: str, data: bytes, mode: int = 0o644) -> None:
+        """Writes `data` to a file on the node, creating its directory."""
+        what = f"write {remote_path}"
+        parent = posixpath.dirname(remote_path) or "/"
+        if self.sudo:
+            self.run(f"mkdir -p {shlex.quote(parent)} && cat > {shlex.quote(remote_path)} && "
+                     f"chmod {mode:o} {shlex.quote(remote_path)}", stdin=data)
+            return
+
+        def write(sftp):
+            with sftp.open(remote_path, "wb") as f:
+                f.set_pipelined(True)
+                f.write(data)
+            sftp.chmod(remote_path, mode)
+
+        try:
+            self._sftp_call(what, write)
+        except FileNotFoundError:
+            self.run(f"mkdir -p {shlex.quote(parent)}")
+            try:
+                self._sftp_call(what, write)
+            except FileNotFoundError as e:
+                raise RemoteError(self.node, what, f"no such directory: {e}") from None
+
+    def read_file(self, remote_path: str) -> bytes:
+        what = f"read {remote_path}"
+        if self.sudo:
+            status, out, err = self.exec_bytes(f"cat {shlex.quote(remote_path)}")
+            if status != 0:
+                raise RemoteError(self.node, what, last_line(err.decode("utf-8", "replace")) or f"exit {status}")
+            return out
+
+        def read(sftp):
+            with sftp.open(remote_path, "rb") as f:
+                f.prefetch()
+                return f.read()
+
+        try:
+            return self._sftp_call(what, read)
+        except FileNotFoundError:
+            raise RemoteError(self.node, what, "no such file") from None
+
+    def put(self, local_path: str, remote_path: str) -> None:
+        """Uploads a local file to the node."""
+        what = f"put {local_path} -> {remote_path}"
+        if not os.path.isfile(local_path):
+            raise UserError(f"{local_path}: no such file to upload to {self.node}")
+        mode = os.stat(local_path).st_mode & 0o777
+        if self.sudo:
+            with open(local_path, "rb") as f:
+                self.write_file(remote_path, f.read(), mode)
+            return
+        parent = posixpath.dirname(remote_path) or "/"
+
+        def put(sftp):
+            sftp.put(local_path, remote_path)
+            sftp.chmod(remote_path, mode)
+
+        try:
+            self._sftp_call(what, put)
+        except FileNotFoundError:
+            self.run(f"mkdir -p {shlex.quote(parent)}")
+            try:
+                self._sftp_call(what, put)
+            except FileNotFoundError as e:
+                raise RemoteError(self.node, what, str(e)) from None
+
+    def get(self, remote_path: str, local_path: str) -> None:
+        """Downloads a file from the node."""
+        what = f"get {remote_path}"
+        os.makedirs(os.path.dirname(os.path.abspath(local_path)), exist_ok=True)
+        if self.sudo:
+            data = self.read_file(remote_path)
+            with open(local_path, "wb") as f:
+                f.write(data)
+            return
+        try:
+            self._sftp_call(what, lambda sftp: sftp.get(remote_path, local_path))
+        except FileNotFoundError:
+            raise RemoteError(self.node, what, "no such file") from None
 
 
 def _describe_socket_error(e: BaseException, timeout: float) -> str:

@@ -160,7 +160,8 @@ def reserve_cluster_id(slot_is_free, wanted: str | None = None) -> str:
 def maybe_stall(phase: str) -> None:
     """Test hook: HARNESS_INFRA_STALL_AT=<phase> parks bring-up at that phase
     (after printing `stalled at <phase>`), so tests can kill -9 it there.
-    Phases: network, sshd (local provider), zookeeper (after the servers started)."""
+    Phases: network, sshd (local provider), network, containers (docker
+    provider), zookeeper (after the servers started)."""
     if os.environ.get("HARNESS_INFRA_STALL_AT") == phase:
         print(f"stalled at {phase}", flush=True)
         time.sleep(3600)

@@ -13,6 +13,7 @@ packages=(
   procps psmisc             # ps, pkill, fuser for clean-up
   sudo                      # the ssh provider's non-root users (tests run the same path)
   ruby                      # tests evaluate the Vagrantfile (it cannot boot VMs here)
+  docker.io debootstrap     # the docker provider: its daemon, and its node image from Debian's packages
   python3-venv
 )
 

@@ -166,14 +166,15 @@ def test_bad_options_are_user_errors(options, fragment):
 def test_providers_are_records_in_one_table():
     from infra.cluster import PROVIDERS, provider_named
 
-    assert list(PROVIDERS) == ["local", "ssh", "vagrant"]
+    assert list(PROVIDERS) == ["local", "ssh", "vagrant", "docker"]
     for name, p in PROVIDERS.items():
         assert p.name == name and callable(p.provision) and callable(p.teardown)
     assert PROVIDERS["local"].makes_nodes and PROVIDERS["local"].shares_filesystem and PROVIDERS["local"].remove
     assert not PROVIDERS["ssh"].shares_filesystem and PROVIDERS["ssh"].remove is None
+    assert PROVIDERS["docker"].makes_nodes and not PROVIDERS["docker"].shares_filesystem and PROVIDERS["docker"].remove
     with pytest.raises(UserError) as e:
         provider_named("docker-swarm")
-    assert "unknown provider 'docker-swarm' (one of local, ssh, vagrant)" in str(e.value)
+    assert "unknown provider 'docker-swarm' (one of local, ssh, vagrant, docker)" in str(e.value)
 
 
 def test_a_saved_node_loads_back():
