@@ -22,11 +22,11 @@ from core.errors import UserError
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("harness.runner", "a chaos run: cluster, clients under faults, heal, read back, check, report"),
-    "check": ("checkers.cli", "check a history for lost writes, duplicates and offset anomalies"),
+    "check": ("harness.check", "check a history for lost writes, duplicates and offset anomalies"),
     "report": ("harness.report", "render a run's report.html from its history and results"),
     "gen-history": ("harness.synthetic", "write a synthetic history with planted anomalies"),
     "bench": ("harness.bench", "run a benchmark and print its measurements"),
-    "cluster": ("harness.cluster", "bring a cluster up, show it, take it down (local namespaces, ssh hosts, vagrant VMs)"),
+    "cluster": ("harness.cluster", "bring a cluster up, show it, take it down (local namespaces, docker containers, ssh hosts, vagrant VMs)"),
     "scenarios": ("harness.scenarios", "list the named scenarios (scenarios/*.toml) and what each should show"),
     "calibrate": ("harness.calibrate", "run scenarios several times each and tally how often the verdict is right"),
     "clean": ("harness.clean", "remove everything harness runs left on this machine (namespaces, rules, daemons, mounts, keys)"),
