@@ -138,7 +138,6 @@ def _phase(name: str) -> None:
 
 
 def _execute(r: Run) -> None:
-
     s = r.spec
     steps = plan(s.nemesis, s.nemesis_targets, s.nodes, s.nemesis_interval, s.time_limit, s.seed, s.partitions)
     r.info["schedule"] = [{"delay": round(x.delay, 3), "action": x.action, "fault": x.fault, "mode": x.mode,
@@ -208,10 +207,8 @@ def _system(s: specs.TestSpec, zk_connect: str):
                 "unclean.leader.election.enable": str(s.unclean_election).lower(),
                 "num.partitions": s.partitions, **s.broker}
     if s.system == "own":
-
         return OwnBroker(zk_connect, settings, s.debug_bug)
     # --- Apache Kafka (issue 6, infra/kafka.py) ---
-
     return KafkaSystem(zk_connect, settings,
                        KafkaOptions(version=s.kafka_version, mode=s.kafka_mode, dist=s.kafka_dist))
     # --- end Apache Kafka ---
@@ -304,12 +301,10 @@ def _finish(r: Run) -> None:
 
 
 def _unmount_faultfs(r: Run) -> None:
-
     unmount_system(r.cluster, r.faultfs)
 
 
 def _collect_logs(r: Run) -> None:
-
     systems = [x for x in (r.zookeeper, r.system, r.faultfs) if x is not None]
     collect_logs(r.cluster, r.dir.nodes, systems)
 
