@@ -428,9 +428,7 @@ def _bring_up(api: docker.APIClient, image: str, cid: str, names: list[str], net
     st.maybe_stall("containers")
     cluster = Cluster(nodes, PROVIDER, control, cid, st.cluster_dir(cid),
                       meta={k: v for k, v in state.items() if k not in ("cluster_id", "provider", "control_address")})
-    cluster.save_nodes()
-    cluster.meta["phase"] = "ready"
-    cluster.save()
+    cluster.save_ready()
     return cluster
 
 

@@ -190,9 +190,7 @@ def _bring_up(cid: str, names: list[str], net: ipaddress.IPv4Network) -> Cluster
 
     cluster = Cluster(nodes, PROVIDER, control, cid, cdir, meta={k: v for k, v in state.items()
                                                                    if k not in ("cluster_id", "provider", "control_address")})
-    cluster.save_nodes()
-    cluster.meta["phase"] = "ready"
-    cluster.save()
+    cluster.save_ready()
     return cluster
 
 

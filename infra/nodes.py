@@ -198,6 +198,13 @@ class Cluster:
         """Records the nodes (as the provider saves them) in meta, for save()."""
         self.meta["nodes"] = [self.kind.save_node(n) for n in self.nodes]
 
+    def save_ready(self) -> None:
+        """Records the nodes and marks the cluster ready in state.json: the last
+        step of every provider's provision."""
+        self.save_nodes()
+        self.meta["phase"] = "ready"
+        self.save()
+
     def close(self) -> None:
         """Closes the connections to the nodes, leaving the cluster running."""
         for n in self.nodes:

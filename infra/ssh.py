@@ -217,10 +217,9 @@ def _finish(cid: str, provider: Provider, nodes: list[Node], control: str | None
                         f"{shlex.quote(node.run_dir)}", timeout=30)
 
     parallel(prepare, nodes)
-    meta = {"phase": "ready", "owner_pid": os.getpid(), **extra}
+    meta = {"owner_pid": os.getpid(), **extra}
     cluster = Cluster(nodes, provider, control, cid, st.cluster_dir(cid), meta)
-    cluster.save_nodes()
-    cluster.save()
+    cluster.save_ready()
     return cluster
 
 
