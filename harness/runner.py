@@ -34,9 +34,8 @@ from harness.report import render as report
 from infra import faultfs
 from infra.cluster import provision
 from infra.faultfs import unmount_system
-from infra.kafka import KafkaOptions, KafkaSystem
-from infra.own_broker import OwnBroker
 from infra.system import collect_logs
+from infra.systems import SYSTEMS
 from infra.zookeeper import ZooKeeper, ZooKeeperOptions
 from nemesis.fault import Context
 from nemesis.injector import Nemesis
@@ -206,12 +205,7 @@ def _system(s: specs.TestSpec, zk_connect: str):
     settings = {"default.replication.factor": s.replication_factor, "min.insync.replicas": s.min_insync,
                 "unclean.leader.election.enable": str(s.unclean_election).lower(),
                 "num.partitions": s.partitions, **s.broker}
-    if s.system == "own":
-        return OwnBroker(zk_connect, settings, s.debug_bug)
-    # --- Apache Kafka (issue 6, infra/kafka.py) ---
-    return KafkaSystem(zk_connect, settings,
-                       KafkaOptions(version=s.kafka_version, mode=s.kafka_mode, dist=s.kafka_dist))
-    # --- end Apache Kafka ---
+    return SYSTEMS[s.system].make(zk_connect, settings, s.system_options)
 
 
 def _zookeeper_version() -> str:

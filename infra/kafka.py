@@ -51,6 +51,7 @@ from infra import zk_state
 from infra.brokers import BrokerBase
 from infra.nodes import Cluster, Node, parallel
 from infra.remote import RemoteError, one_line
+from infra.system import SystemKind, SystemOption
 
 log = logging.getLogger(__name__)
 # The admin client's connection complaints while brokers start or are cut off are expected.
@@ -549,3 +550,21 @@ class KafkaSystem(BrokerBase):
 
         epoch, leader = max(parallel(quorum_state, self.voters()), default=(-1, -1))
         return self.node_of(leader) if epoch >= 0 else None
+
+
+def _options(values: dict) -> KafkaOptions:
+    return KafkaOptions(version=values["kafka_version"], mode=values["kafka_mode"], dist=values["kafka_dist"])
+
+
+SYSTEM = SystemKind(
+    name="kafka",
+    summary="Apache Kafka from Maven Central's jars, in ZooKeeper or KRaft mode (the baseline)",
+    make=lambda zookeeper_connect, settings, options: KafkaSystem(zookeeper_connect, settings, _options(options)),
+    check=lambda options, broker_settings: check_spec(_options(options), broker_settings),
+    options=(
+        SystemOption("kafka_version", "", f"the Kafka release (default {DEFAULT_VERSION}, from the jar cache)",
+                     metavar="X.Y.Z"),
+        SystemOption("kafka_mode", "zk", "zk (ZooKeeper, default) or kraft", choices=MODES),
+        SystemOption("kafka_dist", None, "a Kafka folder or .tgz to run instead of the jar cache", metavar="PATH"),
+    ),
+)

@@ -25,6 +25,7 @@ from core.errors import UserError
 from infra import zk_state
 from infra.brokers import BrokerBase
 from infra.nodes import Cluster, Node, parallel
+from infra.system import SystemKind, SystemOption
 
 PORT = 9092
 DAEMON = "broker"
@@ -132,3 +133,12 @@ class OwnBroker(BrokerBase):
     def controller(self) -> str | None:
         return self.node_of(zk_state.controller(self.zookeeper_connect, CHROOT))
 
+
+SYSTEM = SystemKind(
+    name="own",
+    summary="the project's own Kafka-compatible broker (broker/)",
+    make=lambda zookeeper_connect, settings, options: OwnBroker(zookeeper_connect, settings,
+                                                                tuple(options["debug_bug"])),
+    options=(SystemOption("debug_bug", (), "plant a known bug in the own broker (repeatable)",
+                          repeatable=True, metavar="NAME"),),
+)

@@ -16,6 +16,10 @@ it fills, and callers ask with `isinstance(system, Proto)`, never getattr:
     BrokerSystem  all of the above, plus bootstrap() and version(): what
                   `harness run` tests (infra.own_broker, infra.kafka)
 
+A system that `harness run` can test is also one `SystemKind` record in its
+own file (its name, its settings of its own with their flags, a check before
+anything starts, and how to build it), listed once in `infra.systems.SYSTEMS`.
+
 Nodes are `infra.nodes.Node`s, node names in answers are `Node.name`.
 `collect_logs` downloads each node's declared log files (or, given no
 systems, everything in the node's log dir) into `dest_dir/<node>/`, the
@@ -29,7 +33,8 @@ import os
 import posixpath
 import shlex
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, runtime_checkable
 
 from infra.nodes import Cluster, Node, parallel
 from infra.remote import RemoteError
@@ -104,6 +109,41 @@ class BrokerSystem(System, Processes, Pausable, Primaries, DataDir, LogSource, P
     def bootstrap(self) -> str: ...
 
     def version(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class SystemOption:
+    """A setting only one system has: a spec key `name` and a flag `--name`
+    (underscores as dashes). Its type is its default's; `repeatable` ones are
+    lists of strings (the flag may be given several times)."""
+
+    name: str
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+    repeatable: bool = False
+    metavar: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class SystemKind:
+    """A system `harness run --system NAME` can test: the one record the spec,
+    the run and the scenario list read.
+
+    `check(options, broker_settings)` raises UserError for anything wrong that
+    can be known before a cluster exists; `make(zookeeper_connect,
+    broker_settings, options)` returns the BrokerSystem, not yet set up.
+    `options` hold exactly this system's `SystemOption`s, by name."""
+
+    name: str
+    summary: str
+    make: Callable[[str, dict, dict], BrokerSystem]
+    check: Callable[[dict, dict], None] = lambda options, broker_settings: None
+    options: tuple[SystemOption, ...] = ()
 
 
 def collect_logs(cluster: Cluster, dest_dir: str | os.PathLike, systems: list[LogSource] | None = None,
