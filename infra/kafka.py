@@ -350,7 +350,7 @@ class KafkaSystem(BrokerBase):
         self.place(cluster)
         self.dist = resolve(self.options, self._local)
         if self.mode == "zk":
-            zk_state.ensure_chroot(self.zookeeper_connect, CHROOT)
+            zk_state.fresh_chroot(self.zookeeper_connect, CHROOT)
         parallel(self._prepare, self._nodes)
         parallel(self.start, self._nodes)
         self.wait_serving(self._nodes, self.options.start_timeout)

@@ -63,7 +63,7 @@ class OwnBroker(BrokerBase):
 
     def setup(self, cluster: Cluster) -> None:
         self.place(cluster)
-        zk_state.ensure_chroot(self.zookeeper_connect, CHROOT)
+        zk_state.fresh_chroot(self.zookeeper_connect, CHROOT)
         parallel(self._prepare, self._nodes)
         parallel(self.start, self._nodes)
         self.wait_serving(self._nodes)
@@ -72,7 +72,9 @@ class OwnBroker(BrokerBase):
         r = node.remote
         # Empty the data dir but keep it: it may be a mount point (the disk-fault filesystem).
         data = self.data_dir(node)
-        r.run(f"mkdir -p {data} {node.log_dir} {node.run_dir} && find {data} -mindepth 1 -delete")
+        # The logs start empty too (a restart after a kill appends): a run's logs hold that run only.
+        r.run(f"mkdir -p {data} {node.log_dir} {node.run_dir} && find {data} -mindepth 1 -delete"
+              f" && rm -f {' '.join(self.log_files(node))}")
         text = "".join(f"{k}={v}\n" for k, v in sorted(self.settings.items()))
         r.write_file(self.config_file(node), text.encode())
         if not self._local:

@@ -35,9 +35,14 @@ def session(connect: str, chroot: str = "", timeout: float = 10.0):
         client.close()
 
 
-def ensure_chroot(connect: str, chroot: str) -> None:
+def fresh_chroot(connect: str, chroot: str) -> None:
+    """An empty `chroot`, whatever an earlier setup on this ensemble left there:
+    a stale broker registration (its session not yet expired after a kill)
+    would otherwise pass for a new broker serving."""
     if chroot:
         with session(connect) as zk:
+            if zk.exists(chroot):
+                zk.delete(chroot, recursive=True)
             zk.ensure_path(chroot)
 
 

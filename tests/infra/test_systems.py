@@ -10,6 +10,7 @@ from harness.cli import main
 from harness.spec import FIELDS, build
 from infra.system import BrokerSystem
 from infra.systems import SYSTEM_OPTIONS, SYSTEMS, system_named
+from infra.zookeeper import ZooKeeper, ZooKeeperOptions
 
 
 def test_every_system_builds_a_broker_system_from_its_defaults():
@@ -50,3 +51,21 @@ def test_the_spec_passes_the_chosen_systems_settings_to_its_record():
     assert kafka.mode == "kraft"
     own = SYSTEMS["own"].make("127.0.0.1:2181", {}, build({"debug_bug": ["no-dedup"], "seed": 1}).system_options)
     assert own.debug_bugs == ("no-dedup",)
+
+
+@pytest.mark.integration
+def test_a_second_setup_on_the_same_nodes_starts_with_empty_logs(fresh_cluster):
+    # A run's node logs hold that run only (the report's log scan counts what they say).
+    cluster = fresh_cluster(nodes=3)
+    zk = ZooKeeper(ZooKeeperOptions(nodes=1))
+    zk.setup(cluster)
+    try:
+        own = SYSTEMS["own"].make(zk.connect_string(), {}, {"debug_bug": ()})
+        for _ in range(2):
+            own.setup(cluster)
+            own.teardown(cluster)
+        n1 = cluster.node("n1")
+        log_text = n1.remote.run(f"cat {n1.log_dir}/broker.log").stdout
+        assert log_text.count("broker 1 listening on") == 1, log_text
+    finally:
+        zk.teardown(cluster)
