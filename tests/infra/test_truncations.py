@@ -4,8 +4,10 @@ clock for states.jsonl."""
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta, timezone
 
+from broker.partition import Partition
 from infra import state as st
 from infra.kafka import KafkaSystem
 from infra.local import PROVIDER as LOCAL
@@ -15,10 +17,15 @@ from infra.remote import Remote
 from infra.system import PartitionStates, Truncation
 from workloads.observer import origin_seconds, truncation_lines
 
-# broker.log of n2, `harness run --scenario own-hw-truncation` (this branch's
-# line form, broker/partition.py note_truncation), with the lines around it.
+# broker.log of n1, `harness run --scenario own-hw-truncation` (seed 786503422; the
+# line form of broker/partition.py note_truncation), with the lines around it.
 OWN_LOG = """\
-OWN_LOG_PLACEHOLDER
+2026-11-23 15:38:36.199 INFO [broker] live brokers now [1, 3, 4, 5] (gone [2], new [])
+2026-11-23 15:38:36.228 INFO [broker.controller] CONTROLLER: partition harness-1 leader 2 -> 3, epoch 0 -> 1, isr [2, 3, 4, 5, 1] -> [3, 4, 5, 1] (clean election; old leader 2 lost)
+2026-11-23 15:38:36.233 INFO [broker.partition] TRUNCATING harness-1 to 899 (log end 903; leader 3, epoch 1; reason: high watermark; replica.truncation = high-watermark; on a new leader)
+2026-11-23 15:38:36.234 INFO [broker.partition] TRUNCATE harness-1: log end 903 -> 899
+2026-11-23 15:38:36.234 INFO [broker.partition] FOLLOWER harness-1: broker 1 follows leader 3, epoch 1, isr [3, 4, 5, 1], log end 899, hw 899 (was ('follower', 2, 0)) (truncated to the hw 899: replica.truncation = high-watermark)
+2026-11-23 15:38:44.196 INFO [broker.partition] TRUNCATING harness-3 to 1891 (log end 1896; leader 5, epoch 1; reason: high watermark; replica.truncation = high-watermark; on a new leader)
 """
 
 # server.log of n1, `harness run --scenario kafka-acks1-leader-kill --time-limit 30 --seed 7`
@@ -65,8 +72,31 @@ def test_kafka_log_end_is_only_the_one_before_the_first_cut():
 
 
 def test_own_broker_truncation_lines():
-    found = OwnBroker.parse_truncations(OWN_LOG)
-    assert found == OWN_EXPECTED
+    assert OwnBroker.parse_truncations(OWN_LOG) == [
+        {"logged": datetime(2026, 11, 23, 15, 38, 36, 233000), "topic": "harness", "partition": 1, "offset": 899,
+         "log_end": 903, "epoch": 1, "leader_id": 3, "reason": "high watermark"},
+        {"logged": datetime(2026, 11, 23, 15, 38, 44, 196000), "topic": "harness", "partition": 3, "offset": 1891,
+         "log_end": 1896, "epoch": 1, "leader_id": 5, "reason": "high watermark"},
+    ]
+
+
+def test_own_broker_lines_of_every_kind(tmp_path, caplog):
+    # The broker's own code writes the line (a leader-epoch truncation and a batch that does not continue
+    # the log have not happened in the real runs quoted above); the parser reads every reason.
+    class Shell:  # what note_truncation reads of a partition
+        name, leo = "harness-2", 40
+
+    caplog.set_level(logging.INFO, logger="broker.partition")
+    Partition.note_truncation(Shell(), 35, 4, 7, "leader epoch", "leader epoch 6 ends at 35 on leader 4; hw 33")
+    Partition.note_truncation(Shell(), 38, 4, 7, "fetched batch does not continue the log", "batch at 38",
+                              level=logging.WARNING)
+    Partition.note_truncation(Shell(), 30, 2, 3, "fetch offset past leader's log end")
+    text = "\n".join(f"2026-11-23 15:38:36.{i:03d} {r.levelname} [{r.name}] {r.getMessage()}"
+                     for i, r in enumerate(caplog.records))
+    assert [(t["partition"], t["offset"], t["log_end"], t["leader_id"], t["epoch"], t["reason"])
+            for t in OwnBroker.parse_truncations(text)] == [
+        (2, 35, 40, 4, 7, "leader epoch"), (2, 38, 40, 4, 7, "fetched batch does not continue the log"),
+        (2, 30, 40, 2, 3, "fetch offset past leader's log end")]
 
 
 def test_systems_name_nodes_and_read_the_collected_logs(tmp_path):
