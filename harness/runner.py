@@ -4,8 +4,9 @@ The lifecycle, in order; every stage that started something is undone in
 reverse order, also on Ctrl-C, SIGTERM or an error:
 
   spec -> run directory -> cluster -> ZooKeeper -> system -> topic ->
-  workload + nemesis for --time-limit -> heal -> stop clients -> settle ->
-  final reads -> close history -> collect logs -> tear down ->
+  history + cluster-state observer -> workload + nemesis for --time-limit ->
+  heal -> stop clients -> settle -> final reads -> stop the observer ->
+  close history -> collect logs (and their truncations into states.jsonl) -> tear down ->
   history.parquet -> check (Spark) -> results.json -> report.html
 
 After an interruption the history recorded so far is still checked and
@@ -41,6 +42,7 @@ from nemesis.fault import Context
 from nemesis.injector import Nemesis
 from nemesis.schedule import plan
 from workloads.config import WorkloadConfig
+from workloads.observer import STATES_FILE, Observer, append_truncations, origin_seconds
 from workloads.topic import create_topic, wait_settled
 from workloads.workload import Workload
 
@@ -67,6 +69,7 @@ class Run:
     nemesis: object = None
     faultfs: object = None  # the disk-fault filesystems under the data dirs (infra.faultfs), if mounted
     problem: str | None = None  # why the run could not be carried out
+    observer: object = None  # the cluster-state observer (workloads/observer.py), writing states.jsonl
 
 
 def run(args) -> int:
@@ -148,6 +151,10 @@ def _execute(r: Run) -> None:
         topic_settings={"min.insync.replicas": str(s.min_insync),
                         "unclean.leader.election.enable": str(s.unclean_election).lower()})
 
+    def observed(phase: str) -> None:  # a phase line in states.jsonl
+        if r.observer is not None:
+            r.observer.phase(phase)
+
     _phase(f"provisioning {s.nodes} {s.provider} nodes")
     r.cluster = provision(s.provision_options())
     r.info["nodes"] = {n.name: n.address for n in r.cluster.nodes}
@@ -174,28 +181,39 @@ def _execute(r: Run) -> None:
     # The wall clock at the history's time 0: the report says when things happened.
     origin = time.time() - r.history.now() / 1e9
     r.info["history_origin"] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(origin)) + f".{int(origin % 1 * 1000):03d}Z"
+    try:  # the cluster-state timeline; it must never be why a run fails
+        r.observer = Observer(r.dir.path / STATES_FILE, r.history.now, r.system, r.system.nodes(r.cluster),
+                              workload_config.topic, bootstrap, r.system.port)
+        r.observer.start()
+    except Exception as e:
+        log.warning("no cluster-state observer: %s: %s", type(e).__name__, e)
+        r.observer = None
     r.workload = Workload(workload_config, bootstrap, r.history)
     r.info.update(r.workload.run_info())
     r.info.setdefault("producer", {})["enable.idempotence"] = s.idempotent
     r.dir.write_json("run.json", r.info)
     r.nemesis = Nemesis(Context(r.cluster, r.system, workload_config.topic), steps, r.history)
     _phase(f"running clients for {s.time_limit:g} s with nemesis {','.join(s.nemesis) or 'none'}")
+    observed("workload")
     r.workload.start()
     r.nemesis.start()
     _progress(r, s.time_limit)
     _phase("healing")
+    observed("heal")
     r.nemesis.stop()
     r.nemesis.heal()
     if r.nemesis.error is not None:
         raise UserError(f"the nemesis failed: {r.nemesis.error}")
     r.workload.stop(timeout=15)
     _phase("waiting for the cluster to settle")
+    observed("settle")
     try:
         r.info["settled_isr"] = wait_settled(bootstrap, workload_config.topic, timeout_s=SETTLE_S)
     except UserError as e:  # reads still tell what survived; the report says it did not settle
         log.warning("cluster did not settle: %s", e)
         r.info["settled_isr"] = None
     _phase(f"final reads (at most {s.final_time_limit:g} s)")
+    observed("final-reads")
     final = r.workload.final_reads(s.final_time_limit)
     r.info["final_reads"] = final.to_dict()
     print(f"  {final.summary()}", file=sys.stderr)
@@ -271,8 +289,12 @@ def _finish(r: Run) -> None:
         for what, started, step in (
                 ("heal", r.nemesis, heal),
                 ("stop clients", r.workload, stop_clients),
+                ("stop the observer", r.observer, lambda: r.observer.stop()),
                 ("close history", r.history, lambda: r.history.close()),
                 ("collect logs", r.cluster, lambda: _collect_logs(r)),
+                ("collect truncations", r.observer, lambda: append_truncations(
+                    r.observer.path, r.system, r.cluster, r.dir.nodes, r.observer.topic,
+                    origin_seconds(r.info["history_origin"]))),
                 ("stop the system", r.system, lambda: r.system.teardown(r.cluster)),
                 ("unmount the faultfs", r.faultfs, lambda: _unmount_faultfs(r)),
                 ("stop ZooKeeper", r.zookeeper, lambda: r.zookeeper.teardown(r.cluster)),

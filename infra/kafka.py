@@ -43,6 +43,7 @@ import tarfile
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from core.errors import UserError
@@ -69,6 +70,23 @@ CACHE_ENV = "HARNESS_KAFKA_CACHE"  # another jar cache than .cache/kafka (shared
 # 3.3; ZooKeeper mode is gone from 4.0.
 OLDEST, NEWEST_MAJOR = (3, 3), 4
 LOG_ERROR_RE = re.compile(r"^\[[^]]*\] (ERROR|FATAL) |^Error: |^Exception in thread ")
+# The lines of server.log that tell a truncation (Kafka 3.9, both modes), in order:
+#   [Broker id=1] Follower harness-0 starts at leader epoch 1 from offset 702 with partition epoch 1
+#       and high watermark 679. Current leader is 2. ...               (the leadership and the log end)
+#   [ReplicaFetcher replicaId=1, leaderId=2, fetcherId=0] Truncating partition harness-0 with
+#       TruncationState(offset=687, completed=true) due to leader epoch and offset EpochEndOffset(...)
+#   [UnifiedLog partition=harness-0, dir=...] Truncating to offset 687          (it cut something)
+#   [UnifiedLog partition=harness-0, dir=...] Truncating to 0 has no effect as ...   (it did not)
+KAFKA_LOG_TIME_RE = r"^\[(?P<logged>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] \S+ "
+FOLLOWER_RE = re.compile(KAFKA_LOG_TIME_RE + r".*?Follower (?P<topic>\S+)-(?P<partition>\d+) starts at leader epoch "
+                         r"(?P<epoch>-?\d+) from offset (?P<log_end>\d+)")
+FETCHER_TRUNCATING_RE = re.compile(
+    KAFKA_LOG_TIME_RE + r"\[ReplicaFetcher [^\]]*leaderId=(?P<leader>-?\d+)[^\]]*\] Truncating partition "
+    r"(?P<topic>\S+)-(?P<partition>\d+) with TruncationState\(offset=(?P<offset>\d+)[^)]*\) due to (?P<why>.*?)"
+    r"(?: \(kafka\.[\w.]+\))?$")
+LOG_TRUNCATING_RE = re.compile(
+    KAFKA_LOG_TIME_RE + r"\[UnifiedLog partition=(?P<topic>\S+)-(?P<partition>\d+), [^\]]*\] Truncating to "
+    r"(?:offset )?(?P<offset>\d+)(?P<no_effect> has no effect)?")
 
 # What a small test cluster needs where Kafka's production defaults differ;
 # the spec's settings and [broker] table override every one of these.
@@ -263,6 +281,8 @@ class KafkaSystem(BrokerBase):
     daemon = DAEMON
     data_subdir = "kafka"
     config_name = "kafka.properties"
+    chroot = CHROOT
+    truncation_logs = ("server.log",)
 
     def __init__(self, zookeeper_connect: str, settings: dict | None = None,
                  options: KafkaOptions | None = None):
@@ -550,6 +570,60 @@ class KafkaSystem(BrokerBase):
 
         epoch, leader = max(parallel(quorum_state, self.voters()), default=(-1, -1))
         return self.node_of(leader) if epoch >= 0 else None
+
+    def partition_states(self, topic: str) -> dict[int, tuple[str | None, int | None, list[str]]]:
+        """partition -> (leader, epoch, ISR): from ZooKeeper in ZooKeeper mode; in
+        KRaft mode from a metadata request, which does not carry the epoch (None)."""
+        if self.mode == "zk":
+            return self.named_states(self.zk_reader().partition_states(topic))
+        meta = self._metadata(topic, timeout=2.0)
+        info = meta.topics.get(topic) if meta is not None else None
+        if info is None:
+            raise RemoteError("control node", "metadata", f"no broker answered a metadata request for {topic}")
+        return self.named_states({p: (pm.leader, None, list(pm.isrs)) for p, pm in info.partitions.items()})
+
+    @staticmethod
+    def parse_truncations(text: str) -> list[dict]:
+        """Kafka's truncations in server.log (see FETCHER_TRUNCATING_RE): the fetcher's
+        line names the offset, the leader and why; the follower line before it the
+        leader epoch and the log end; the log's own line after it whether anything
+        was cut (truncations that cut nothing are left out)."""
+        following: dict[tuple[str, int], tuple[int, int | None]] = {}  # tp -> (epoch, log end not yet used)
+        pending: dict[tuple[str, int], dict] = {}
+        out = []
+
+        def when(m) -> datetime:
+            return datetime.strptime(m["logged"], "%Y-%m-%d %H:%M:%S,%f")
+
+        for line in text.splitlines():
+            if "Truncating" not in line and "Follower" not in line:
+                continue
+            m = FOLLOWER_RE.match(line)
+            if m:
+                following[(m["topic"], int(m["partition"]))] = (int(m["epoch"]), int(m["log_end"]))
+                continue
+            m = FETCHER_TRUNCATING_RE.match(line)
+            if m:
+                tp = (m["topic"], int(m["partition"]))
+                epoch, log_end = following.get(tp, (None, None))
+                following[tp] = (epoch, None)  # the log end is the one before the first cut only
+                why = m["why"]
+                reason = ("leader epoch" if why.startswith("leader epoch") else
+                          "high watermark" if "high watermark" in why else why.split(" (")[0])
+                leader = int(m["leader"])
+                pending[tp] = {"logged": when(m), "topic": tp[0], "partition": tp[1], "offset": int(m["offset"]),
+                               "log_end": log_end, "epoch": epoch if epoch is not None and epoch >= 0 else None,
+                               "leader_id": leader if leader >= 0 else None, "reason": reason}
+                continue
+            m = LOG_TRUNCATING_RE.match(line)
+            if m:
+                tp = (m["topic"], int(m["partition"]))
+                record = pending.pop(tp, None)
+                if record is not None and not m["no_effect"] and record["offset"] == int(m["offset"]):
+                    out.append(record)
+        # A fetcher's line whose log line never came (another version's wording): kept when it cut something.
+        out += [r for r in pending.values() if r["log_end"] is not None and r["offset"] < r["log_end"]]
+        return out
 
 
 def _options(values: dict) -> KafkaOptions:

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import io
+import re
 import sys
 import tarfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 from core.errors import UserError
@@ -32,6 +34,13 @@ DAEMON = "broker"
 CHROOT = "/own"
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("broker",)  # what a broker process imports from the project
+# broker/partition.py's note_truncation, after broker/cli.py's timestamp and level:
+# "2026-11-23 09:55:03.366 INFO [broker.partition] TRUNCATING harness-4 to 3225 (log end 3230;
+#  leader 5, epoch 3; reason: leader epoch; leader epoch 2 ends at 3225 on leader 5; hw 3225)"
+TRUNCATING_RE = re.compile(
+    r"^(?P<logged>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) \S+ \[[^\]]*\] TRUNCATING (?P<topic>\S+)-(?P<partition>\d+) "
+    r"to (?P<offset>\d+) \(log end (?P<log_end>\d+); leader (?P<leader>-?\d+), epoch (?P<epoch>-?\d+); "
+    r"reason: (?P<reason>[^;)]+)", re.M)
 
 
 class OwnBroker(BrokerBase):
@@ -40,6 +49,8 @@ class OwnBroker(BrokerBase):
     daemon = DAEMON
     data_subdir = "broker"
     config_name = "broker.properties"
+    chroot = CHROOT
+    truncation_logs = ("broker.log",)
 
     def __init__(self, zookeeper_connect: str, settings: dict | None = None, debug_bugs: tuple[str, ...] = (),
                  port: int = PORT, start_timeout: float = 30.0):
@@ -134,6 +145,22 @@ class OwnBroker(BrokerBase):
 
     def controller(self) -> str | None:
         return self.node_of(zk_state.controller(self.zookeeper_connect, CHROOT))
+
+    def partition_states(self, topic: str) -> dict[int, tuple[str | None, int | None, list[str]]]:
+        """partition -> (leader, epoch, ISR) as the controller wrote them in ZooKeeper."""
+        return self.named_states(self.zk_reader().partition_states(topic))
+
+    @staticmethod
+    def parse_truncations(text: str) -> list[dict]:
+        """The broker's TRUNCATING lines (broker/partition.py `note_truncation`)."""
+        out = []
+        for m in TRUNCATING_RE.finditer(text):
+            leader = int(m["leader"])
+            out.append({"logged": datetime.strptime(m["logged"], "%Y-%m-%d %H:%M:%S.%f"), "topic": m["topic"],
+                        "partition": int(m["partition"]), "offset": int(m["offset"]),
+                        "log_end": int(m["log_end"]), "epoch": int(m["epoch"]) if int(m["epoch"]) >= 0 else None,
+                        "leader_id": leader if leader >= 0 else None, "reason": m["reason"].strip()})
+        return out
 
 
 SYSTEM = SystemKind(

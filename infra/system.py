@@ -10,6 +10,10 @@ it fills, and callers ask with `isinstance(system, Proto)`, never getattr:
     Pausable      pause(node) / resume(node): SIGSTOP / SIGCONT
     Primaries     leaders(topic) -> {partition: node}; replicas(topic) ->
                   {partition: [node]}; controller() -> node or None
+    PartitionStates  partition_states(topic) -> {partition: (leader, epoch, isr)}
+                  from the system's own metadata; truncations(node, logs) -> the
+                  truncations a node's collected logs record (the cluster-state
+                  observer, workloads/observer.py, states.jsonl)
     DataDir       data_dir(node) -> the folder its data lives in (disk faults mount there)
     LogSource     nodes(cluster) -> the nodes it runs on; log_files(node) -> files
                   worth collecting there (a run's faultfs mounts are one too)
@@ -32,8 +36,9 @@ import logging
 import os
 import posixpath
 import shlex
-from pathlib import Path
 from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from infra.nodes import Cluster, Node, parallel
@@ -82,6 +87,41 @@ class Primaries(Protocol):
     def replicas(self, topic: str) -> dict[int, list[str]]: ...
 
     def controller(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """A replica cut its log to `offset` (records at `offset` and after removed),
+    as the node's own log says. `logged` is the log line's timestamp, naive, in
+    the node's local time; `epoch` and `leader` (a node name) are the
+    leadership under which it truncated; `log_end` its log end before, where
+    the log says it; `reason` e.g. "leader epoch", "high watermark"."""
+
+    node: str
+    logged: datetime
+    topic: str
+    partition: int
+    offset: int
+    log_end: int | None
+    epoch: int | None
+    leader: str | None
+    reason: str
+
+
+@runtime_checkable
+class PartitionStates(Protocol):
+    """What the system itself records of each partition, and the truncations
+    its brokers log: the cluster-state observer's sources (states.jsonl).
+
+    partition_states: partition -> (leader node or None, leader epoch or None
+    when the system does not say, ISR nodes), from the system's metadata
+    store (ZooKeeper, or KRaft metadata through the admin API); it may raise
+    when that store cannot answer. truncations: parsed from the logs collected
+    from `node` into the folder `logs` (the run's nodes/<node>/)."""
+
+    def partition_states(self, topic: str) -> dict[int, tuple[str | None, int | None, list[str]]]: ...
+
+    def truncations(self, node: str, logs: Path) -> list[Truncation]: ...
 
 
 @runtime_checkable
