@@ -161,13 +161,13 @@ class Facts:
     events: dict[int, dict] = field(default_factory=dict)  # index -> event, for the examples' indexes
     sends: dict[int, list[dict]] = field(default_factory=dict)  # value -> its send events
     acks_at: dict[int, list[dict]] = field(default_factory=dict)  # pos -> ok sends acknowledged there
-    reads: dict[int, list[Read]] = field(default_factory=list)  # value -> reads of it
+    reads: dict[int, list[Read]] = field(default_factory=dict)  # value -> reads of it
     reads_at: dict[int, list[Read]] = field(default_factory=dict)  # pos -> reads there
     final_start: int | None = None  # time the first final reads began
     final_events: list[dict] = field(default_factory=list)
 
 
-def _batches(source: HistorySource, columns: list[str]):
+def _batches(source: HistorySource):
     """The history as Arrow tables of about CHUNK rows, in order."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -193,12 +193,12 @@ def scan(source: HistorySource, indexes: set[int], values: set[int], positions: 
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    facts = Facts(reads={})
+    facts = Facts()
     want_i = pa.array(sorted(indexes), pa.int64())
     want_v = pa.array(sorted(values), pa.int64())
     want_p = pa.array(sorted(positions), pa.int64())
     last_poll_invoke: dict[int, int] = {}
-    for table in _batches(source, None):
+    for table in _batches(source):
         f, typ = table["f"], table["type"]
         pos = pc.add(pc.shift_left(table["partition"], POS), table["offset"])
         is_send = pc.equal(f, "send")
@@ -454,7 +454,8 @@ class Explainer:
         if inv is not None:
             lead = self.tl.at(p, inv["time"]) if p is not None else None
             st.add(inv["time"], f"{value} sent by process {inv['process']} at {_s(inv['time'])}"
-                   + (f" (leader {lead['leader']}, epoch {lead.get('epoch')})" if lead and lead.get("leader") else ""),
+                   + (f" (leader {lead['leader']}" + (f", epoch {lead['epoch']})" if lead.get("epoch") is not None
+                                                       else ")") if lead and lead.get("leader") else ""),
                    event=inv["index"])
         if comp is not None:
             if comp["type"] == "ok":

@@ -16,7 +16,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_a_planted_bug_run_leaves_disk_evidence_and_stories(tmp_path):
-    proc, run_dir = harness_run(tmp_path, "--scenario", "own-bug-ack-before-replication", "--time-limit", "30",
+    # Seed 10 cuts a leader off from 8.5 s to 25.3 s: far past the ZooKeeper session, so the
+    # planted bug acknowledges writes the new leader never gets.
+    proc, run_dir = harness_run(tmp_path, "--scenario", "own-bug-ack-before-replication", "--seed", "10",
                                 timeout=900)
     assert proc.returncode == 1, proc.stderr[-2000:]
     results = json.loads((run_dir / "results.json").read_text())
