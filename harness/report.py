@@ -27,6 +27,7 @@ from core.history.files import HistorySource, iter_source_jsonl, load_run_json, 
 from core.history.format import NEMESIS, NEMESIS_PROCESS_ID
 from core.history.jsonl import ReadReport
 from core.history.parquet import events_to_table, table_to_events
+from harness import stories_html as stories
 from nemesis.registry import BY_START_ACTION
 
 log = logging.getLogger(__name__)
@@ -296,7 +297,7 @@ def render(run_dir: Path, results: dict) -> Path:
     end_time = max([x["second"] + 1 for x in results.get("stats", {}).get("throughput", [])] or [0]) * 10**9
     intervals = fault_intervals(faults, end_time)
     images = plots(results, source, intervals)
-    excerpt = history_excerpt(source, example_indexes(results))
+    excerpt = history_excerpt(source, example_indexes(results) | stories.story_indexes(results))
     valid = results.get("valid")
     clock = wall_clock(run)
     title = run.get("name") or run_dir.name
@@ -324,6 +325,7 @@ def render(run_dir: Path, results: dict) -> Path:
     parts.append("</table>")
     for w in results.get("warnings", []):
         parts.append(f"<p class='muted'>warning: {esc(w)}</p>")
+    parts.append(stories.stories_html(results))
     parts.append("<h2>Latency and throughput</h2><p class='muted'>Shaded: fault intervals.</p>")
     for key in ("latency", "throughput"):
         parts.append(f"<img alt='{key}' src='data:image/png;base64,{images[key]}'>")

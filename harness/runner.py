@@ -31,11 +31,12 @@ from core.errors import UserError
 from core.history.parquet import jsonl_to_parquet
 from core.history.writer import HistoryWriter
 from harness import spec as specs, store
+from harness.check import add_explanations
 from harness.report import render as report
 from infra import faultfs
 from infra.cluster import provision
 from infra.faultfs import unmount_system
-from infra.system import collect_logs
+from infra.system import collect_disk, collect_logs
 from infra.systems import SYSTEMS
 from infra.zookeeper import ZooKeeper, ZooKeeperOptions
 from nemesis.fault import Context
@@ -295,6 +296,7 @@ def _finish(r: Run) -> None:
                 ("collect truncations", r.observer, lambda: append_truncations(
                     r.observer.path, r.system, r.cluster, r.dir.nodes, r.observer.topic,
                     origin_seconds(r.info["history_origin"]))),
+                ("dump the logs on disk", r.system, lambda: _dump_disk(r)),
                 ("stop the system", r.system, lambda: r.system.teardown(r.cluster)),
                 ("unmount the faultfs", r.faultfs, lambda: _unmount_faultfs(r)),
                 ("stop ZooKeeper", r.zookeeper, lambda: r.zookeeper.teardown(r.cluster)),
@@ -325,6 +327,18 @@ def _collect_logs(r: Run) -> None:
     collect_logs(r.cluster, r.dir.nodes, systems)
 
 
+def _dump_disk(r: Run) -> None:
+    """What each replica holds on disk at the end, into disk/<node>.jsonl.gz (the
+    stories' evidence); before the system stops, since teardown removes its data.
+    Never fails the run: a problem is logged and the step skipped."""
+    if not r.info.get("topic"):
+        return
+    try:
+        r.info["disk"] = collect_disk(r.cluster, r.system, r.info["topic"], r.dir.path / "disk")
+    except Exception as e:  # noqa: BLE001 - evidence only
+        log.warning("no disk dumps: %s", e)
+
+
 def _conclude(r: Run) -> int:
     """Check and report whatever history there is; the exit status."""
 
@@ -334,7 +348,8 @@ def _conclude(r: Run) -> int:
         try:
             _phase("checking the history")
             jsonl_to_parquet(path, r.dir.path / "history.parquet")
-            results = check_history(r.dir.path, Options(idempotent=r.spec.idempotent or None))
+            results = add_explanations(check_history(r.dir.path, Options(idempotent=r.spec.idempotent or None)),
+                                       r.dir.path)
             write_results(results, r.dir.path)
             report(r.dir.path, results)
             print(summary(results, str(r.dir.path / "results.json")))

@@ -31,6 +31,7 @@ session still owns `/brokers/ids/<id>`.
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import json
 import logging
@@ -45,6 +46,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Iterator
 
 from core.errors import UserError
 from infra import kafka_dist
@@ -52,7 +54,7 @@ from infra import zk_state
 from infra.brokers import BrokerBase
 from infra.nodes import Cluster, Node, parallel
 from infra.remote import RemoteError, one_line
-from infra.system import SystemKind, SystemOption
+from infra.system import SystemKind, SystemOption, count_lines
 
 log = logging.getLogger(__name__)
 # The admin client's connection complaints while brokers start or are cut off are expected.
@@ -273,6 +275,42 @@ def _tail_line(text: str) -> str:
     return " | ".join(lines[-2:]) if lines else "no output"
 
 
+_DUMPING = re.compile(r"^Dumping (.*)$")
+_BATCH_EPOCH = re.compile(r"^baseOffset: .* partitionLeaderEpoch: (-?\d+) ")
+_RECORD = re.compile(r"^\| offset: (\d+) .*?(?: key: (.*?))?(?: payload: (.*))?$")
+
+
+def _number_or_text(x: str | None):
+    if x is None:
+        return None
+    try:
+        return int(x)
+    except ValueError:
+        return x
+
+
+def parse_dump_log(lines) -> Iterator[list]:
+    """kafka-dump-log's `--print-data-log` output (kafka.tools.DumpLogSegments) as disk-dump rows,
+    [partition, offset, leader_epoch, key, value] (infra.system), the partition from each
+    segment's folder name (`<topic>-<partition>`)."""
+    partition = epoch = None
+    for line in lines:
+        line = line.rstrip("\n")
+        m = _DUMPING.match(line)
+        if m:
+            folder = m.group(1).rstrip("/").rsplit("/", 2)[-2]
+            p = folder.rpartition("-")[2]
+            partition, epoch = (int(p) if p.isdigit() else None), None
+            continue
+        m = _BATCH_EPOCH.match(line)
+        if m:
+            epoch = int(m.group(1))
+            continue
+        m = _RECORD.match(line)
+        if m and partition is not None:
+            yield [partition, int(m.group(1)), epoch, _number_or_text(m.group(2)), _number_or_text(m.group(3))]
+
+
 class KafkaSystem(BrokerBase):
     """Apache Kafka on every node of a cluster (see the module docstring)."""
 
@@ -423,6 +461,31 @@ class KafkaSystem(BrokerBase):
                         f"--strip-components={strip} && rm -f {q(upload)} && printf '%s\\n' {q(stamp)} > "
                         f"{q(home)}/.shipped", timeout=300)
         return home
+
+    def dump_log(self, node: Node, topic: str, dest: str) -> int:
+        """The node's records of `topic` (infra.system.LogDump): kafka-dump-log
+        (`kafka.tools.DumpLogSegments --print-data-log`) from the node's jars over
+        every segment, gzip'd on the node, parsed here into `dest`."""
+        q = shlex.quote
+        listing = node.remote.run(f"ls -1 {q(self.data_dir(node))}/{q(topic)}-*/*.log 2>/dev/null", check=False)
+        files = [f for f in listing.stdout.split() if f.endswith(".log")]
+        with gzip.open(dest, "wt", compresslevel=6) as out:
+            if not files:
+                return 0
+            raw = f"{node.run_dir}/kafka-dump-log.txt"
+            argv = self._java(node, ["kafka.tools.DumpLogSegments", "--print-data-log", "--files", ",".join(files)],
+                              heap="256m")
+            node.remote.run(" ".join(q(a) for a in argv) + f" > {q(raw)} 2>/dev/null && gzip -1 -f {q(raw)}",
+                            timeout=600)
+            local = dest + ".raw.gz"
+            node.remote.get(raw + ".gz", local)
+            try:
+                with gzip.open(local, "rt", encoding="utf-8", errors="replace") as text:
+                    for row in parse_dump_log(text):
+                        out.write(json.dumps(row, separators=(",", ":")) + "\n")
+            finally:
+                os.unlink(local)
+        return count_lines(dest)
 
     def start(self, node: Node) -> None:
         """Starts the broker on the node unless it runs there already."""

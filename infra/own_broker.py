@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.metadata
 import io
 import re
+import shlex
 import sys
 import tarfile
 import time
@@ -27,7 +28,7 @@ from core.errors import UserError
 from infra import zk_state
 from infra.brokers import BrokerBase
 from infra.nodes import Cluster, Node, parallel
-from infra.system import SystemKind, SystemOption
+from infra.system import SystemKind, SystemOption, count_lines
 
 PORT = 9092
 DAEMON = "broker"
@@ -116,6 +117,19 @@ class OwnBroker(BrokerBase):
     def start(self, node: Node) -> None:
         argv, env, cwd = self._argv(node)
         node.remote.start_daemon(DAEMON, argv, f"{node.log_dir}/broker.out", env=env, cwd=cwd)
+
+    # -- evidence
+
+    def dump_log(self, node: Node, topic: str, dest: str) -> int:
+        """The node's records of `topic` (infra.system.LogDump), read by `python -m broker.dump`
+        with the broker's own storage code, gzip'd on the node and downloaded to `dest`."""
+        argv, env, cwd = self._argv(node)
+        out = f"{node.run_dir}/disk-dump.jsonl"
+        q = shlex.quote
+        node.remote.run(f"cd {q(cwd)} && {q(argv[0])} -m broker.dump --data-dir {q(self.data_dir(node))} "
+                        f"--topic {q(topic)} > {q(out)} && gzip -1 -f {q(out)}", env=env, timeout=600)
+        node.remote.get(out + ".gz", dest)
+        return count_lines(dest)
 
     # -- state, for targeted faults
 

@@ -19,6 +19,14 @@ it fills, and callers ask with `isinstance(system, Proto)`, never getattr:
                   worth collecting there (a run's faultfs mounts are one too)
     BrokerSystem  all of the above, plus bootstrap() and version(): what
                   `harness run` tests (infra.own_broker, infra.kafka)
+    LogDump       dump_log(node, topic, dest): the records on the node's disk,
+                  read with the system's own tools, written to a local file
+                  (the format below); `collect_disk` calls it on every node
+
+A disk dump (`disk/<node>.jsonl.gz` in a run folder) is gzip'd JSON
+lines, one per record on that node's disk, `[partition, offset,
+leader_epoch, key, value]`, key and value integers where their bytes are
+a decimal number (the workload's), else text or null.
 
 A system that `harness run` can test is also one `SystemKind` record in its
 own file (its name, its settings of its own with their flags, a check before
@@ -32,6 +40,7 @@ layout of a run's store.
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
 import posixpath
@@ -184,6 +193,45 @@ class SystemKind:
     make: Callable[[str, dict, dict], BrokerSystem]
     check: Callable[[dict, dict], None] = lambda options, broker_settings: None
     options: tuple[SystemOption, ...] = ()
+
+
+@runtime_checkable
+class LogDump(Protocol):
+    """The records a node's replicas hold on disk (Kafka's kafka-dump-log)."""
+
+    def dump_log(self, node: Node, topic: str, dest: str) -> int: ...
+
+
+def count_lines(path: str | os.PathLike) -> int:
+    """Records in a local disk dump (gzip'd lines)."""
+    n = 0
+    with gzip.open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            n += chunk.count(b"\n")
+    return n
+
+
+def collect_disk(cluster: Cluster, system, topic: str, dest_dir: str | os.PathLike) -> dict[str, int | None]:
+    """Each node's disk dump of `topic` into dest_dir/<node>.jsonl.gz; node -> records dumped.
+
+    Evidence, never a reason to fail a run: a node that cannot be dumped
+    (unreachable, no data dir) is logged and maps to None. A system
+    without the capability dumps nothing.
+    """
+    if not isinstance(system, LogDump):
+        return {}
+    dest = Path(dest_dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    nodes = system.nodes(cluster) if isinstance(system, LogSource) else list(cluster.nodes)
+
+    def one(node: Node) -> int | None:
+        try:
+            return system.dump_log(node, topic, str(dest / f"{node.name}.jsonl.gz"))
+        except Exception as e:  # noqa: BLE001 - evidence only; the run goes on
+            log.warning("%s: no disk dump: %s", node.name, getattr(e, "detail", None) or e)
+            return None
+
+    return {n.name: count for n, count in zip(nodes, parallel(one, nodes))}
 
 
 def collect_logs(cluster: Cluster, dest_dir: str | os.PathLike, systems: list[LogSource] | None = None,
