@@ -432,7 +432,9 @@ class _Story:
         self.summary = ""
 
     def add(self, t: int | None, text: str, **ref) -> None:
-        self.steps.append({"time": _sec(t), "text": text, **{k: v for k, v in ref.items() if v is not None}})
+        step = {"time": _sec(t), "text": text, **{k: v for k, v in ref.items() if v is not None}}
+        if step not in self.steps:  # two values of one story can share a fact (the same HW line)
+            self.steps.append(step)
 
     def done(self) -> dict:
         steps = sorted(self.steps, key=lambda s: (s["time"] is None, s["time"] or 0))

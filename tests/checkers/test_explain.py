@@ -194,3 +194,22 @@ def test_story_html_escapes_every_field():
     html = stories_html(results)
     assert "<script>" not in html and html.count("&lt;script&gt;") == 5
     assert "disk/&lt;n1&gt;.jsonl.gz" in html and "states.jsonl line 7" in html
+
+
+def test_a_fact_two_values_share_is_told_once(hist, check, tmp_path):
+    # A pipelined producer's sends acknowledged out of order; one HW line commits both.
+    hist.add(1, "invoke", "send", key=0, value=10)               # 0
+    hist.add(1, "invoke", "send", key=0, value=11)               # 1
+    hist.add(1, "ok", "send", key=0, value=11, partition=0, offset=0)  # 2
+    hist.add(1, "ok", "send", key=0, value=10, partition=0, offset=1)  # 3
+    hist.poll(2, (0, 0, 11), (0, 1, 10))                         # 4, 5
+    _tenths(hist)
+    results = check(hist)
+    assert results["counts_by_anomaly"]["nonmonotonic-send"] == 1
+    _states(tmp_path / "states.jsonl", [
+        {"time": 0, "kind": "partition", "partition": 0, "leader": "n1", "epoch": 0, "isr": ["n1", "n2"], "hw": 0},
+        {"time": 4 * S // 10, "kind": "partition", "partition": 0, "leader": "n1", "epoch": 0,
+         "isr": ["n1", "n2"], "hw": 2}])
+    [story] = _by(explain_run(resolve(tmp_path), results, ENDS), "nonmonotonic-send")
+    texts = [s["text"] for s in story["steps"]]
+    assert texts.count("committed: the HW of partition 0 was 2 at 0.4 s (leader n1)") == 1, texts
