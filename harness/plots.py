@@ -1,21 +1,38 @@
-"""The report's figures: send latency and throughput over time with fault
-intervals shaded, drawn with matplotlib (imported inside the functions that
-draw: it is heavy) and returned as base64 PNGs for inline images.
+"""The report's figures, and the per-process timeline page.
 
-Data comes from results.json's stats and from the history's columns, read
-through `HistorySource` (Parquet column reads; never the whole history as
-Python objects where Parquet is there).
+Drawn with matplotlib (imported inside the functions that draw: it is heavy)
+as base64 PNGs for inline images, or written as inline SVG: nothing on a
+page fetches anything.
+
+- send latency and throughput over time, fault intervals shaded (from
+  results.json's stats and the history);
+- a lane chart per partition of leader, epoch and ISR over time, from the
+  run folder's `states.jsonl` (docs/history.md), with fault bands,
+  truncations and the checker's examples marked (no states.jsonl: no chart);
+- consumers' realtime lag and the count of unseen values over time
+  (`lag_series`, `unseen_series`: data, tested apart from the drawing);
+- `timeline.html` beside the report: one lane per process, operations as
+  bars from invocation to completion, a fixed budget of them drawn so that a
+  10M-event run's page stays small.
+
+History columns are read once through `HistorySource` (Parquet column reads;
+JSONL converted in batches), never the whole history as Python objects.
 """
 
 from __future__ import annotations
 
 import base64
+import html
 import io
 import logging
+import os
+from pathlib import Path
+
+import orjson
 
 from core.errors import HistoryError
 from core.history.files import HistorySource, iter_source_jsonl
-from core.history.format import NEMESIS_PROCESS_ID
+from core.history.format import NEMESIS, NEMESIS_PROCESS_ID
 from core.history.jsonl import ReadReport
 from core.history.parquet import events_to_table
 from nemesis.registry import BY_START_ACTION
@@ -23,6 +40,13 @@ from nemesis.registry import BY_START_ACTION
 log = logging.getLogger(__name__)
 
 MAX_SCATTER = 20_000
+# Client operations drawn in timeline.html at most: about 200 bytes each, so the
+# page stays under a few MB whatever the run's length.
+TIMELINE_BUDGET = 5_000
+MAX_LANES = 40  # partitions drawn in the lane chart
+PLOT_POINTS = 4_000  # points per line of the lag and unseen plots, at most
+# Columns of the history the figures read (one read for all of them).
+COLUMNS = ["index", "time", "process", "type", "f", "value", "partition", "offset", "error", "records"]
 COLORS = {"ok": "#2b8a3e", "info": "#e67700", "fail": "#c92a2a"}
 
 
@@ -42,12 +66,14 @@ def _shade(ax, intervals: list[dict]) -> None:
         labelled.add(fault.name)
 
 
-def send_latencies(source: HistorySource, limit: int = MAX_SCATTER):
-    """(completion time s, latency ms, outcome) of a sample of sends, from the history."""
+def send_latencies(source: HistorySource | None = None, limit: int = MAX_SCATTER, table=None):
+    """(completion time s, latency ms, outcome) of a sample of sends, from the
+    history (`table`: its columns already read, else read from `source`)."""
     import pandas as pd
 
-    table = _read_columns(source, ["process", "type", "f", "value", "time"])
-    df = table.to_pandas() if table is not None else pd.DataFrame()
+    if table is None:
+        table = _read_columns(source, ["process", "type", "f", "value", "time"])
+    df = table.select(["process", "type", "f", "value", "time"]).to_pandas() if table is not None else pd.DataFrame()
     if df.empty:
         return df
     sends = df[(df["f"] == "send") & (df["process"] != NEMESIS_PROCESS_ID)]
@@ -57,20 +83,352 @@ def send_latencies(source: HistorySource, limit: int = MAX_SCATTER):
     if len(pairs) > limit:
         pairs = pairs.sample(limit, random_state=0)
     return pd.DataFrame({"t": pairs["time"] / 1e9, "ms": (pairs["time"] - pairs["t0"]) / 1e6,
-                         "type": pairs["type"]})
+                         "type": pairs["type"].astype(str)})
 
 
-def _read_columns(source: HistorySource, columns: list[str]):
+def _read_columns(source: HistorySource, columns: list[str], batch: int = 250_000):
+    """These columns of the whole history as one Arrow table. JSONL is
+    converted `batch` events at a time, so only one batch is ever Python dicts."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     if source.format == "parquet":
         return pa.concat_tables([pq.read_table(f, columns=columns) for f in source.files])
-    events = list(iter_source_jsonl(source, ReadReport()))
-    return events_to_table(events).select(columns)
+    tables, events = [], []
+    for e in iter_source_jsonl(source, ReadReport()):
+        events.append(e)
+        if len(events) >= batch:
+            tables.append(events_to_table(events).select(columns))
+            events = []
+    tables.append(events_to_table(events).select(columns))
+    return pa.concat_tables(tables)
 
 
-def plots(results: dict, source: HistorySource | None, intervals: list[dict]) -> dict[str, str]:
+def history_table(source: HistorySource):
+    """The columns every figure reads (COLUMNS), in one read."""
+    return _read_columns(source, COLUMNS)
+
+
+# --------------------------------------------------------------------------
+# Data: realtime lag and unseen values (no drawing here)
+
+
+def _sends_ok(table):
+    """(time, partition, offset, value) of every acknowledged send, by time."""
+    import pyarrow.compute as pc
+
+    mask = pc.and_(pc.and_(pc.equal(table["f"], "send"), pc.equal(table["type"], "ok")),
+                   pc.not_equal(table["process"], NEMESIS_PROCESS_ID))
+    df = table.filter(mask).select(["time", "partition", "offset", "value"]).to_pandas()
+    return df.dropna(subset=["partition", "offset"]).astype("int64").sort_values("time", kind="stable")
+
+
+def _polled_records(table):
+    """One row per record of every ok poll: (time, process, partition, offset,
+    value, poll), `time` the poll's completion and `poll` its event index."""
+    import pandas as pd
+    import pyarrow.compute as pc
+
+    polls = table.filter(pc.and_(pc.equal(table["f"], "poll"), pc.equal(table["type"], "ok")))
+    records = polls["records"].combine_chunks() if polls.num_rows else None
+    if records is None or len(pc.list_flatten(records)) == 0:
+        return pd.DataFrame({c: pd.Series(dtype="int64")
+                             for c in ("time", "process", "partition", "offset", "value", "poll")})
+    parent = pc.list_parent_indices(records)
+    flat = pc.list_flatten(records)
+    return pd.DataFrame({
+        "time": pc.take(polls["time"], parent).to_numpy(zero_copy_only=False),
+        "process": pc.take(polls["process"], parent).to_numpy(zero_copy_only=False),
+        "partition": flat.field("partition").to_numpy(zero_copy_only=False),
+        "offset": flat.field("offset").to_numpy(zero_copy_only=False),
+        "value": flat.field("value").to_numpy(zero_copy_only=False),
+        "poll": pc.take(polls["index"], parent).to_numpy(zero_copy_only=False),
+    })
+
+
+def lag_series(table, states: list[dict] | None = None):
+    """How far behind the log head each consumer's polls were, in offsets.
+
+    One row per (ok poll, partition it returned records of): `time` (the
+    poll's completion, ns), `process`, `partition`, `offset` (the highest
+    offset that poll returned of the partition), `head` and `lag`. The log
+    head at that moment is the highest offset known to exist by then: the
+    highest acknowledged send offset so far, the states' high watermark less
+    one (the HW is the next offset), and what the poll itself returned; lag =
+    head - offset. (Jepsen's realtime lag is the same question in time rather
+    than offsets.) A poll that returned nothing of a partition says nothing
+    of it, and is not a row.
+    """
+    import pandas as pd
+
+    recs = _polled_records(table)
+    cols = ["time", "process", "partition", "offset", "head", "lag"]
+    if recs.empty:
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
+    polls = (recs.groupby(["poll", "time", "process", "partition"], sort=False)["offset"].max()
+             .reset_index().sort_values(["time", "poll", "partition"], kind="stable"))
+    acked = _sends_ok(table)[["time", "partition", "offset"]]
+    hws = pd.DataFrame([(s["time"], s["partition"], s["hw"] - 1) for s in states or ()
+                        if s.get("kind") == "partition" and isinstance(s.get("hw"), int)
+                        and isinstance(s.get("partition"), int) and isinstance(s.get("time"), int)],
+                       columns=["time", "partition", "offset"], dtype="int64")
+    known = pd.concat([acked, hws]).sort_values("time", kind="stable")
+    known["head"] = known.groupby("partition")["offset"].cummax()
+    out = pd.merge_asof(polls, known[["time", "partition", "head"]], on="time", by="partition",
+                        direction="backward")
+    out["head"] = out["head"].fillna(-1).astype("int64").clip(lower=out["offset"])
+    out["lag"] = out["head"] - out["offset"]
+    return out[cols].reset_index(drop=True)
+
+
+def unseen_series(table):
+    """Jepsen's unseen count over time: at each moment, how many acknowledged
+    values no ok poll (of any consumer, final reads included) had returned yet.
+
+    Rows (`time` ns, `partition`, `unseen`): each partition's count after the
+    changes at that time, one row per time it changes. A value counts from its
+    send's acknowledgement until the first poll that returned it (a value read
+    before its acknowledgement arrived never counts).
+    """
+    import numpy as np
+    import pandas as pd
+
+    acked = _sends_ok(table)
+    cols = ["time", "partition", "unseen"]
+    if acked.empty:
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
+    recs = _polled_records(table)
+    first_seen = recs.groupby("value")["time"].min()
+    seen = acked["value"].map(first_seen)
+    gone = acked.loc[seen.notna()].copy()
+    gone["time"] = np.maximum(gone["time"].to_numpy(), seen.dropna().astype("int64").to_numpy())
+    deltas = pd.concat([acked[["time", "partition"]].assign(d=1), gone[["time", "partition"]].assign(d=-1)])
+    steps = deltas.groupby(["partition", "time"])["d"].sum().reset_index()
+    steps["unseen"] = steps.groupby("partition")["d"].cumsum()
+    # A time whose changes cancel out is no change.
+    steps = steps[steps["d"] != 0]
+    return steps.sort_values(["time", "partition"], kind="stable")[cols].reset_index(drop=True)
+
+
+def unseen_total(steps, times):
+    """The unseen count summed over partitions at each of `times` (ns, sorted)."""
+    import numpy as np
+
+    total = np.zeros(len(times), dtype="int64")
+    for _, g in steps.groupby("partition"):
+        i = np.searchsorted(g["time"].to_numpy(), times, side="right") - 1
+        vals = g["unseen"].to_numpy()
+        total += np.where(i >= 0, vals[np.clip(i, 0, None)], 0)
+    return total
+
+
+# --------------------------------------------------------------------------
+# Data: the cluster-state timeline (states.jsonl)
+
+
+def read_states(run_dir: Path) -> list[dict]:
+    """The lines of run_dir/states.jsonl, sorted by time; [] without the file.
+    A line that is not a JSON object with an integer time is skipped with a
+    warning (the observer may have been cut off mid-line)."""
+    path = Path(run_dir) / "states.jsonl"
+    if not path.is_file():
+        return []
+    out, bad = [], 0
+    with open(path, "rb") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                s = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                bad += 1
+                continue
+            if isinstance(s, dict) and isinstance(s.get("time"), int) and isinstance(s.get("kind"), str):
+                out.append(s)
+            else:
+                bad += 1
+    if bad:
+        log.warning("%s: %d unreadable line(s) skipped", path, bad)
+    return sorted(out, key=lambda s: s["time"])
+
+
+def partition_lanes(states: list[dict], end_time: int) -> dict[int, list[dict]]:
+    """Per partition, its segments of constant leader, epoch and ISR:
+    [{start, end, leader, epoch, isr}] in ns; the last one ends at `end_time`
+    (or at its start, if that is later). Lines that change only the HW do not
+    cut a segment."""
+    lanes: dict[int, list[dict]] = {}
+    for s in states:
+        if s["kind"] != "partition" or not isinstance(s.get("partition"), int):
+            continue
+        state = (s.get("leader"), s.get("epoch"), tuple(s.get("isr") or ()))
+        segs = lanes.setdefault(s["partition"], [])
+        if segs and (segs[-1]["leader"], segs[-1]["epoch"], tuple(segs[-1]["isr"])) == state:
+            continue
+        if segs:
+            segs[-1]["end"] = s["time"]
+        segs.append({"start": s["time"], "end": None, "leader": state[0], "epoch": state[1], "isr": list(state[2])})
+    for segs in lanes.values():
+        segs[-1]["end"] = max(end_time, segs[-1]["start"])
+    return dict(sorted(lanes.items()))
+
+
+def anomaly_marks(results: dict, table) -> list[dict]:
+    """[{name, partition, time}] for the checker's examples (the first five
+    of each anomaly, as the report shows) that name a partition, at the time
+    of each history event they cite."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    wanted = []
+    for name, a in results.get("anomalies", {}).items():
+        for e in a.get("examples", [])[:5]:
+            if isinstance(e, dict) and isinstance(e.get("partition"), int):
+                for k, v in e.items():
+                    if k.endswith("index") and isinstance(v, int):
+                        wanted.append((name, e["partition"], v))
+    if not wanted or table is None:
+        return []
+    keep = pa.array(sorted({i for _, _, i in wanted}), pa.int64())
+    rows = table.filter(pc.is_in(table["index"], value_set=keep)).select(["index", "time"]).to_pydict()
+    time_of = dict(zip(rows["index"], rows["time"]))
+    return [{"name": n, "partition": p, "time": time_of[i]} for n, p, i in wanted if i in time_of]
+
+
+# --------------------------------------------------------------------------
+# Drawing
+
+
+def _node_colours(lanes: dict[int, list[dict]]) -> dict:
+    import matplotlib
+
+    nodes = sorted({s["leader"] for segs in lanes.values() for s in segs if s["leader"] is not None}, key=str)
+    cmap = matplotlib.colormaps["tab10"]
+    return {n: cmap(i % 10) for i, n in enumerate(nodes)}
+
+
+def lanes_png(lanes: dict[int, list[dict]], truncations: list[dict], intervals: list[dict],
+              marks: list[dict]) -> str:
+    """The lane chart: one lane per partition, coloured by leader, hatched
+    where the ISR is smaller than the partition's largest, labelled with the
+    leader, epoch and ISR where a segment is wide enough; truncations as
+    black crosses, the checker's examples as red triangles."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    shown = list(lanes)[:MAX_LANES]
+    colours = _node_colours(lanes)
+    t_max = max([s["end"] for p in shown for s in lanes[p]] + [i["end"] for i in intervals] + [1]) / 1e9
+    fig, ax = plt.subplots(figsize=(11, 1.0 + 0.42 * len(shown)))
+    _shade(ax, intervals)
+    for row, p in enumerate(shown):
+        full = max(len(s["isr"]) for s in lanes[p])
+        for s in lanes[p]:
+            x0, x1 = s["start"] / 1e9, s["end"] / 1e9
+            ax.barh(row, max(x1 - x0, t_max / 2000), left=x0, height=0.7,
+                    color=colours.get(s["leader"], "white"), edgecolor="#343a40", lw=0.3,
+                    hatch="///" if len(s["isr"]) < full else None)
+            if x1 - x0 > t_max * 0.06:
+                label = f"{s['leader'] or 'no leader'} e{s['epoch'] if s['epoch'] is not None else '?'} " \
+                        f"[{' '.join(map(str, s['isr']))}]"
+                ax.text(x0 + t_max * 0.003, row, label, va="center", fontsize=6.5, clip_on=True)
+    rows = {p: r for r, p in enumerate(shown)}
+    tx = [(t["time"] / 1e9, rows[t["partition"]]) for t in truncations if t.get("partition") in rows]
+    if tx:
+        ax.scatter(*zip(*tx), marker="x", color="black", s=30, zorder=3, label="truncation")
+    mx = [(m["time"] / 1e9, rows[m["partition"]] + 0.3) for m in marks if m["partition"] in rows]
+    if mx:
+        ax.scatter(*zip(*mx), marker="v", color="#c92a2a", s=22, zorder=3, label="anomaly example event")
+    ax.set_yticks(range(len(shown)), [f"p{p}" for p in shown])
+    ax.set_ylim(len(shown) - 0.5, -0.5)
+    ax.set_xlim(0, t_max)
+    ax.set_xlabel("time (s)")
+    title = "Partitions: leader (colour), epoch and ISR (hatched: ISR shrunk)"
+    if len(lanes) > len(shown):
+        title += f"; first {len(shown)} of {len(lanes)} partitions"
+    ax.set_title(title)
+    handles, _ = ax.get_legend_handles_labels()
+    handles += [Patch(color=c, label=f"leader {n}") for n, c in colours.items()]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+    out = _png(fig)
+    plt.close(fig)
+    return out
+
+
+def _thin(df, n: int = PLOT_POINTS):
+    """At most about n rows, evenly spaced, keeping the maximum of each stretch
+    (a lag spike or an unseen peak must survive the thinning)."""
+    if len(df) <= n:
+        return df
+    step = -(-len(df) // n)
+    key = df.columns[-1]
+    return df.groupby(df.reset_index(drop=True).index // step, sort=False).apply(
+        lambda g: g.loc[g[key].idxmax()]).reset_index(drop=True)
+
+
+def lag_png(lag, intervals: list[dict]) -> str:
+    """Lag of each consumer process over time: per poll, its largest lag over
+    the partitions it returned."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(11, 3.4))
+    _shade(ax, intervals)
+    per_poll = lag.groupby(["time", "process"], sort=False)["lag"].max().reset_index()
+    processes = per_poll["process"].unique()
+    budget = max(50, PLOT_POINTS // max(1, len(processes)))
+    for k, (proc, g) in enumerate(per_poll.groupby("process")):
+        g = _thin(g.sort_values("time")[["time", "lag"]], budget)
+        ax.step(g["time"] / 1e9, g["lag"], where="post", lw=0.9,
+                label=f"process {proc}" if k < 12 else None)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("offsets behind the head")
+    ax.set_title("Realtime lag of consumers (per poll: its worst partition)")
+    if len(processes):
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7,
+                  title=f"{len(processes)} processes" if len(processes) > 12 else None)
+    out = _png(fig)
+    plt.close(fig)
+    return out
+
+
+def unseen_png(steps, intervals: list[dict], end: int = 0) -> str:
+    """Unseen values over time, stacked by partition, drawn to `end` (ns)."""
+    import numpy as np
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(11, 3.4))
+    _shade(ax, intervals)
+    if len(steps):
+        t = np.unique(np.append(steps["time"].to_numpy(), max(end, int(steps["time"].max()))))
+        if len(t) > PLOT_POINTS:
+            # Sample on a grid, then add each stretch's peak time so a peak is drawn.
+            grid = np.linspace(t[0], t[-1], PLOT_POINTS).astype("int64")
+            t = np.unique(np.concatenate([grid, t[np.argsort(-unseen_total(steps, t))[:PLOT_POINTS // 10]]]))
+        partitions = sorted(steps["partition"].unique())
+        if len(partitions) <= 12:
+            layers = []
+            for p in partitions:
+                g = steps[steps["partition"] == p]
+                i = np.searchsorted(g["time"].to_numpy(), t, side="right") - 1
+                layers.append(np.where(i >= 0, g["unseen"].to_numpy()[np.clip(i, 0, None)], 0))
+            ax.stackplot(t / 1e9, layers, labels=[f"p{p}" for p in partitions], step="post", alpha=0.8)
+        else:
+            ax.step(t / 1e9, unseen_total(steps, t), where="post", color="#1971c2", label="all partitions")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("acknowledged, not yet read")
+    ax.set_title("Unseen values")
+    out = _png(fig)
+    plt.close(fig)
+    return out
+
+
+def plots(results: dict, source: HistorySource | None, intervals: list[dict],
+          run_dir: Path | None = None) -> dict[str, str]:
+    """The report's images as base64 PNGs: `latency`, `throughput` always;
+    `lanes` where run_dir has a states.jsonl; `lag` and `unseen` where the
+    history has polls and sends. With run_dir, also writes run_dir/timeline.html
+    and names it under `timeline`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -78,14 +436,16 @@ def plots(results: dict, source: HistorySource | None, intervals: list[dict]) ->
 
     out = {}
     stats = results.get("stats", {})
+    table = None
+    if source is not None:
+        try:
+            table = history_table(source)
+        except (OSError, HistoryError, ValueError) as e:
+            log.warning("no history figures: %s", e)
     # Latency: a sample of every send, and per-second p99 lines.
     fig, ax = plt.subplots(figsize=(11, 3.6))
     _shade(ax, intervals)
-    try:
-        lat = send_latencies(source) if source is not None else None
-    except (OSError, HistoryError, ValueError) as e:
-        log.warning("no latency scatter: %s", e)
-        lat = None
+    lat = send_latencies(table=table) if table is not None else None
     if lat is not None and len(lat):
         for type_ in ("ok", "info", "fail"):
             g = lat[lat["type"] == type_]
@@ -123,4 +483,171 @@ def plots(results: dict, source: HistorySource | None, intervals: list[dict]) ->
         ax.legend(loc="upper right", fontsize=8)
     out["throughput"] = _png(fig)
     plt.close(fig)
+    states = read_states(run_dir) if run_dir is not None else []
+    end_time = int(table["time"][-1].as_py()) if table is not None and table.num_rows else 0
+    lanes = partition_lanes(states, max([end_time] + [s["time"] for s in states]))
+    if lanes:
+        truncations = [s for s in states if s["kind"] == "truncation"]
+        out["lanes"] = lanes_png(lanes, truncations, intervals, anomaly_marks(results, table))
+    if table is not None:
+        lag = lag_series(table, states)
+        if len(lag):
+            out["lag"] = lag_png(lag, intervals)
+        steps = unseen_series(table)
+        if len(steps):
+            out["unseen"] = unseen_png(steps, intervals, end_time)
+        if run_dir is not None:
+            out["timeline"] = write_timeline(run_dir, table, intervals).name
     return out
+
+
+def figures_html(images: dict[str, str]) -> str:
+    """The report's section for the cluster-state, consumer and timeline
+    figures that `plots` made (empty where it made none)."""
+    parts = []
+    if "lanes" in images:
+        parts.append("<h2>Cluster state</h2><p class='muted'>From states.jsonl: each partition's leader, "
+                     "epoch and ISR over time; shaded: fault intervals; crosses: truncations; triangles: "
+                     "events of the anomaly examples above.</p>"
+                     f"<img alt='partition lanes' src='data:image/png;base64,{images['lanes']}'>")
+    if "lag" in images or "unseen" in images:
+        parts.append("<h2>Consumers</h2><p class='muted'>Lag: per ok poll, the highest acknowledged offset "
+                     "(or high watermark) of a partition it read minus the offset it returned. Unseen: "
+                     "acknowledged values no poll had returned yet.</p>")
+        parts += [f"<img alt='{k}' src='data:image/png;base64,{images[k]}'>" for k in ("lag", "unseen")
+                  if k in images]
+    if "timeline" in images:
+        name = html.escape(images["timeline"], quote=True)
+        parts.append(f"<p><a href='{name}'>Timeline of operations per process</a> ({name}).</p>")
+    return "".join(parts)
+
+
+# --------------------------------------------------------------------------
+# timeline.html
+
+
+def timeline_ops(table):
+    """Every operation as one row: process, f, type (its completion's, `info`
+    where it never completed), start and end (ns), value, partition, offset,
+    error, records (how many a poll returned). Sends are paired with their
+    completion by value, everything else by order within (process, f)."""
+    import pyarrow.compute as pc
+
+    cols = ["index", "time", "process", "type", "f", "value", "partition", "offset", "error"]
+    df = table.select(cols).to_pandas()
+    df["n"] = pc.list_value_length(table["records"]).to_numpy(zero_copy_only=False)
+    df["type"] = df["type"].astype(str)
+    df["f"] = df["f"].astype(str)
+    inv = df["type"] == "invoke"
+    send = (df["f"] == "send") & (df["process"] != NEMESIS_PROCESS_ID)
+    df["seq"] = df.groupby([df["process"], df["f"], inv], sort=False).cumcount().astype("float64")
+    df.loc[send, "seq"] = df.loc[send, "value"]
+    left = df[inv][["process", "f", "seq", "index", "time", "value"]].rename(columns={"time": "start"})
+    right = df[~inv][["process", "f", "seq", "time", "type", "partition", "offset", "error", "n"]]
+    ops = left.merge(right, on=["process", "f", "seq"], how="left")
+    end = int(df["time"].max()) if len(df) else 0
+    ops["type"] = ops["type"].fillna("info")
+    ops["end"] = ops["time"].fillna(end).astype("int64")
+    return ops.drop(columns=["seq", "time"]).sort_values("index", kind="stable").reset_index(drop=True)
+
+
+def sample_ops(ops, budget: int = TIMELINE_BUDGET, seed: int = 0):
+    """At most `budget` client operations plus every nemesis operation: the
+    failed and indeterminate ones first (up to half the budget), the rest of
+    the budget from the ok ones, each chosen uniformly at random with `seed`.
+    Returns (sample, a sentence saying how it was drawn)."""
+    import pandas as pd
+
+    nemesis = ops[ops["process"] == NEMESIS_PROCESS_ID]
+    client = ops[ops["process"] != NEMESIS_PROCESS_ID]
+    bad, good = client[client["type"] != "ok"], client[client["type"] == "ok"]
+    n_bad = min(len(bad), budget // 2) if len(good) > budget - len(bad) else len(bad)
+    bad_s = bad.sample(n_bad, random_state=seed) if n_bad < len(bad) else bad
+    n_good = min(len(good), budget - len(bad_s))
+    good_s = good.sample(n_good, random_state=seed) if n_good < len(good) else good
+    sample = pd.concat([nemesis, bad_s, good_s]).sort_values("index", kind="stable")
+    if len(bad_s) + len(good_s) == len(client):
+        said = f"All {len(client):,} client operations and {len(nemesis):,} nemesis operations are drawn."
+    else:
+        said = (f"Sampled: {len(bad_s) + len(good_s):,} of {len(client):,} client operations are drawn "
+                f"({len(bad_s):,} of {len(bad):,} failed or indeterminate, {len(good_s):,} of {len(good):,} ok; "
+                f"chosen uniformly at random, seed {seed}), and all {len(nemesis):,} nemesis operations. "
+                "The whole history is in history.parquet / history.jsonl.")
+    return sample, said
+
+
+TIMELINE_STYLE = """
+body{font-family:system-ui,sans-serif;margin:1em;color:#212529} .muted{color:#868e96}
+.wrap{overflow-x:auto;border:1px solid #dee2e6} svg{display:block}
+.ok{fill:#2b8a3e} .fail{fill:#c92a2a} .info{fill:#e67700} .fault{fill:#ffc9c9;opacity:.6}
+text{font-size:11px;font-family:ui-monospace,monospace} .grid{stroke:#e9ecef}
+"""
+
+
+def _op_title(o, process: str) -> str:
+    t = f"{process} {o.f} {o.type} {o.start / 1e9:.3f}-{o.end / 1e9:.3f} s ({(o.end - o.start) / 1e6:.1f} ms)"
+    if o.f == "send" and o.value == o.value:
+        t += f" value {int(o.value)}"
+    if o.partition == o.partition and o.offset == o.offset:
+        t += f" at {int(o.partition)}:{int(o.offset)}"
+    if o.f == "poll" and o.n == o.n:
+        t += f", {int(o.n)} records"
+    if isinstance(o.error, str):
+        t += f" error {o.error}"
+    return t
+
+
+def timeline_html(ops, said: str, intervals: list[dict], title: str = "") -> str:
+    """The page: an inline SVG, one lane per process (the nemesis first), each
+    operation a bar from invocation to completion coloured by outcome, fault
+    intervals shaded across all lanes; every text escaped."""
+    esc = lambda x: html.escape(str(x), quote=True)  # noqa: E731 - the page's one escaper
+    end = max([int(ops["end"].max()) if len(ops) else 0] + [i["end"] for i in intervals] + [1])
+    width = int(min(16000, max(1200, end / 1e9 * 12)))
+    scale = (width - 1) / end
+    processes = sorted(ops["process"].unique(), key=lambda p: (p != NEMESIS_PROCESS_ID, p))
+    if NEMESIS_PROCESS_ID not in processes and intervals:
+        processes.insert(0, NEMESIS_PROCESS_ID)
+    lane = {p: i for i, p in enumerate(processes)}
+    label_w, h, top = 90, 14, 20
+    height = top + h * len(processes) + 4
+    body = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width + label_w}' height='{height}'>"]
+    for s in range(0, int(end / 1e9) + 1, 10):
+        x = label_w + s * 1e9 * scale
+        body.append(f"<line class='grid' x1='{x:.0f}' y1='{top}' x2='{x:.0f}' y2='{height}'/>"
+                    f"<text x='{x + 2:.0f}' y='12'>{s}s</text>")
+    for i in intervals:
+        fault = BY_START_ACTION[i["f"]]
+        x0, x1 = label_w + i["start"] * scale, label_w + i["end"] * scale
+        body.append(f"<rect class='fault' x='{x0:.1f}' y='{top}' width='{max(x1 - x0, 1):.1f}' "
+                    f"height='{height - top}'><title>{esc(fault.label)} {i['start'] / 1e9:.3f}-"
+                    f"{i['end'] / 1e9:.3f} s {esc(orjson.dumps(i.get('value')).decode())}</title></rect>")
+    for p in processes:
+        name = NEMESIS if p == NEMESIS_PROCESS_ID else f"process {p}"
+        body.append(f"<text x='2' y='{top + lane[p] * h + 11}'>{esc(name)}</text>")
+    for o in ops.itertuples(index=False):
+        name = NEMESIS if o.process == NEMESIS_PROCESS_ID else f"process {o.process}"
+        x = label_w + o.start * scale
+        w = max((o.end - o.start) * scale, 1.0)
+        cls = o.type if o.type in ("ok", "fail", "info") else "info"
+        body.append(f"<rect class='{cls}' x='{x:.1f}' y='{top + lane[o.process] * h + 2}' width='{w:.1f}' "
+                    f"height='{h - 4}'><title>{esc(_op_title(o, name))}</title></rect>")
+    body.append("</svg>")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)} — timeline</title>"
+            f"<style>{TIMELINE_STYLE}</style></head><body><h1>{esc(title)} — operations per process</h1>"
+            f"<p>{esc(said)}</p><p class='muted'>Each bar runs from an operation's invocation to its completion: "
+            "green ok, red fail, orange info (indeterminate, or never completed); shaded: fault intervals. "
+            "Hover a bar for its details.</p>"
+            f"<div class='wrap'>{''.join(body)}</div></body></html>")
+
+
+def write_timeline(run_dir: Path, table, intervals: list[dict], budget: int = TIMELINE_BUDGET,
+                   title: str | None = None) -> Path:
+    """Write run_dir/timeline.html from the history's columns; returns its path."""
+    sample, said = sample_ops(timeline_ops(table), budget)
+    page = timeline_html(sample, said, intervals, title if title is not None else Path(run_dir).name)
+    path = Path(run_dir) / "timeline.html"
+    tmp = path.with_name(".timeline.html.tmp")
+    tmp.write_text(page, encoding="utf-8")
+    os.replace(tmp, path)
+    return path

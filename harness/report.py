@@ -25,7 +25,7 @@ from core.history.files import HistorySource, iter_source_jsonl, load_run_json, 
 from core.history.format import NEMESIS
 from core.history.jsonl import ReadReport
 from core.history.parquet import table_to_events
-from harness.plots import plots
+from harness.plots import figures_html, plots
 from nemesis.registry import BY_START_ACTION
 
 log = logging.getLogger(__name__)
@@ -184,7 +184,7 @@ def render(run_dir: Path, results: dict) -> Path:
     faults = results.get("stats", {}).get("faults", [])
     end_time = max([x["second"] + 1 for x in results.get("stats", {}).get("throughput", [])] or [0]) * 10**9
     intervals = fault_intervals(faults, end_time)
-    images = plots(results, source, intervals)
+    images = plots(results, source, intervals, run_dir)
     excerpt = history_excerpt(source, example_indexes(results))
     valid = results.get("valid")
     clock = wall_clock(run)
@@ -215,6 +215,7 @@ def render(run_dir: Path, results: dict) -> Path:
     for key in ("latency", "throughput"):
         parts.append(f"<img alt='{key}' src='data:image/png;base64,{images[key]}'>")
     parts.append(_latency_table(results))
+    parts.append(figures_html(images))
     parts.append(_faults_html(faults))
     parts.append(_settings_html(run))
     parts.append(_excerpt_html(excerpt))
