@@ -32,7 +32,7 @@ import orjson
 
 from core.errors import HistoryError
 from core.history.files import HistorySource, iter_source_jsonl
-from core.history.format import NEMESIS, NEMESIS_PROCESS_ID
+from core.history.format import FINAL_READS, NEMESIS, NEMESIS_PROCESS_ID
 from core.history.jsonl import ReadReport
 from core.history.parquet import events_to_table
 from nemesis.registry import BY_START_ACTION
@@ -71,12 +71,17 @@ def send_latencies(source: HistorySource | None = None, limit: int = MAX_SCATTER
     history (`table`: its columns already read, else read from `source`)."""
     import pandas as pd
 
+    import pyarrow.compute as pc
+
     if table is None:
         table = _read_columns(source, ["process", "type", "f", "value", "time"])
-    df = table.select(["process", "type", "f", "value", "time"]).to_pandas() if table is not None else pd.DataFrame()
-    if df.empty:
-        return df
-    sends = df[(df["f"] == "send") & (df["process"] != NEMESIS_PROCESS_ID)]
+    if table is None:
+        return pd.DataFrame()
+    mask = pc.and_(pc.equal(table["f"], "send"), pc.not_equal(table["process"], NEMESIS_PROCESS_ID))
+    sends = table.filter(mask).select(["type", "value", "time"]).to_pandas()
+    if sends.empty:
+        return sends
+    sends["type"] = sends["type"].astype(str)
     inv = sends[sends["type"] == "invoke"][["value", "time"]].rename(columns={"time": "t0"})
     comp = sends[sends["type"] != "invoke"][["value", "time", "type"]]
     pairs = comp.merge(inv, on="value")
@@ -93,7 +98,10 @@ def _read_columns(source: HistorySource, columns: list[str], batch: int = 250_00
     import pyarrow.parquet as pq
 
     if source.format == "parquet":
-        return pa.concat_tables([pq.read_table(f, columns=columns) for f in source.files])
+        # type, f and error repeat a few strings millions of times: read them as dictionaries.
+        strings = [c for c in ("type", "f", "error") if c in columns]
+        return pa.concat_tables([pq.read_table(f, columns=columns, read_dictionary=strings) for f in source.files],
+                                promote_options="permissive")
     tables, events = [], []
     for e in iter_source_jsonl(source, ReadReport()):
         events.append(e)
@@ -146,7 +154,7 @@ def _polled_records(table):
     })
 
 
-def lag_series(table, states: list[dict] | None = None):
+def lag_series(table, states: list[dict] | None = None, recs=None):
     """How far behind the log head each consumer's polls were, in offsets.
 
     One row per (ok poll, partition it returned records of): `time` (the
@@ -157,11 +165,11 @@ def lag_series(table, states: list[dict] | None = None):
     one (the HW is the next offset), and what the poll itself returned; lag =
     head - offset. (Jepsen's realtime lag is the same question in time rather
     than offsets.) A poll that returned nothing of a partition says nothing
-    of it, and is not a row.
+    of it, and is not a row. (`recs`: `_polled_records(table)`, if already made.)
     """
     import pandas as pd
 
-    recs = _polled_records(table)
+    recs = _polled_records(table) if recs is None else recs
     cols = ["time", "process", "partition", "offset", "head", "lag"]
     if recs.empty:
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
@@ -181,7 +189,7 @@ def lag_series(table, states: list[dict] | None = None):
     return out[cols].reset_index(drop=True)
 
 
-def unseen_series(table):
+def unseen_series(table, recs=None):
     """Jepsen's unseen count over time: at each moment, how many acknowledged
     values no ok poll (of any consumer, final reads included) had returned yet.
 
@@ -197,7 +205,7 @@ def unseen_series(table):
     cols = ["time", "partition", "unseen"]
     if acked.empty:
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
-    recs = _polled_records(table)
+    recs = _polled_records(table) if recs is None else recs
     first_seen = recs.groupby("value")["time"].min()
     seen = acked["value"].map(first_seen)
     gone = acked.loc[seen.notna()].copy()
@@ -360,10 +368,20 @@ def _thin(df, n: int = PLOT_POINTS):
     (a lag spike or an unseen peak must survive the thinning)."""
     if len(df) <= n:
         return df
+    df = df.reset_index(drop=True)
     step = -(-len(df) // n)
-    key = df.columns[-1]
-    return df.groupby(df.reset_index(drop=True).index // step, sort=False).apply(
-        lambda g: g.loc[g[key].idxmax()]).reset_index(drop=True)
+    return df.loc[df[df.columns[-1]].groupby(df.index // step).idxmax()]
+
+
+def _without_final_reads(lag, table):
+    """The lag rows less the final reads' polls (they read every partition
+    from the start by design: their lag would dwarf the run's)."""
+    import pyarrow.compute as pc
+
+    fr = table.filter(pc.and_(pc.equal(table["f"], FINAL_READS), pc.equal(table["type"], "invoke")))
+    for process, start in zip(fr["process"].to_pylist(), fr["time"].to_pylist()):
+        lag = lag[~((lag["process"] == process) & (lag["time"] >= start))]
+    return lag
 
 
 def lag_png(lag, intervals: list[dict]) -> str:
@@ -490,10 +508,12 @@ def plots(results: dict, source: HistorySource | None, intervals: list[dict],
         truncations = [s for s in states if s["kind"] == "truncation"]
         out["lanes"] = lanes_png(lanes, truncations, intervals, anomaly_marks(results, table))
     if table is not None:
-        lag = lag_series(table, states)
+        recs = _polled_records(table)
+        lag = _without_final_reads(lag_series(table, states, recs), table)
         if len(lag):
             out["lag"] = lag_png(lag, intervals)
-        steps = unseen_series(table)
+        steps = unseen_series(table, recs)
+        del recs, lag
         if len(steps):
             out["unseen"] = unseen_png(steps, intervals, end_time)
         if run_dir is not None:
@@ -512,7 +532,8 @@ def figures_html(images: dict[str, str]) -> str:
                      f"<img alt='partition lanes' src='data:image/png;base64,{images['lanes']}'>")
     if "lag" in images or "unseen" in images:
         parts.append("<h2>Consumers</h2><p class='muted'>Lag: per ok poll, the highest acknowledged offset "
-                     "(or high watermark) of a partition it read minus the offset it returned. Unseen: "
+                     "(or high watermark) of a partition it read minus the offset it returned (final reads left out). "
+                     "Unseen: "
                      "acknowledged values no poll had returned yet.</p>")
         parts += [f"<img alt='{k}' src='data:image/png;base64,{images[k]}'>" for k in ("lag", "unseen")
                   if k in images]
@@ -527,28 +548,44 @@ def figures_html(images: dict[str, str]) -> str:
 
 
 def timeline_ops(table):
-    """Every operation as one row: process, f, type (its completion's, `info`
-    where it never completed), start and end (ns), value, partition, offset,
-    error, records (how many a poll returned). Sends are paired with their
-    completion by value, everything else by order within (process, f)."""
+    """Every operation as one row: index (its invocation's), process, f, type
+    (its completion's; `info` where it never completed), start and end (ns),
+    value, partition, offset, error, n (how many records a poll returned).
+    Sends are paired with their completion by value; anything else with the
+    latest invocation of the same process and f before it (a process's other
+    operations run one at a time; a final-reads brackets its polls)."""
+    import pandas as pd
     import pyarrow.compute as pc
 
-    cols = ["index", "time", "process", "type", "f", "value", "partition", "offset", "error"]
-    df = table.select(cols).to_pandas()
-    df["n"] = pc.list_value_length(table["records"]).to_numpy(zero_copy_only=False)
-    df["type"] = df["type"].astype(str)
-    df["f"] = df["f"].astype(str)
-    inv = df["type"] == "invoke"
-    send = (df["f"] == "send") & (df["process"] != NEMESIS_PROCESS_ID)
-    df["seq"] = df.groupby([df["process"], df["f"], inv], sort=False).cumcount().astype("float64")
-    df.loc[send, "seq"] = df.loc[send, "value"]
-    left = df[inv][["process", "f", "seq", "index", "time", "value"]].rename(columns={"time": "start"})
-    right = df[~inv][["process", "f", "seq", "time", "type", "partition", "offset", "error", "n"]]
-    ops = left.merge(right, on=["process", "f", "seq"], how="left")
-    end = int(df["time"].max()) if len(df) else 0
-    ops["type"] = ops["type"].fillna("info")
-    ops["end"] = ops["time"].fillna(end).astype("int64")
-    return ops.drop(columns=["seq", "time"]).sort_values("index", kind="stable").reset_index(drop=True)
+    is_inv = pc.equal(table["type"], "invoke")
+    inv = table.filter(is_inv).select(["index", "time", "process", "f", "value"]).to_pandas()
+    done = table.filter(pc.invert(is_inv))
+    comp = done.select(["index", "time", "process", "type", "f", "value", "partition", "offset", "error"]).to_pandas()
+    comp["n"] = pc.list_value_length(done["records"]).to_numpy(zero_copy_only=False)
+    del done
+    for df in (inv, comp):
+        df["f"] = df["f"].astype(str)
+    inv = inv.rename(columns={"time": "start"})
+    comp["type"] = comp["type"].astype(str)
+    end = int(table["time"][-1].as_py()) if table.num_rows else 0
+    is_send = (comp["f"] == "send") & (comp["process"] != NEMESIS_PROCESS_ID)
+    inv_send = (inv["f"] == "send") & (inv["process"] != NEMESIS_PROCESS_ID)
+    sends = comp[is_send].drop(columns=["index"]).merge(
+        inv[inv_send][["index", "start", "process", "value"]], on=["process", "value"])
+    others = pd.merge_asof(comp[~is_send].sort_values("index"),
+                           inv[~inv_send][["index", "start", "process", "f"]].rename(columns={"index": "inv"}),
+                           left_on="index", right_on="inv", by=["process", "f"], direction="backward")
+    others = others.dropna(subset=["inv"]).drop(columns=["index"]).rename(columns={"inv": "index"})
+    paired = pd.concat([sends, others])
+    paired = paired.rename(columns={"time": "end"})
+    # Invocations that never completed: indeterminate, to the end of the history.
+    open_ = inv[~inv["index"].isin(paired["index"])].assign(type="info", end=end)
+    ops = pd.concat([paired, open_])
+    ops["index"] = ops["index"].astype("int64")
+    ops["start"] = ops["start"].astype("int64")
+    ops["end"] = ops["end"].astype("int64")
+    return ops.sort_values("index", kind="stable").reset_index(drop=True)[
+        ["index", "process", "f", "type", "start", "end", "value", "partition", "offset", "error", "n"]]
 
 
 def sample_ops(ops, budget: int = TIMELINE_BUDGET, seed: int = 0):
