@@ -281,6 +281,41 @@ def partition_lanes(states: list[dict], end_time: int) -> dict[int, list[dict]]:
     return dict(sorted(lanes.items()))
 
 
+def node_lanes(states: list[dict], end_time: int) -> dict[str, list[dict]]:
+    """Per node, its segments of constant state: [{start, end, alive,
+    reachable, controller}] in ns (alive/reachable as the observer said,
+    None before it said; controller: the node was the controller). The
+    last one ends at `end_time` (or at its start, if that is later)."""
+    now: dict[str, dict] = {}
+    lanes: dict[str, list[dict]] = {}
+    controller = None
+
+    def cut(node: str, t: int) -> None:
+        state = now.setdefault(node, {"alive": None, "reachable": None})
+        key = (state["alive"], state["reachable"], node == controller)
+        segs = lanes.setdefault(node, [])
+        if segs and segs[-1]["start"] == t:
+            segs.pop()  # two changes at one moment: the later one stands
+        if segs and (segs[-1]["alive"], segs[-1]["reachable"], segs[-1]["controller"]) == key:
+            segs[-1]["end"] = None
+            return
+        if segs:
+            segs[-1]["end"] = t
+        segs.append({"start": t, "end": None, "alive": key[0], "reachable": key[1], "controller": key[2]})
+
+    for s in states:
+        if s["kind"] == "node" and isinstance(s.get("node"), str):
+            now[s["node"]] = {"alive": s.get("alive"), "reachable": s.get("reachable")}
+            cut(s["node"], s["time"])
+        elif s["kind"] == "controller":
+            before, controller = controller, s.get("node") if isinstance(s.get("node"), str) else None
+            for node in {before, controller} - {None}:
+                cut(node, s["time"])
+    for segs in lanes.values():
+        segs[-1]["end"] = max(end_time, segs[-1]["start"])
+    return dict(sorted(lanes.items()))
+
+
 def anomaly_marks(results: dict, table) -> list[dict]:
     """[{name, partition, time}] for the checker's examples (the first five
     of each anomaly, as the report shows) that name a partition, at the time
@@ -315,21 +350,40 @@ def _node_colours(lanes: dict[int, list[dict]]) -> dict:
     return {n: cmap(i % 10) for i, n in enumerate(nodes)}
 
 
+# Not leader colours (tab10): a node lane must not read as a leader.
+NODE_COLOURS = {"down": "#495057", "unreachable": "#ced4da", "up": "#ebfbee"}
+NODE_HATCH = {"unreachable": "xxxx"}
+
+
 def lanes_png(lanes: dict[int, list[dict]], truncations: list[dict], intervals: list[dict],
-              marks: list[dict]) -> str:
-    """The lane chart: one lane per partition, coloured by leader, hatched
-    where the ISR is smaller than the partition's largest, labelled with the
-    leader, epoch and ISR where a segment is wide enough; truncations as
-    black crosses, the checker's examples as red triangles."""
+              marks: list[dict], nodes: dict[str, list[dict]] | None = None) -> str:
+    """The lane chart: a lane per node (down, unreachable from the control
+    node, up; a black bar under it while it is the controller), then one lane
+    per partition, coloured by leader, hatched where the ISR is smaller than
+    the partition's largest, labelled with the leader, epoch and ISR where a
+    segment is wide enough; truncations as black crosses, the checker's
+    examples as red triangles."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
+    nodes = nodes or {}
     shown = list(lanes)[:MAX_LANES]
     colours = _node_colours(lanes)
-    t_max = max([s["end"] for p in shown for s in lanes[p]] + [i["end"] for i in intervals] + [1]) / 1e9
-    fig, ax = plt.subplots(figsize=(11, 1.0 + 0.42 * len(shown)))
+    ends = [s["end"] for p in shown for s in lanes[p]] + [s["end"] for segs in nodes.values() for s in segs]
+    t_max = max(ends + [i["end"] for i in intervals] + [1]) / 1e9
+    k = len(nodes)
+    fig, ax = plt.subplots(figsize=(11, 1.0 + 0.42 * (len(shown) + k)))
     _shade(ax, intervals)
-    for row, p in enumerate(shown):
+    for row, (node, segs) in enumerate(nodes.items()):
+        for s in segs:
+            x0, w = s["start"] / 1e9, max((s["end"] - s["start"]) / 1e9, t_max / 2000)
+            state = "down" if s["alive"] is False else "unreachable" if s["reachable"] is False else \
+                "up" if s["alive"] or s["reachable"] else None
+            if state:
+                ax.barh(row, w, left=x0, height=0.5, color=NODE_COLOURS[state], lw=0, hatch=NODE_HATCH.get(state))
+            if s["controller"]:
+                ax.barh(row + 0.3, w, left=x0, height=0.1, color="black", lw=0)
+    for row, p in enumerate(shown, start=k):
         full = max(len(s["isr"]) for s in lanes[p])
         for s in lanes[p]:
             x0, x1 = s["start"] / 1e9, s["end"] / 1e9
@@ -340,23 +394,28 @@ def lanes_png(lanes: dict[int, list[dict]], truncations: list[dict], intervals: 
                 label = f"{s['leader'] or 'no leader'} e{s['epoch'] if s['epoch'] is not None else '?'} " \
                         f"[{' '.join(map(str, s['isr']))}]"
                 ax.text(x0 + t_max * 0.003, row, label, va="center", fontsize=6.5, clip_on=True)
-    rows = {p: r for r, p in enumerate(shown)}
+    rows = {p: r for r, p in enumerate(shown, start=k)}
     tx = [(t["time"] / 1e9, rows[t["partition"]]) for t in truncations if t.get("partition") in rows]
     if tx:
         ax.scatter(*zip(*tx), marker="x", color="black", s=30, zorder=3, label="truncation")
     mx = [(m["time"] / 1e9, rows[m["partition"]] + 0.3) for m in marks if m["partition"] in rows]
     if mx:
         ax.scatter(*zip(*mx), marker="v", color="#c92a2a", s=22, zorder=3, label="anomaly example event")
-    ax.set_yticks(range(len(shown)), [f"p{p}" for p in shown])
-    ax.set_ylim(len(shown) - 0.5, -0.5)
+    ax.set_yticks(range(k + len(shown)), list(nodes) + [f"p{p}" for p in shown])
+    ax.set_ylim(k + len(shown) - 0.5, -0.5)
     ax.set_xlim(0, t_max)
     ax.set_xlabel("time (s)")
-    title = "Partitions: leader (colour), epoch and ISR (hatched: ISR shrunk)"
+    title = "Nodes, and partitions: leader (colour), epoch and ISR (hatched: ISR shrunk)" if nodes else \
+        "Partitions: leader (colour), epoch and ISR (hatched: ISR shrunk)"
     if len(lanes) > len(shown):
         title += f"; first {len(shown)} of {len(lanes)} partitions"
     ax.set_title(title)
     handles, _ = ax.get_legend_handles_labels()
     handles += [Patch(color=c, label=f"leader {n}") for n, c in colours.items()]
+    if nodes:
+        handles += [Patch(facecolor=NODE_COLOURS[s], hatch=NODE_HATCH.get(s), label=f"node {s}")
+                    for s in ("down", "unreachable")]
+        handles.append(Patch(color="black", label="controller"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
     out = _png(fig)
     plt.close(fig)
@@ -506,7 +565,8 @@ def plots(results: dict, source: HistorySource | None, intervals: list[dict],
     lanes = partition_lanes(states, max([end_time] + [s["time"] for s in states]))
     if lanes:
         truncations = [s for s in states if s["kind"] == "truncation"]
-        out["lanes"] = lanes_png(lanes, truncations, intervals, anomaly_marks(results, table))
+        out["lanes"] = lanes_png(lanes, truncations, intervals, anomaly_marks(results, table),
+                                 node_lanes(states, max([end_time] + [s["time"] for s in states])))
     if table is not None:
         recs = _polled_records(table)
         lag = _without_final_reads(lag_series(table, states, recs), table)

@@ -101,6 +101,12 @@ def test_timeline_pairs_each_invocation_with_its_completion(tmp_path):
 
 STATES = [
     {"time": 0, "kind": "phase", "phase": "workload"},
+    {"time": 0, "kind": "controller", "node": "n1"},
+    {"time": 0, "kind": "node", "node": "n1", "alive": True, "reachable": True},
+    {"time": 0, "kind": "node", "node": "n2", "alive": True, "reachable": True},
+    {"time": 3 * 10**9, "kind": "node", "node": "n1", "alive": False, "reachable": False},
+    {"time": 3500 * MS, "kind": "node", "node": "n1", "alive": True, "reachable": False},
+    {"time": 4500 * MS, "kind": "node", "node": "n1", "alive": True, "reachable": True},
     {"time": 0, "kind": "partition", "partition": 1, "leader": "n1", "epoch": 0, "isr": ["n1", "n2", "n3"], "hw": 0},
     {"time": 0, "kind": "partition", "partition": 0, "leader": "n2", "epoch": 0, "isr": ["n2", "n3", "n1"], "hw": 0},
     {"time": 2 * 10**9, "kind": "partition", "partition": 1, "leader": "n1", "epoch": 0,
@@ -126,6 +132,13 @@ def test_partition_lanes_from_states(tmp_path):
         (0, 3 * 10**9, "n1", 0, ["n1", "n2", "n3"]),
         (3 * 10**9, 4 * 10**9, None, 0, ["n1"]),
         (4 * 10**9, 5 * 10**9, "n3", 1, ["n3", "n2"])]
+    nodes = P.node_lanes(states, end_time=5 * 10**9)
+    assert [(s["start"], s["end"], s["alive"], s["reachable"], s["controller"]) for s in nodes["n1"]] == [
+        (0, 3 * 10**9, True, True, True), (3 * 10**9, 3500 * MS, False, False, True),
+        (3500 * MS, 4 * 10**9 + 5, True, False, True), (4 * 10**9 + 5, 4500 * MS, True, False, False),
+        (4500 * MS, 5 * 10**9, True, True, False)]
+    assert [(s["start"], s["end"], s["controller"]) for s in nodes["n2"]] == [(0, 5 * 10**9, False)]
+    assert [(s["start"], s["alive"], s["controller"]) for s in nodes["n3"]] == [(4 * 10**9 + 5, None, True)]
     # The report draws the chart where states.jsonl is, and not where it is not.
     table = _history(tmp_path, ROWS)
     images = P.plots({"anomalies": {}}, resolve(tmp_path), [], tmp_path)
