@@ -57,38 +57,50 @@ def _png(fig) -> str:
 
 
 def _shade(ax, intervals: list[dict]) -> None:
-    """Each fault interval in its fault's colour, its label once in the legend."""
-    labelled = set()
+    """Each fault interval in its fault's colour, its label once in the legend:
+    one collection per fault, spanning the axes' height (a long run has
+    thousands of intervals; one artist each is slow to draw)."""
+    from matplotlib.collections import PolyCollection
+
+    by_fault: dict[str, list] = {}
     for i in intervals:
-        fault = BY_START_ACTION[i["f"]]
-        ax.axvspan(i["start"] / 1e9, i["end"] / 1e9, color=fault.colour, alpha=0.5, lw=0,
-                   label=None if fault.name in labelled else fault.label)
-        labelled.add(fault.name)
+        x0, x1 = i["start"] / 1e9, i["end"] / 1e9
+        by_fault.setdefault(i["f"], []).append([(x0, 0), (x0, 1), (x1, 1), (x1, 0)])
+    for f, verts in by_fault.items():
+        fault = BY_START_ACTION[f]
+        ax.add_collection(PolyCollection(verts, transform=ax.get_xaxis_transform(), facecolor=fault.colour,
+                                         alpha=0.5, lw=0, label=fault.label), autolim=False)
+        ax.update_datalim([(min(v[0][0] for v in verts), 0), (max(v[2][0] for v in verts), 0)], updatey=False)
+
+
+def _positions(n: int, k: int, seed: int = 0):
+    """k of range(n) chosen uniformly at random (all of them if k >= n), sorted."""
+    import numpy as np
+
+    if k >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, size=k, replace=False))
 
 
 def send_latencies(source: HistorySource | None = None, limit: int = MAX_SCATTER, table=None):
-    """(completion time s, latency ms, outcome) of a sample of sends, from the
+    """(completion time s, latency ms, outcome) of a sample of `limit` send
+    completions, uniformly at random, each with its invocation; from the
     history (`table`: its columns already read, else read from `source`)."""
     import pandas as pd
-
     import pyarrow.compute as pc
 
     if table is None:
         table = _read_columns(source, ["process", "type", "f", "value", "time"])
-    if table is None:
-        return pd.DataFrame()
-    mask = pc.and_(pc.equal(table["f"], "send"), pc.not_equal(table["process"], NEMESIS_PROCESS_ID))
-    sends = table.filter(mask).select(["type", "value", "time"]).to_pandas()
-    if sends.empty:
-        return sends
-    sends["type"] = sends["type"].astype(str)
-    inv = sends[sends["type"] == "invoke"][["value", "time"]].rename(columns={"time": "t0"})
-    comp = sends[sends["type"] != "invoke"][["value", "time", "type"]]
-    pairs = comp.merge(inv, on="value")
-    if len(pairs) > limit:
-        pairs = pairs.sample(limit, random_state=0)
+    send = pc.and_(pc.equal(table["f"], "send"), pc.not_equal(table["process"], NEMESIS_PROCESS_ID))
+    invoke = pc.equal(table["type"], "invoke")
+    done = table.filter(pc.and_(send, pc.invert(invoke))).select(["value", "time", "type"])
+    done = done.take(_positions(done.num_rows, limit))
+    inv = table.filter(pc.and_(pc.and_(send, invoke), pc.is_in(table["value"], value_set=done["value"])))
+    comp = done.to_pandas()
+    comp["type"] = comp["type"].astype(str)
+    pairs = comp.merge(inv.select(["value", "time"]).to_pandas().rename(columns={"time": "t0"}), on="value")
     return pd.DataFrame({"t": pairs["time"] / 1e9, "ms": (pairs["time"] - pairs["t0"]) / 1e6,
-                         "type": pairs["type"].astype(str)})
+                         "type": pairs["type"]})
 
 
 def _read_columns(source: HistorySource, columns: list[str], batch: int = 250_000):
@@ -385,11 +397,15 @@ def lanes_png(lanes: dict[int, list[dict]], truncations: list[dict], intervals: 
                 ax.barh(row + 0.3, w, left=x0, height=0.1, color="black", lw=0)
     for row, p in enumerate(shown, start=k):
         full = max(len(s["isr"]) for s in lanes[p])
+        # One collection per lane and hatching (thousands of segments in a long run).
+        for shrunk in (False, True):
+            segs = [s for s in lanes[p] if (len(s["isr"]) < full) == shrunk]
+            if segs:
+                ax.broken_barh([(s["start"] / 1e9, max((s["end"] - s["start"]) / 1e9, t_max / 2000)) for s in segs],
+                               (row - 0.35, 0.7), facecolors=[colours.get(s["leader"], "white") for s in segs],
+                               edgecolor="#343a40", lw=0.3, hatch="///" if shrunk else None)
         for s in lanes[p]:
             x0, x1 = s["start"] / 1e9, s["end"] / 1e9
-            ax.barh(row, max(x1 - x0, t_max / 2000), left=x0, height=0.7,
-                    color=colours.get(s["leader"], "white"), edgecolor="#343a40", lw=0.3,
-                    hatch="///" if len(s["isr"]) < full else None)
             if x1 - x0 > t_max * 0.06:
                 label = f"{s['leader'] or 'no leader'} e{s['epoch'] if s['epoch'] is not None else '?'} " \
                         f"[{' '.join(map(str, s['isr']))}]"
@@ -422,16 +438,6 @@ def lanes_png(lanes: dict[int, list[dict]], truncations: list[dict], intervals: 
     return out
 
 
-def _thin(df, n: int = PLOT_POINTS):
-    """At most about n rows, evenly spaced, keeping the maximum of each stretch
-    (a lag spike or an unseen peak must survive the thinning)."""
-    if len(df) <= n:
-        return df
-    df = df.reset_index(drop=True)
-    step = -(-len(df) // n)
-    return df.loc[df[df.columns[-1]].groupby(df.index // step).idxmax()]
-
-
 def _without_final_reads(lag, table):
     """The lag rows less the final reads' polls (they read every partition
     from the start by design: their lag would dwarf the run's)."""
@@ -457,10 +463,14 @@ def lag_png(lag, intervals: list[dict]) -> str:
     per_poll = lag.groupby(["process", "time"])["lag"].max().reset_index()
     processes = per_poll["process"].unique()
     budget = max(50, PLOT_POINTS // max(1, len(processes)))
+    # Thin every process's line at once: its polls in stretches of `step`, the largest lag of each.
+    rank = per_poll.groupby("process").cumcount()
+    step = -(-per_poll.groupby("process")["lag"].transform("size") // budget)
+    per_poll = per_poll.loc[per_poll.groupby([per_poll["process"], rank // step])["lag"].idxmax()]
+    per_poll = per_poll.sort_values(["process", "time"])
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     lines, colours, legend = [], [], []
     for k, (proc, g) in enumerate(per_poll.groupby("process", sort=True)):
-        g = _thin(g[["time", "lag"]], budget)
         x, y = g["time"].to_numpy() / 1e9, g["lag"].to_numpy()
         # Steps: each value holds until the next poll.
         xs, ys = np.repeat(x, 2)[1:], np.repeat(y, 2)[:-1]
@@ -622,70 +632,92 @@ def figures_html(images: dict[str, str]) -> str:
 # timeline.html
 
 
-def timeline_ops(table):
-    """Every operation as one row: index (its invocation's), process, f, type
-    (its completion's; `info` where it never completed), start and end (ns),
-    value, partition, offset, error, n (how many records a poll returned).
-    Sends are paired with their completion by value; anything else with the
+def timeline_ops(table, budget: int | None = None, seed: int = 0):
+    """The operations to draw, one row each: index (its invocation's),
+    process, f, type (its completion's; `info` where it never completed),
+    start and end (ns), value, partition, offset, error, n (records a poll
+    returned); and a sentence saying how they were chosen.
+
+    With a budget: every nemesis operation, and at most `budget` client
+    operations, the failed and indeterminate ones first (up to half the
+    budget), the rest from the ok ones, each set chosen uniformly at random
+    with `seed`. Operations are chosen by their completions before any are
+    paired, so a 10M-event history never becomes a frame of every operation.
+    Sends are paired with their invocation by value; anything else with the
     latest invocation of the same process and f before it (a process's other
     operations run one at a time; a final-reads brackets its polls)."""
+    import numpy as np
     import pandas as pd
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    is_inv = pc.equal(table["type"], "invoke")
-    inv = table.filter(is_inv).select(["index", "time", "process", "f", "value"]).to_pandas()
-    done = table.filter(pc.invert(is_inv))
-    comp = done.select(["index", "time", "process", "type", "f", "value", "partition", "offset", "error"]).to_pandas()
-    comp["n"] = pc.list_value_length(done["records"]).to_numpy(zero_copy_only=False)
-    del done
-    for df in (inv, comp):
-        df["f"] = df["f"].astype(str)
-    inv = inv.rename(columns={"time": "start"})
-    comp["type"] = comp["type"].astype(str)
     end = int(table["time"][-1].as_py()) if table.num_rows else 0
-    is_send = (comp["f"] == "send") & (comp["process"] != NEMESIS_PROCESS_ID)
-    inv_send = (inv["f"] == "send") & (inv["process"] != NEMESIS_PROCESS_ID)
-    sends = comp[is_send].drop(columns=["index"]).merge(
-        inv[inv_send][["index", "start", "process", "value"]], on=["process", "value"])
-    others = pd.merge_asof(comp[~is_send].sort_values("index"),
-                           inv[~inv_send][["index", "start", "process", "f"]].rename(columns={"index": "inv"}),
-                           left_on="index", right_on="inv", by=["process", "f"], direction="backward")
-    others = others.dropna(subset=["inv"]).drop(columns=["index"]).rename(columns={"inv": "index"})
-    paired = pd.concat([sends, others])
-    paired = paired.rename(columns={"time": "end"})
-    # Invocations that never completed: indeterminate, to the end of the history.
-    open_ = inv[~inv["index"].isin(paired["index"])].assign(type="info", end=end)
-    ops = pd.concat([paired, open_])
-    ops["index"] = ops["index"].astype("int64")
-    ops["start"] = ops["start"].astype("int64")
-    ops["end"] = ops["end"].astype("int64")
-    return ops.sort_values("index", kind="stable").reset_index(drop=True)[
-        ["index", "process", "f", "type", "start", "end", "value", "partition", "offset", "error", "n"]]
-
-
-def sample_ops(ops, budget: int = TIMELINE_BUDGET, seed: int = 0):
-    """At most `budget` client operations plus every nemesis operation: the
-    failed and indeterminate ones first (up to half the budget), the rest of
-    the budget from the ok ones, each chosen uniformly at random with `seed`.
-    Returns (sample, a sentence saying how it was drawn)."""
-    import pandas as pd
-
-    nemesis = ops[ops["process"] == NEMESIS_PROCESS_ID]
-    client = ops[ops["process"] != NEMESIS_PROCESS_ID]
-    bad, good = client[client["type"] != "ok"], client[client["type"] == "ok"]
-    n_bad = min(len(bad), budget // 2) if len(good) > budget - len(bad) else len(bad)
-    bad_s = bad.sample(n_bad, random_state=seed) if n_bad < len(bad) else bad
-    n_good = min(len(good), budget - len(bad_s))
-    good_s = good.sample(n_good, random_state=seed) if n_good < len(good) else good
-    sample = pd.concat([nemesis, bad_s, good_s]).sort_values("index", kind="stable")
-    if len(bad_s) + len(good_s) == len(client):
-        said = f"All {len(client):,} client operations and {len(nemesis):,} nemesis operations are drawn."
+    f = table["f"].cast(pa.string())
+    vocab = pc.unique(f)
+    key = (table["process"].to_numpy() * len(vocab)
+           + pc.index_in(f, value_set=vocab).to_numpy(zero_copy_only=False).astype("int64"))
+    index = table["index"].to_numpy()
+    is_inv = pc.equal(table["type"], "invoke").to_numpy(zero_copy_only=False)
+    is_send = pc.and_(pc.equal(f, "send"), pc.not_equal(table["process"], NEMESIS_PROCESS_ID)).to_numpy(
+        zero_copy_only=False)
+    is_ok = pc.equal(table["type"], "ok").to_numpy(zero_copy_only=False)
+    nemesis = (table["process"].to_numpy() == NEMESIS_PROCESS_ID)
+    # Invocations that never completed: a send whose value no completion has;
+    # the last invocation of a (process, f) after its last completion.
+    done_values = table["value"].filter(pa.array(is_send & ~is_inv))
+    inv_send = np.flatnonzero(is_send & is_inv)
+    open_send = inv_send[~pc.is_in(table["value"].take(pa.array(inv_send)), value_set=done_values)
+                         .to_numpy(zero_copy_only=False)]
+    inv_other = pd.DataFrame({"index": index[~is_send & is_inv], "key": key[~is_send & is_inv],
+                              "start": table["time"].to_numpy()[~is_send & is_inv]})
+    last_inv = inv_other.groupby("key")["index"].max()
+    last_done = pd.Series(index[~is_send & ~is_inv], index=key[~is_send & ~is_inv]).groupby(level=0).max()
+    open_other = last_inv[last_inv > last_done.reindex(last_inv.index).fillna(-1)].to_numpy()
+    open_pos = np.sort(np.concatenate([open_send, np.searchsorted(index, open_other)])).astype("int64")
+    is_open = np.zeros(len(index), bool)
+    is_open[open_pos] = True
+    # Candidates: completions, and invocations that never completed (as info).
+    cand = ~is_inv | is_open
+    bad = np.flatnonzero(cand & ~nemesis & ~is_ok)
+    good = np.flatnonzero(cand & ~nemesis & is_ok)
+    every_nemesis = np.flatnonzero(cand & nemesis)
+    n_client = len(bad) + len(good)
+    if budget is None or n_client <= budget:
+        chosen = np.flatnonzero(cand)
+        said = f"All {n_client:,} client operations and {len(every_nemesis):,} nemesis operations are drawn."
     else:
-        said = (f"Sampled: {len(bad_s) + len(good_s):,} of {len(client):,} client operations are drawn "
+        n_bad = min(len(bad), budget // 2) if len(good) > budget - len(bad) else len(bad)
+        bad_s = bad[_positions(len(bad), n_bad, seed)]
+        good_s = good[_positions(len(good), budget - len(bad_s), seed)]
+        chosen = np.sort(np.concatenate([every_nemesis, bad_s, good_s]))
+        said = (f"Sampled: {len(bad_s) + len(good_s):,} of {n_client:,} client operations are drawn "
                 f"({len(bad_s):,} of {len(bad):,} failed or indeterminate, {len(good_s):,} of {len(good):,} ok; "
-                f"chosen uniformly at random, seed {seed}), and all {len(nemesis):,} nemesis operations. "
+                f"chosen uniformly at random, seed {seed}), and all {len(every_nemesis):,} nemesis operations. "
                 "The whole history is in history.parquet / history.jsonl.")
-    return sample, said
+    rows = table.take(pa.array(chosen)).select(
+        ["index", "time", "process", "type", "value", "partition", "offset", "error"]).to_pandas()
+    rows["f"] = f.take(pa.array(chosen)).to_numpy(zero_copy_only=False)
+    rows["n"] = pc.list_value_length(table["records"].take(pa.array(chosen))).to_numpy(zero_copy_only=False)
+    rows["type"] = rows["type"].astype(str)
+    rows["key"] = key[chosen]
+    rows["open"] = is_open[chosen]
+    rows["send"] = is_send[chosen]
+    # Pair each chosen completion with its invocation.
+    sends = rows[rows["send"] & ~rows["open"]]
+    inv = table.filter(pa.array(is_send & is_inv)).filter(
+        pc.is_in(table["value"].filter(pa.array(is_send & is_inv)), value_set=pa.array(sends["value"].to_numpy())))
+    inv = pd.DataFrame({"value": inv["value"].to_numpy(), "inv": inv["index"].to_numpy(),
+                        "start": inv["time"].to_numpy()})
+    sends = sends.merge(inv, on="value", how="left")
+    others = pd.merge_asof(rows[~rows["send"] & ~rows["open"]].sort_values("index"),
+                           inv_other.rename(columns={"index": "inv"}), left_on="index", right_on="inv",
+                           by="key", direction="backward")
+    opened = rows[rows["open"]].assign(inv=lambda d: d["index"], start=lambda d: d["time"], time=end, type="info")
+    ops = pd.concat([sends, others, opened]).dropna(subset=["inv"])
+    ops = ops.assign(index=ops["inv"].astype("int64"), start=ops["start"].astype("int64"),
+                     end=ops["time"].astype("int64"))
+    ops = ops.sort_values("index", kind="stable").reset_index(drop=True)
+    return ops[["index", "process", "f", "type", "start", "end", "value", "partition", "offset", "error", "n"]], said
 
 
 TIMELINE_STYLE = """
@@ -756,7 +788,7 @@ def timeline_html(ops, said: str, intervals: list[dict], title: str = "") -> str
 def write_timeline(run_dir: Path, table, intervals: list[dict], budget: int = TIMELINE_BUDGET,
                    title: str | None = None) -> Path:
     """Write run_dir/timeline.html from the history's columns; returns its path."""
-    sample, said = sample_ops(timeline_ops(table), budget)
+    sample, said = timeline_ops(table, budget)
     page = timeline_html(sample, said, intervals, title if title is not None else Path(run_dir).name)
     path = Path(run_dir) / "timeline.html"
     tmp = path.with_name(".timeline.html.tmp")

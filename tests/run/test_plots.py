@@ -87,7 +87,8 @@ def test_unseen_counts_acknowledged_values_no_poll_returned_yet(tmp_path):
 
 
 def test_timeline_pairs_each_invocation_with_its_completion(tmp_path):
-    ops = P.timeline_ops(_history(tmp_path, ROWS))
+    ops, said = P.timeline_ops(_history(tmp_path, ROWS))
+    assert said.startswith("All ")
     assert len(ops) == sum(1 for r in ROWS if r[1] == "invoke")
     by_value = {int(o.value): o for o in ops.itertuples() if o.f == "send"}
     assert (by_value[14].start, by_value[14].end, by_value[14].type) == (51 * MS, 60 * MS, "ok")
