@@ -134,36 +134,28 @@ def history_table(source: HistorySource):
 
 
 def _sends_ok(table):
-    """(time, partition, offset, value) of every acknowledged send, by time."""
+    """(time, partition, offset, value) of every acknowledged send (an Arrow table)."""
     import pyarrow.compute as pc
 
     mask = pc.and_(pc.and_(pc.equal(table["f"], "send"), pc.equal(table["type"], "ok")),
                    pc.not_equal(table["process"], NEMESIS_PROCESS_ID))
-    df = table.filter(mask).select(["time", "partition", "offset", "value"]).to_pandas()
-    return df.dropna(subset=["partition", "offset"]).astype("int64").sort_values("time", kind="stable")
+    return table.filter(mask).select(["time", "partition", "offset", "value"]).drop_null()
 
 
 def _polled_records(table):
-    """One row per record of every ok poll: (time, process, partition, offset,
-    value, poll), `time` the poll's completion and `poll` its event index."""
-    import pandas as pd
+    """One row per record of every ok poll, an Arrow table: (time, process,
+    partition, offset, value, poll), `time` the poll's completion and `poll`
+    its event index. Group-bys over it run in Arrow (multi-threaded C++)."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     polls = table.filter(pc.and_(pc.equal(table["f"], "poll"), pc.equal(table["type"], "ok")))
-    records = polls["records"].combine_chunks() if polls.num_rows else None
-    if records is None or len(pc.list_flatten(records)) == 0:
-        return pd.DataFrame({c: pd.Series(dtype="int64")
-                             for c in ("time", "process", "partition", "offset", "value", "poll")})
+    records = polls["records"].combine_chunks() if polls.num_rows else pa.array([], table.schema.field("records").type)
     parent = pc.list_parent_indices(records)
     flat = pc.list_flatten(records)
-    return pd.DataFrame({
-        "time": pc.take(polls["time"], parent).to_numpy(zero_copy_only=False),
-        "process": pc.take(polls["process"], parent).to_numpy(zero_copy_only=False),
-        "partition": flat.field("partition").to_numpy(zero_copy_only=False),
-        "offset": flat.field("offset").to_numpy(zero_copy_only=False),
-        "value": flat.field("value").to_numpy(zero_copy_only=False),
-        "poll": pc.take(polls["index"], parent).to_numpy(zero_copy_only=False),
-    })
+    return pa.table({"time": pc.take(polls["time"], parent), "process": pc.take(polls["process"], parent),
+                     "partition": flat.field("partition"), "offset": flat.field("offset"),
+                     "value": flat.field("value"), "poll": pc.take(polls["index"], parent)})
 
 
 def lag_series(table, states: list[dict] | None = None, recs=None):
@@ -183,11 +175,13 @@ def lag_series(table, states: list[dict] | None = None, recs=None):
 
     recs = _polled_records(table) if recs is None else recs
     cols = ["time", "process", "partition", "offset", "head", "lag"]
-    if recs.empty:
+    if recs.num_rows == 0:
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
-    polls = (recs.groupby(["poll", "time", "process", "partition"], sort=False)["offset"].max()
-             .reset_index().sort_values(["time", "poll", "partition"], kind="stable"))
-    acked = _sends_ok(table)[["time", "partition", "offset"]]
+    polls = (recs.group_by(["poll", "partition"])
+             .aggregate([("offset", "max"), ("time", "min"), ("process", "min")]).to_pandas()
+             .rename(columns={"offset_max": "offset", "time_min": "time", "process_min": "process"})
+             .sort_values(["time", "poll", "partition"], kind="stable"))
+    acked = _sends_ok(table).select(["time", "partition", "offset"]).to_pandas()
     hws = pd.DataFrame([(s["time"], s["partition"], s["hw"] - 1) for s in states or ()
                         if s.get("kind") == "partition" and isinstance(s.get("hw"), int)
                         and isinstance(s.get("partition"), int) and isinstance(s.get("time"), int)],
@@ -215,11 +209,13 @@ def unseen_series(table, recs=None):
 
     acked = _sends_ok(table)
     cols = ["time", "partition", "unseen"]
-    if acked.empty:
+    if acked.num_rows == 0:
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
     recs = _polled_records(table) if recs is None else recs
-    first_seen = recs.groupby("value")["time"].min()
-    seen = acked["value"].map(first_seen)
+    first_seen = recs.select(["value", "time"]).group_by("value").aggregate([("time", "min")])
+    joined = acked.select(["time", "partition", "value"]).join(first_seen, keys="value", join_type="left outer")
+    acked = joined.select(["time", "partition"]).to_pandas()
+    seen = joined["time_min"].to_pandas()
     gone = acked.loc[seen.notna()].copy()
     gone["time"] = np.maximum(gone["time"].to_numpy(), seen.dropna().astype("int64").to_numpy())
     deltas = pd.concat([acked[["time", "partition"]].assign(d=1), gone[["time", "partition"]].assign(d=-1)])
