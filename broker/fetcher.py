@@ -182,8 +182,7 @@ class Fetcher:
                     if ask != er.leader_epoch:
                         why += f"; asked for epoch {ask}"
                     if offset < part.leo:
-                        log.info("TRUNCATING %s to %d (%s; log end was %d, hw %d, follower epoch %d)",
-                                 part.name, offset, why, part.leo, part.hw, cur)
+                        part.note_truncation(offset, self.leader_id, cur, "leader epoch", f"{why}; hw {part.hw}")
                         part.truncate_to(offset)
                     else:
                         log.info("no truncation of %s at log end %d (%s; follower epoch %d)",
@@ -255,6 +254,6 @@ class Fetcher:
             return
         leader_end = pr.offset
         if part.leo > leader_end:
-            log.info("TRUNCATING %s-%d to %d (fetch offset %d is past leader %d's log end; "
-                     "replica.truncation = high-watermark)", tp[0], tp[1], leader_end, part.leo, self.leader_id)
+            part.note_truncation(leader_end, self.leader_id, part.leader_epoch, "fetch offset past leader's log end",
+                                 "replica.truncation = high-watermark")
             part.truncate_to(leader_end)

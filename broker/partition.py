@@ -156,6 +156,15 @@ class Partition:
         for h in self.log.headers(0):
             self.note_batch(h)
 
+    def note_truncation(self, offset: int, leader: int, epoch: int, reason: str, detail: str = "",
+                        level: int = logging.INFO) -> None:
+        """Logs a truncation about to happen in the one form the harness reads
+        (infra/own_broker.py parses it into states.jsonl): the partition, the
+        offset cut to, the log end before, the leader and leader epoch under
+        which it happens, a reason of a few fixed words, then the details."""
+        log.log(level, "TRUNCATING %s to %d (log end %d; leader %d, epoch %d; reason: %s%s)", self.name, offset,
+                self.leo, leader, epoch, reason, f"; {detail}" if detail else "")
+
     def truncate_to(self, offset: int) -> int:
         before = self.leo
         new_leo = self.log.truncate_to(offset)
@@ -440,11 +449,14 @@ class Partition:
             if h.next_offset <= self.leo:
                 continue
             if h.base_offset != self.leo:
-                log.warning("%s: fetched batch at %d does not continue log end %d; truncating to it",
-                            self.name, h.base_offset, self.leo)
                 if h.base_offset < self.leo:
+                    self.note_truncation(h.base_offset, self.leader_id, self.leader_epoch,
+                                         "fetched batch does not continue the log",
+                                         f"batch at {h.base_offset}", level=logging.WARNING)
                     self.truncate_to(h.base_offset)
                 else:
+                    log.warning("%s: fetched batch at %d does not continue log end %d", self.name,
+                                h.base_offset, self.leo)
                     break
             self.log.append(data, h)
             self.note_batch(h)

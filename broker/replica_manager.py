@@ -160,9 +160,8 @@ class ReplicaManager:
                         " (same leader: no truncation)" if same_leader else
                         f" (truncated to the hw {p.hw}: replica.truncation = high-watermark)")
                 if not same_leader and not bug and p.leo > p.hw:
-                    log.info("TRUNCATING %s to %d (its high watermark; replica.truncation = high-watermark; "
-                             "log end was %d, new leader %d at epoch %d)", p.name, p.hw, p.leo, st.leader,
-                             st.leader_epoch)
+                    p.note_truncation(p.hw, st.leader, st.leader_epoch, "high watermark",
+                                      "replica.truncation = high-watermark; on a new leader")
                 p.become_follower(st, truncate=not same_leader and not bug, note=note)
             f = self.fetchers.get(st.leader)
             if f is None:

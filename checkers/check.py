@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from checkers import anomalies as an
-from checkers import stats
+from checkers import node_logs, stats
 from checkers.load import load, prepare
 from checkers.spark import get_session
 from core.history.files import load_run_json, resolve
@@ -65,6 +65,10 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
                           "history": str(source.files[0] if len(source.files) == 1 else source.root),
                           "format": source.format, "events": loaded.events}
     results["promises"] = promised
+    if (source.root / "nodes").is_dir():
+        # A run folder: its brokers' logs are part of the evidence (errors, unexpected exits).
+        results["node_logs"] = node_logs.scan(source.root)
+        results["warnings"] += node_logs.warnings(results["node_logs"])
     return _ordered(results)
 
 
@@ -173,5 +177,5 @@ def _analyse(df, promised: dict, opts: Options) -> dict:
 
 
 def _ordered(results: dict) -> dict:
-    keys = ("valid", "checker", "promises", "counts", "anomalies", "stats", "warnings")
+    keys = ("valid", "checker", "promises", "counts", "anomalies", "stats", "node_logs", "warnings")
     return {k: results[k] for k in keys if k in results}

@@ -6,7 +6,7 @@ run(args) -> int; this module only dispatches to them.
 
 from __future__ import annotations
 
-from bench import broker_vs_kafka, checker_cost, cluster_up, own_broker_throughput, report_cost
+from bench import broker_vs_kafka, checker_cost, cluster_up, own_broker_failover, own_broker_throughput, report_cost
 
 # target -> (module, one-line help)
 TARGETS = {
@@ -14,6 +14,8 @@ TARGETS = {
     "check": (checker_cost, "the checker's wall time and peak memory on 1M and 10M event histories"),
     "broker": (own_broker_throughput,
                "acks=all produce throughput and latency of the own broker on a local 3-node cluster"),
+    "failover": (own_broker_failover,
+                 "own broker: seconds from a leader's kill -9 to a new leader and to the next acknowledged write"),
     "kafka": (broker_vs_kafka,
               "own broker vs Apache Kafka: acks=all produce throughput and p99 side by side; Kafka bring-up"),
     "report": (report_cost, "building the report of a 10M-event run: time, memory, page sizes, browser load time"),

@@ -4,21 +4,27 @@ HISTORY is a history.jsonl or history.parquet file, a folder of parts, or a
 run directory. Writes results.json (beside the history unless --out), prints
 a summary (or the JSON), and exits 0 valid, 1 anomalies, 2 could not check.
 
-Only the command line lives here: the check is `checkers.check.check_history`,
+Only the command line lives here (and `add_explanations`, which the run
+lifecycle shares): the check is `checkers.check.check_history`, the stories `checkers.explain`,
 the file `checkers.results.write_results`, the summary `checkers.summary.render`.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import orjson
 
 from checkers.check import Options, check_history
+from checkers.explain import explain_run
 from checkers.results import write_results
 from checkers.summary import render
 from core.errors import UserError
 from core.history.files import resolve
+from nemesis.registry import BY_START_ACTION
+
+log = logging.getLogger(__name__)
 
 
 def configure(parser) -> None:
@@ -45,10 +51,23 @@ def spark_conf(pairs: list[str]) -> dict[str, str]:
     return conf
 
 
+def add_explanations(results: dict, history) -> dict:
+    """results["explanations"]: a story per anomaly example (checkers.explain), from the
+    history and, where the run folder has them, states.jsonl and the disk dumps. Both
+    `harness check` and `harness run` call it; a failure is logged, never fails the check."""
+    ends = {action: fault.stop_action for action, fault in BY_START_ACTION.items()}
+    try:
+        results["explanations"] = explain_run(resolve(history), results, ends)
+    except Exception as e:  # noqa: BLE001 - stories are an aid; the verdict stands without them
+        log.warning("no explanations: %s: %s", type(e).__name__, e)
+        results["explanations"] = []
+    return results
+
+
 def run(args) -> int:
     opts = Options(allow=set(args.allow), idempotent=args.idempotent or None,
                    master=args.spark_master, spark_conf=spark_conf(args.spark_conf))
-    results = check_history(args.history, opts)
+    results = add_explanations(check_history(args.history, opts), args.history)
     out_dir = Path(args.out) if args.out else resolve(args.history).root
     path = write_results(results, out_dir)
     if args.json:

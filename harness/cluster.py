@@ -142,7 +142,7 @@ def _status_one(cid: str) -> None:
             daemons = node.remote.daemons()
             rules = len(net.rules_in_force_node(node))
             parts = [f"{name} {'pid ' + str(pid) if pid else 'stopped'}" for name, pid in sorted(daemons.items())]
-            line = f"ssh ok; daemons: {', '.join(parts) or 'none'}; partition rules: {rules}"
+            line = f"{node.remote.transport} ok; daemons: {', '.join(parts) or 'none'}; partition rules: {rules}"
         except RemoteError as e:
             line = f"UNREACHABLE ({e.detail})"
         if node.name in modes:

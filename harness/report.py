@@ -25,6 +25,7 @@ from core.history.files import HistorySource, iter_source_jsonl, load_run_json, 
 from core.history.format import NEMESIS
 from core.history.jsonl import ReadReport
 from core.history.parquet import table_to_events
+from harness import stories_html as stories
 from harness.plots import figures_html, plots
 from nemesis.registry import BY_START_ACTION
 
@@ -159,13 +160,22 @@ def _flat(x, prefix=""):
 
 
 STYLE = """
-body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#212529}
-h1{margin-bottom:.2em} .verdict{font-size:1.4em;font-weight:bold;padding:.4em .8em;border-radius:6px;display:inline-block}
+*{box-sizing:border-box}
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;padding:0 1em;color:#212529}
+h1{margin-bottom:.2em;overflow-wrap:anywhere} .verdict{font-size:1.4em;font-weight:bold;padding:.4em .8em;border-radius:6px;display:inline-block}
 .valid{background:#d3f9d8;color:#2b8a3e} .invalid{background:#ffe3e3;color:#c92a2a}
-table{border-collapse:collapse;margin:.5em 0 1.5em} td,th{border:1px solid #dee2e6;padding:.25em .6em;text-align:left;vertical-align:top}
-th{background:#f1f3f5} .error{color:#c92a2a;font-weight:bold} .num{text-align:right}
-code,pre{font-family:ui-monospace,monospace;font-size:.85em} pre{white-space:pre-wrap;margin:0}
-tr:target{background:#fff3bf} img{max-width:100%} .muted{color:#868e96}
+table{border-collapse:collapse;margin:.5em 0 1.5em;max-width:100%}
+td,th{border:1px solid #dee2e6;padding:.25em .6em;text-align:left;vertical-align:top;overflow-wrap:anywhere}
+th{background:#f1f3f5;overflow-wrap:normal} .error{color:#c92a2a;font-weight:bold} .num{text-align:right}
+code,pre{font-family:ui-monospace,monospace;font-size:.85em} pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:0}
+tr:target{background:#fff3bf} img{max-width:100%;height:auto} .muted{color:#868e96} p,li{overflow-wrap:anywhere}
+.wide{width:100%} .settings th{width:14em;font-weight:normal;overflow-wrap:anywhere} details summary{cursor:pointer}
+.flag{background:#ffe3e3;color:#c92a2a;padding:.4em .8em;border-radius:6px}
+.level{font-weight:bold;font-size:.8em} .FATAL,.CRITICAL,.SEVERE,.ERROR{color:#c92a2a}
+@media (max-width:640px){body{margin:1em auto;padding:0 .5em} td,th{padding:.2em .3em}
+ .stack tr,.stack td{display:block;border:0} .stack tr{border-top:1px solid #dee2e6;padding:.3em 0}
+ .stack tr:first-child{display:none} .stack td.num{text-align:left} .settings th{width:auto}
+ .labelled td{display:inline-block;padding-right:1em} .labelled td::before{content:attr(data-label) " ";color:#868e96}}
 """
 
 
@@ -185,11 +195,13 @@ def render(run_dir: Path, results: dict) -> Path:
     end_time = max([x["second"] + 1 for x in results.get("stats", {}).get("throughput", [])] or [0]) * 10**9
     intervals = fault_intervals(faults, end_time)
     images = plots(results, source, intervals, run_dir)
-    excerpt = history_excerpt(source, example_indexes(results))
+    excerpt = history_excerpt(source, example_indexes(results) | stories.story_indexes(results))
     valid = results.get("valid")
     clock = wall_clock(run)
     title = run.get("name") or run_dir.name
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)} — harness report</title>",
+    parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+             f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
+             f"<title>{esc(title)} — harness report</title>",
              f"<style>{STYLE}</style></head><body>",
              f"<h1>{esc(title)}</h1><p class='muted'>{esc(run.get('started') or '')} {esc(str(run_dir))}</p>",
              f"<div class='verdict {'valid' if valid else 'invalid'}'>{'VALID' if valid else 'INVALID'}</div>"]
@@ -199,7 +211,7 @@ def render(run_dir: Path, results: dict) -> Path:
     if run.get("outcome"):
         parts.append(f"<p>Run: {esc(run['outcome'])}</p>")
     parts.append(_counts_html(results))
-    parts.append("<h2>Anomalies</h2><table><tr><th>anomaly</th><th>count</th><th></th><th>meaning</th><th>examples</th></tr>")
+    parts.append("<h2>Anomalies</h2><table class='wide stack'><tr><th>anomaly</th><th>count</th><th></th><th>meaning</th><th>examples</th></tr>")
     for name, a in results["anomalies"].items():
         mark = "error" if a.get("error") else ("allowed" if a.get("allowed") and a["count"] else
                                                 ("info" if a["count"] else ""))
@@ -211,12 +223,14 @@ def render(run_dir: Path, results: dict) -> Path:
     parts.append("</table>")
     for w in results.get("warnings", []):
         parts.append(f"<p class='muted'>warning: {esc(w)}</p>")
+    parts.append(stories.stories_html(results))
     parts.append("<h2>Latency and throughput</h2><p class='muted'>Shaded: fault intervals.</p>")
     for key in ("latency", "throughput"):
         parts.append(f"<img alt='{key}' src='data:image/png;base64,{images[key]}'>")
     parts.append(_latency_table(results))
     parts.append(figures_html(images))
     parts.append(_faults_html(faults))
+    parts.append(_node_logs_html(results.get("node_logs")))
     parts.append(_settings_html(run))
     parts.append(_excerpt_html(excerpt))
     parts.append(_files_html(run_dir))
@@ -245,11 +259,40 @@ def _latency_table(results: dict) -> str:
     rows = results.get("stats", {}).get("latency", [])
     if not rows:
         return ""
-    head = "<tr><th>operation</th><th>outcome</th><th>count</th><th>p50 ms</th><th>p95 ms</th><th>p99 ms</th><th>max ms</th></tr>"
-    body = "".join(f"<tr><td>{esc(r['f'])}</td><td>{esc(r['type'])}</td><td class='num'>{r['count']}</td>"
-                   f"<td class='num'>{r['p50_ms']}</td><td class='num'>{r['p95_ms']}</td>"
-                   f"<td class='num'>{r['p99_ms']}</td><td class='num'>{r['max_ms']}</td></tr>" for r in rows)
-    return f"<table>{head}{body}</table>"
+    cols = (("operation", "f", ""), ("outcome", "type", ""), ("count", "count", "num"), ("p50 ms", "p50_ms", "num"),
+            ("p95 ms", "p95_ms", "num"), ("p99 ms", "p99_ms", "num"), ("max ms", "max_ms", "num"))
+    head = "<tr>" + "".join(f"<th>{name}</th>" for name, _, _ in cols) + "</tr>"
+    # Each cell names its column: on a narrow screen the rows stack and the header row is hidden.
+    body = "".join("<tr>" + "".join(f"<td class='{cls}' data-label='{name}'>{esc(r.get(key))}</td>"
+                                    for name, key, cls in cols) + "</tr>" for r in rows)
+    return f"<table class='stack labelled'>{head}{body}</table>"
+
+
+# The history's `f` that ends a fault -> its record; `heal` is the nemesis's sweep, no fault's.
+STOP_ACTION = {fault.stop_action: fault for fault in BY_START_ACTION.values()}
+HIDDEN = ("index", "time", "type", "f", "process")
+
+
+def describe_fault(e: dict) -> tuple[str, str]:
+    """A nemesis event in words, (what it did, its verification), by its fault's own `describe`."""
+    value = e.get("value") if isinstance(e.get("value"), dict) else {}
+    fault = BY_START_ACTION.get(e["f"]) or STOP_ACTION.get(e["f"])
+    if fault is not None:
+        what, verified = fault.describe(value, e["f"] in STOP_ACTION)
+    else:  # heal: what the sweeps did, key by key
+        what, verified = "; ".join(f"{k.replace('_', ' ')}: {_words(v)}" for k, v in value.items()) or "", ""
+    if e.get("error"):
+        verified = f"{verified}; error: {e['error']}" if verified else f"error: {e['error']}"
+    return what, verified
+
+
+def _words(v) -> str:
+    """A small value as words: lists and maps without JSON's punctuation."""
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {_words(x)}" for k, x in v.items()) if v else "none"
+    if isinstance(v, list):
+        return " ".join(_words(x) for x in v) if v else "none"
+    return "—" if v is None else str(v)
 
 
 def _faults_html(faults: list[dict]) -> str:
@@ -257,20 +300,86 @@ def _faults_html(faults: list[dict]) -> str:
         return "<h2>Nemesis</h2><p>No faults were injected.</p>"
     rows = []
     for e in faults:
-        detail = {k: v for k, v in e.items() if k not in ("index", "time", "type", "f", "process")}
-        rows.append(f"<tr id='e{int(e['index'])}'><td class='num'>{e['time'] / 1e9:.3f}</td><td>{int(e['index'])}</td>"
-                    f"<td>{esc(e['type'])}</td><td><code>{esc(e['f'])}</code></td>"
-                    f"<td><pre>{esc(orjson.dumps(detail).decode())}</pre></td></tr>")
-    return ("<h2>Nemesis</h2><table><tr><th>time (s)</th><th>event</th><th>type</th><th>action</th>"
-            "<th>targets and verification</th></tr>" + "".join(rows) + "</table>")
+        what, verified = describe_fault(e)
+        detail = {k: v for k, v in e.items() if k not in HIDDEN}
+        fault = BY_START_ACTION.get(e["f"]) or STOP_ACTION.get(e["f"])
+        label = fault.label if fault else e["f"]
+        mark = "" if e["type"] == "ok" else f" <span class='{'error' if e['type'] == 'info' else 'muted'}'>" \
+                                             f"{esc(e['type'])}</span>"
+        folded = (f"<details><summary>{esc(verified) or 'details'}</summary>{_kv_table(detail)}</details>"
+                  if detail else esc(verified))
+        rows.append(f"<tr id='e{int(e['index'])}'><td class='num'>{e['time'] / 1e9:.3f} s "
+                    f"<span class='muted'>#{int(e['index'])}</span></td>"
+                    f"<td><code>{esc(e['f'])}</code> <span class='muted'>{esc(label)}</span>{mark}</td>"
+                    f"<td>{esc(what)}</td><td>{folded}</td></tr>")
+    return ("<h2>Nemesis</h2><p class='muted'>Each fault's start and end; invocations show what was asked, "
+            "completions what was done and how the harness verified it (open for the probes).</p>"
+            "<table class='wide stack'><tr><th>time</th><th>action</th><th>what</th><th>verification</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def flatten(x, prefix: str = "") -> list[tuple[str, object]]:
+    """Nested settings as (dotted key, leaf) rows; lists of records stay one row."""
+    if isinstance(x, dict) and x:
+        return [row for k, v in x.items() for row in flatten(v, f"{prefix}.{k}" if prefix else str(k))]
+    return [(prefix, x)]
+
+
+def _kv_table(d: dict) -> str:
+    """A dict as key/value rows (nested keys dotted), every value in words."""
+    return "<table class='settings'>" + "".join(f"<tr><th>{esc(k)}</th><td>{_value_html(v)}</td></tr>"
+                                                for k, v in flatten(d)) + "</table>"
+
+
+def _value_html(v) -> str:
+    if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+        items = "".join(f"<li>{esc(_words(x))}</li>" for x in v)
+        return f"<details><summary>{len(v)} entries</summary><ol>{items}</ol></details>"
+    if isinstance(v, (list, dict)) or v is None:
+        return f"<span class='muted'>{esc(_words(v))}</span>" if not v else esc(_words(v))
+    if isinstance(v, str) and "\n" in v:
+        return f"<pre>{esc(v)}</pre>"
+    return esc(v)
 
 
 def _settings_html(run: dict) -> str:
     if not run:
         return ""
-    rows = "".join(f"<tr><th>{esc(k)}</th><td><pre>{esc(v if isinstance(v, str) else orjson.dumps(v).decode())}</pre></td></tr>"
-                   for k, v in run.items())
-    return f"<h2>Settings</h2><table>{rows}</table>"
+    return f"<h2>Settings</h2><p class='muted'>From run.json.</p>{_kv_table(run)}"
+
+
+def _node_logs_html(scan: dict | None) -> str:
+    """The broker-log scan (checkers.node_logs): unexpected exits, then each signature with its first occurrence."""
+    if not scan:
+        return ""
+    parts = ["<h2>Node logs</h2>"]
+    for x in scan.get("exits", []):
+        parts.append(f"<p class='flag'>The broker on {esc(x['node'])} exited unexpectedly: {esc(x['file'])} "
+                     f"line {int(x['line'])}{' at ' + esc(x['time']) if x.get('time') else ''}: "
+                     f"<code>{esc(x['evidence'])}</code></p>")
+    scanned = scan.get("scanned", {})
+    files = "; ".join(f"{node}: {', '.join(names)}" for node, names in scanned.items())
+    groups = scan.get("groups", [])
+    total = sum(g["count"] for g in groups)
+    more = f", {int(scan['more_groups'])} more not kept" if scan.get("more_groups") else ""
+    parts.append(f"<p class='muted'>ERROR and FATAL records and stack traces of every node, grouped by signature "
+                 f"(numbers and ids normalized): {total} records, {len(groups)} signatures{more}. "
+                 f"Scanned {esc(files) or 'no files'}.</p>")
+    if not groups:
+        return "".join(parts) + "<p>No errors or stack traces in the nodes' logs.</p>"
+    rows = []
+    for g in groups:
+        first = g.get("first") or {}
+        nodes = ", ".join(f"{n} ×{c}" for n, c in g.get("nodes", {}).items())
+        where = f"{first.get('node', '')} {first.get('file', '')}:{first.get('line', '')}"
+        rows.append(f"<tr><td class='num'>{int(g['count'])}</td>"
+                    f"<td><span class='level {esc(g['level'])}'>{esc(g['level'])}</span> "
+                    f"<code>{esc(g['signature'].removeprefix(str(g['level'])).strip())}</code>"
+                    f"<br><span class='muted'>{esc(nodes)}</span></td>"
+                    f"<td><details><summary>{esc(where)}{' at ' + esc(first['time']) if first.get('time') else ''}"
+                    f"</summary><pre>{esc(first.get('text', ''))}</pre></details></td></tr>")
+    return ("".join(parts) + "<table class='wide stack'><tr><th>count</th><th>signature (nodes)</th>"
+            "<th>first occurrence</th></tr>" + "".join(rows) + "</table>")
 
 
 def _excerpt_html(events: list[dict]) -> str:
@@ -281,7 +390,7 @@ def _excerpt_html(events: list[dict]) -> str:
                    f"<td class='num'>{e['time'] / 1e9:.6f}</td><td><pre>{esc(orjson.dumps(e).decode())}</pre></td></tr>"
                    for e in sorted(events, key=lambda e: e["index"]))
     return ("<h2>History excerpt</h2><p class='muted'>The events behind the examples above, with context.</p>"
-            f"<table><tr><th>index</th><th>time (s)</th><th>event</th></tr>{rows}</table>")
+            f"<table class='wide'><tr><th>index</th><th>time (s)</th><th>event</th></tr>{rows}</table>")
 
 
 def _files_html(run_dir: Path) -> str:

@@ -4,8 +4,9 @@ The lifecycle, in order; every stage that started something is undone in
 reverse order, also on Ctrl-C, SIGTERM or an error:
 
   spec -> run directory -> cluster -> ZooKeeper -> system -> topic ->
-  workload + nemesis for --time-limit -> heal -> stop clients -> settle ->
-  final reads -> close history -> collect logs -> tear down ->
+  history + cluster-state observer -> workload + nemesis for --time-limit ->
+  heal -> stop clients -> settle -> final reads -> stop the observer ->
+  close history -> collect logs (and their truncations into states.jsonl) -> tear down ->
   history.parquet -> check (Spark) -> results.json -> report.html
 
 After an interruption the history recorded so far is still checked and
@@ -30,18 +31,19 @@ from core.errors import UserError
 from core.history.parquet import jsonl_to_parquet
 from core.history.writer import HistoryWriter
 from harness import spec as specs, store
+from harness.check import add_explanations
 from harness.report import render as report
 from infra import faultfs
 from infra.cluster import provision
 from infra.faultfs import unmount_system
-from infra.kafka import KafkaOptions, KafkaSystem
-from infra.own_broker import OwnBroker
-from infra.system import collect_logs
+from infra.system import collect_disk, collect_logs
+from infra.systems import SYSTEMS
 from infra.zookeeper import ZooKeeper, ZooKeeperOptions
 from nemesis.fault import Context
 from nemesis.injector import Nemesis
 from nemesis.schedule import plan
 from workloads.config import WorkloadConfig
+from workloads.observer import STATES_FILE, Observer, append_truncations, origin_seconds
 from workloads.topic import create_topic, wait_settled
 from workloads.workload import Workload
 
@@ -68,6 +70,7 @@ class Run:
     nemesis: object = None
     faultfs: object = None  # the disk-fault filesystems under the data dirs (infra.faultfs), if mounted
     problem: str | None = None  # why the run could not be carried out
+    observer: object = None  # the cluster-state observer (workloads/observer.py), writing states.jsonl
 
 
 def run(args) -> int:
@@ -149,6 +152,10 @@ def _execute(r: Run) -> None:
         topic_settings={"min.insync.replicas": str(s.min_insync),
                         "unclean.leader.election.enable": str(s.unclean_election).lower()})
 
+    def observed(phase: str) -> None:  # a phase line in states.jsonl
+        if r.observer is not None:
+            r.observer.phase(phase)
+
     _phase(f"provisioning {s.nodes} {s.provider} nodes")
     r.cluster = provision(s.provision_options())
     r.info["nodes"] = {n.name: n.address for n in r.cluster.nodes}
@@ -175,28 +182,39 @@ def _execute(r: Run) -> None:
     # The wall clock at the history's time 0: the report says when things happened.
     origin = time.time() - r.history.now() / 1e9
     r.info["history_origin"] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(origin)) + f".{int(origin % 1 * 1000):03d}Z"
+    try:  # the cluster-state timeline; it must never be why a run fails
+        r.observer = Observer(r.dir.path / STATES_FILE, r.history.now, r.system, r.system.nodes(r.cluster),
+                              workload_config.topic, bootstrap, r.system.port)
+        r.observer.start()
+    except Exception as e:
+        log.warning("no cluster-state observer: %s: %s", type(e).__name__, e)
+        r.observer = None
     r.workload = Workload(workload_config, bootstrap, r.history)
     r.info.update(r.workload.run_info())
     r.info.setdefault("producer", {})["enable.idempotence"] = s.idempotent
     r.dir.write_json("run.json", r.info)
     r.nemesis = Nemesis(Context(r.cluster, r.system, workload_config.topic), steps, r.history)
     _phase(f"running clients for {s.time_limit:g} s with nemesis {','.join(s.nemesis) or 'none'}")
+    observed("workload")
     r.workload.start()
     r.nemesis.start()
     _progress(r, s.time_limit)
     _phase("healing")
+    observed("heal")
     r.nemesis.stop()
     r.nemesis.heal()
     if r.nemesis.error is not None:
         raise UserError(f"the nemesis failed: {r.nemesis.error}")
     r.workload.stop(timeout=15)
     _phase("waiting for the cluster to settle")
+    observed("settle")
     try:
         r.info["settled_isr"] = wait_settled(bootstrap, workload_config.topic, timeout_s=SETTLE_S)
     except UserError as e:  # reads still tell what survived; the report says it did not settle
         log.warning("cluster did not settle: %s", e)
         r.info["settled_isr"] = None
     _phase(f"final reads (at most {s.final_time_limit:g} s)")
+    observed("final-reads")
     final = r.workload.final_reads(s.final_time_limit)
     r.info["final_reads"] = final.to_dict()
     print(f"  {final.summary()}", file=sys.stderr)
@@ -206,12 +224,7 @@ def _system(s: specs.TestSpec, zk_connect: str):
     settings = {"default.replication.factor": s.replication_factor, "min.insync.replicas": s.min_insync,
                 "unclean.leader.election.enable": str(s.unclean_election).lower(),
                 "num.partitions": s.partitions, **s.broker}
-    if s.system == "own":
-        return OwnBroker(zk_connect, settings, s.debug_bug)
-    # --- Apache Kafka (issue 6, infra/kafka.py) ---
-    return KafkaSystem(zk_connect, settings,
-                       KafkaOptions(version=s.kafka_version, mode=s.kafka_mode, dist=s.kafka_dist))
-    # --- end Apache Kafka ---
+    return SYSTEMS[s.system].make(zk_connect, settings, s.system_options)
 
 
 def _zookeeper_version() -> str:
@@ -277,8 +290,13 @@ def _finish(r: Run) -> None:
         for what, started, step in (
                 ("heal", r.nemesis, heal),
                 ("stop clients", r.workload, stop_clients),
+                ("stop the observer", r.observer, lambda: r.observer.stop()),
                 ("close history", r.history, lambda: r.history.close()),
                 ("collect logs", r.cluster, lambda: _collect_logs(r)),
+                ("collect truncations", r.observer, lambda: append_truncations(
+                    r.observer.path, r.system, r.cluster, r.dir.nodes, r.observer.topic,
+                    origin_seconds(r.info["history_origin"]))),
+                ("dump the logs on disk", r.system, lambda: _dump_disk(r)),
                 ("stop the system", r.system, lambda: r.system.teardown(r.cluster)),
                 ("unmount the faultfs", r.faultfs, lambda: _unmount_faultfs(r)),
                 ("stop ZooKeeper", r.zookeeper, lambda: r.zookeeper.teardown(r.cluster)),
@@ -309,6 +327,18 @@ def _collect_logs(r: Run) -> None:
     collect_logs(r.cluster, r.dir.nodes, systems)
 
 
+def _dump_disk(r: Run) -> None:
+    """What each replica holds on disk at the end, into disk/<node>.jsonl.gz (the
+    stories' evidence); before the system stops, since teardown removes its data.
+    Never fails the run: a problem is logged and the step skipped."""
+    if not r.info.get("topic"):
+        return
+    try:
+        r.info["disk"] = collect_disk(r.cluster, r.system, r.info["topic"], r.dir.path / "disk")
+    except Exception as e:  # noqa: BLE001 - evidence only
+        log.warning("no disk dumps: %s", e)
+
+
 def _conclude(r: Run) -> int:
     """Check and report whatever history there is; the exit status."""
 
@@ -318,7 +348,8 @@ def _conclude(r: Run) -> int:
         try:
             _phase("checking the history")
             jsonl_to_parquet(path, r.dir.path / "history.parquet")
-            results = check_history(r.dir.path, Options(idempotent=r.spec.idempotent or None))
+            results = add_explanations(check_history(r.dir.path, Options(idempotent=r.spec.idempotent or None)),
+                                       r.dir.path)
             write_results(results, r.dir.path)
             report(r.dir.path, results)
             print(summary(results, str(r.dir.path / "results.json")))

@@ -12,13 +12,14 @@ import json
 import textwrap
 from pathlib import Path
 
-from harness import spec as specs
 from core.errors import UserError
+from harness import spec as specs
+from infra.systems import SYSTEMS
 
 
 def configure(parser) -> None:
     parser.add_argument("name", nargs="?", help="show this scenario in full (its description and settings)")
-    parser.add_argument("--system", choices=specs.SYSTEMS, help="only the scenarios of this system")
+    parser.add_argument("--system", choices=list(SYSTEMS), help="only the scenarios of this system")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
@@ -32,7 +33,7 @@ def load(path: Path) -> dict:
         raise UserError(f"{path}: a scenario needs a description")
     if not isinstance(expect, dict) or not expect:
         raise UserError(f"{path}: a scenario needs an [expect] table")
-    return {"name": path.stem, "system": values.get("system", "own"), "description": description.strip(),
+    return {"name": path.stem, "system": values.get("system", specs.FIELDS["system"].default), "description": description.strip(),
             "expect": expect, "settings": values}
 
 

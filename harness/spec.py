@@ -21,14 +21,12 @@ from checkers.anomalies import ANOMALIES
 from core.errors import UserError
 from infra.cluster import FLAG_FIELDS, add_provider_arguments, options_from_values, validate_options
 from infra.faultfs import validate_settings
-from infra.kafka import MODES as KAFKA_MODES  # --system kafka (issue 6)
-from infra.kafka import KafkaOptions, check_spec
 from infra.nodes import DEFAULT_NODES, DEFAULT_REMOTE_DIR, DEFAULT_VAGRANT_SUBNET, ProvisionOptions
+from infra.systems import SYSTEM_OPTIONS, SYSTEMS, system_named
 from nemesis.registry import FAULT_GROUPS, FAULTS, needs_faultfs
 from nemesis.targets import TARGETS
 from workloads.config import ACKS, CONSUMER_MODES
 
-SYSTEMS = ("own", "kafka")
 TABLES = ("broker", "producer", "consumer", "expect", "disk")
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
@@ -62,13 +60,11 @@ class TestSpec:
     idempotent: bool = False
     seed: int | None = None  # None: drawn at random, then recorded
     results: str = "results"
-    debug_bug: tuple[str, ...] = ()  # planted broker bugs (own broker only)
     faultfs: bool = False  # mount the fault-injecting filesystem under the data dirs (disk faults imply it)
-    # --- Apache Kafka (--system kafka; issue 6, infra/kafka.py) ---
-    kafka_version: str = ""  # "" = the --kafka-dist's version, else infra.kafka's default (3.9.2)
-    kafka_mode: str = "zk"  # zk (ZooKeeper) or kraft
-    kafka_dist: str | None = None  # a Kafka folder or tarball to run instead of the jar cache
-    # --- end Apache Kafka ---
+    # The system's own settings (infra.systems: SystemKind.options), by name,
+    # e.g. debug_bug for the own broker, kafka_version for Kafka; a file and the
+    # flags give them flat, like every other setting.
+    system_options: dict = field(default_factory=dict)
     # Providers: the flags of infra.cluster.add_provider_arguments, by the same names
     subnet: str | None = None
     cluster_id: str | None = None
@@ -109,8 +105,9 @@ class TestSpec:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["nemesis"] = list(self.nemesis)
-        d["debug_bug"] = list(self.debug_bug)
         d["name"] = self.test_name
+        for name, value in d.pop("system_options").items():  # flat, as a file gives them
+            d[name] = list(value) if isinstance(value, tuple) else value
         return d
 
 
@@ -124,7 +121,8 @@ def add_arguments(parser) -> None:
     a("-c", "--config", metavar="SPEC.toml", help="a spec file holding any of these settings")
     a("--scenario", metavar="NAME", help="a named scenario from scenarios/NAME.toml (see `harness scenarios`)")
     a("--name", help="test name; results go to RESULTS/NAME/TIMESTAMP (default SYSTEM-NEMESIS)")
-    a("--system", choices=SYSTEMS, help="the system under test (default own)")
+    a("--system", choices=list(SYSTEMS), help="the system under test (default own): "
+                                              + "; ".join(f"{s.name}, {s.summary}" for s in SYSTEMS.values()))
     a("--zk-nodes", type=int, help="ZooKeeper ensemble size, 1 or 3 (default 3)")
     a("--nemesis", help=f"comma list of faults: {', '.join(FAULTS)}; "
                         + "; ".join(f"{g} means {', '.join(fs)}" for g, fs in FAULT_GROUPS.items())
@@ -145,12 +143,9 @@ def add_arguments(parser) -> None:
     a("--idempotent", action="store_const", const=True, help="idempotent producers")
     a("--seed", type=int, help="seed of the fault schedule (default: random, recorded in run.json)")
     a("--results", metavar="DIR", help="results folder (default results)")
-    a("--debug-bug", action="append", metavar="NAME", help="plant a known bug in the own broker (repeatable)")
-    # --- Apache Kafka (issue 6) ---
-    a("--kafka-version", metavar="X.Y.Z", help="--system kafka: the Kafka release (default 3.9.2, from the jar cache)")
-    a("--kafka-mode", choices=KAFKA_MODES, help="--system kafka: zk (ZooKeeper, default) or kraft")
-    a("--kafka-dist", metavar="PATH", help="--system kafka: a Kafka folder or .tgz to run instead of the jar cache")
-    # --- end Apache Kafka ---
+    for owner, option in SYSTEM_OPTIONS.values():
+        a(option.flag, action="append" if option.repeatable else "store", choices=option.choices or None,
+          metavar=option.metavar, help=f"--system {owner}: {option.help}")
     a("--faultfs", action="store_const", const=True,
       help="mount the fault-injecting filesystem under the data dirs even without disk faults")
     add_provider_arguments(parser)
@@ -167,7 +162,7 @@ def load_file(path: str) -> dict[str, Any]:
     out = {}
     for key, value in data.items():
         name = key.replace("-", "_")
-        if name not in FIELDS or name in ("config",):
+        if name not in FIELDS and name not in SYSTEM_OPTIONS or name == "system_options":
             raise UserError(f"{path}: unknown setting {key!r}")
         out[name] = value
     return out
@@ -189,7 +184,7 @@ def from_args(args) -> TestSpec:
         values.setdefault("name", args.scenario)
     if getattr(args, "config", None):
         values.update(load_file(args.config))
-    for name in FIELDS:
+    for name in (*FIELDS, *SYSTEM_OPTIONS):
         flag = getattr(args, name, None)
         if flag is not None:
             values[name] = flag
@@ -202,16 +197,12 @@ def build(values: dict[str, Any]) -> TestSpec:
         v["nemesis"] = [x.strip() for x in v["nemesis"].split(",") if x.strip()]
     if isinstance(v.get("hosts"), (list, tuple)):  # a file may list them
         v["hosts"] = ",".join(str(h) for h in v["hosts"])
-    if isinstance(v.get("debug_bug"), str):
-        v["debug_bug"] = [v["debug_bug"]]
+    system_options = _system_options(v)
     if "nemesis" in v and isinstance(v["nemesis"], (list, tuple)):
         v["nemesis"] = list(dict.fromkeys(x for f in v["nemesis"] for x in
                                           (FAULT_GROUPS.get(f, (f,)) if isinstance(f, str) else (f,))))
-    for name in ("nemesis", "debug_bug"):
-        if name in v:
-            if not isinstance(v[name], (list, tuple)) or not all(isinstance(x, str) for x in v[name]):
-                raise UserError(f"{name.replace('_', '-')}: expected a list of names")
-            v[name] = tuple(v[name])
+    if "nemesis" in v:
+        v["nemesis"] = _names("nemesis", v["nemesis"])
     for name in TABLES:
         if name in v and not isinstance(v[name], dict):
             raise UserError(f"[{name}] must be a table of settings")
@@ -219,17 +210,48 @@ def build(values: dict[str, Any]) -> TestSpec:
         v["acks"] = "all" if str(v["acks"]) == "-1" else str(v["acks"])
     for name, value in v.items():
         _check_type(name, value)
-    spec = TestSpec(**v)
+    spec = TestSpec(**v, system_options=system_options)
     validate(spec)
     if spec.seed is None:
         spec = dataclasses.replace(spec, seed=random.SystemRandom().randrange(2**31))
     return spec
 
 
-def _check_type(name: str, value: Any) -> None:
+def _names(name: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(x, str) for x in value):
+        raise UserError(f"{name.replace('_', '-')}: expected a list of names")
+    return tuple(value)
+
+
+def _system_options(v: dict[str, Any]) -> dict[str, Any]:
+    """Takes the system's own settings out of `v`: those of the chosen system,
+    checked and with their defaults; another system's setting is an error
+    unless it holds that setting's default."""
+    system = v.get("system", FIELDS["system"].default)
+    chosen = SYSTEMS[system].options if system in SYSTEMS else ()  # an unknown system: validate() says so
+    given = {name: v.pop(name) for name in list(v) if name in SYSTEM_OPTIONS}
+    out = {o.name: o.default for o in chosen}
+    for name, value in given.items():
+        owner, option = SYSTEM_OPTIONS[name]
+        if option.repeatable:
+            value = _names(name, [value] if isinstance(value, str) else value)
+        else:
+            _check_type(name, value, option.default)
+        if option.choices and value not in option.choices:
+            raise UserError(f"{option.flag} {value!r}: expected one of {', '.join(option.choices)}")
+        if owner != system:
+            if value != option.default:
+                raise UserError(f"{option.flag} is a setting of --system {owner}; it needs --system {owner}")
+            continue
+        out[name] = value
+    return out
+
+
+def _check_type(name: str, value: Any, default: Any = dataclasses.MISSING) -> None:
     if name in TABLES:
         return  # checked as tables above
-    default = FIELDS[name].default if FIELDS[name].default is not dataclasses.MISSING else None
+    if default is dataclasses.MISSING:
+        default = FIELDS[name].default if FIELDS[name].default is not dataclasses.MISSING else None
     flag = "--" + name.replace("_", "-")
     if isinstance(default, bool):
         if not isinstance(value, bool):
@@ -251,8 +273,7 @@ def validate(s: TestSpec) -> None:
 
     if s.name and not _NAME_RE.match(s.name):
         bad(f"--name {s.name!r}: use letters, digits, '.', '_', '-' (at most 100)")
-    if s.system not in SYSTEMS:
-        bad(f"--system {s.system!r}: expected one of {', '.join(SYSTEMS)}")
+    system = system_named(s.system)
     for fault in s.nemesis:
         if fault not in FAULTS:
             bad(f"--nemesis {fault!r}: expected a comma list of {', '.join(FAULTS)} or {' or '.join(FAULT_GROUPS)}")
@@ -287,19 +308,10 @@ def validate(s: TestSpec) -> None:
         bad(f"--rate {s.rate}: expected 0 (as fast as possible) to 1000000")
     if s.idempotent and s.acks != "all":
         bad("--idempotent needs --acks all (what an idempotent producer requires)")
-    if s.debug_bug and s.system != "own":
-        bad("--debug-bug plants bugs in the own broker; it needs --system own")
     if s.seed is not None and not 0 <= s.seed < 2**63:
         bad(f"--seed {s.seed}: expected a non-negative integer")
     validate_options(s.provision_options())  # the provider flags, checked as `harness cluster up` checks them
-    # --- Apache Kafka (issue 6): version, mode and jars are checked before anything starts ---
-    if s.kafka_mode not in KAFKA_MODES:
-        bad(f"--kafka-mode {s.kafka_mode!r}: expected one of {', '.join(KAFKA_MODES)}")
-    if s.system != "kafka" and (s.kafka_version or s.kafka_dist or s.kafka_mode != "zk"):
-        bad("--kafka-version, --kafka-mode and --kafka-dist need --system kafka")
-    if s.system == "kafka":
-        check_spec(KafkaOptions(version=s.kafka_version, mode=s.kafka_mode, dist=s.kafka_dist), s.broker)
-    # --- end Apache Kafka ---
+    system.check(s.system_options, s.broker)  # e.g. Kafka's version, mode and jars, before anything starts
     if s.disk:
         validate_settings(s.disk)
     for key, want in s.expect.items():

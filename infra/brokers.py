@@ -2,17 +2,23 @@
 node, broker ids in the nodes' order, and the look-ups built on that.
 
 `BrokerBase` fills the `Processes`, `Pausable` and `DataDir` seams of
-infra.system and the parts of `LogSource` and `Primaries` that are only
-bookkeeping (which node is broker 3); a system (infra.own_broker,
-infra.kafka) adds how to configure, start and observe its brokers.
+infra.system and the parts of `LogSource`, `Primaries` and `PartitionStates`
+that are only bookkeeping (which node is broker 3, which log files record
+truncations); a system (infra.own_broker, infra.kafka) adds how to
+configure, start and observe its brokers, and how its logs say a replica
+truncated (`parse_truncations`).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from pathlib import Path
 
+from infra import zk_state
 from infra.nodes import Cluster, Node, parallel
 from infra.remote import RemoteError
+from infra.system import Truncation
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +34,16 @@ class BrokerBase:
     data_subdir: str
     config_name: str
     port: int
+    zookeeper_connect: str
+    chroot: str  # where in ZooKeeper the system keeps its state
+    truncation_logs: tuple[str, ...] = ()  # names of the log files that record truncations
 
     def __init__(self) -> None:
         self._nodes: list[Node] = []
         self._ids: dict[str, int] = {}
         self._local = True  # nodes share this machine's files: run this checkout and these jars in place
+        self._reader: zk_state.Reader | None = None
+        self._reader_lock = threading.Lock()
 
     def place(self, cluster: Cluster) -> None:
         """Takes every node of the cluster, numbering brokers from 1 in order."""
@@ -71,6 +82,40 @@ class BrokerBase:
         names = {i: name for name, i in self._ids.items()}
         return {p: [names[b] for b in brokers if b in names] for p, brokers in by_id.items()}
 
+    # -- observing (infra.system.PartitionStates)
+
+    def zk_reader(self) -> zk_state.Reader:
+        """A ZooKeeper session kept open for the observer's frequent reads (closed by teardown)."""
+        with self._reader_lock:
+            if self._reader is None:
+                self._reader = zk_state.Reader(self.zookeeper_connect, self.chroot)
+            return self._reader
+
+    def named_states(self, by_id: dict[int, tuple[int, int | None, list[int]]]
+                     ) -> dict[int, tuple[str | None, int | None, list[str]]]:
+        """partition -> (leader id, epoch, ISR ids), with node names (an unknown or -1 leader is None)."""
+        names = {i: name for name, i in self._ids.items()}
+        return {p: (names.get(leader), epoch, [names[b] for b in isr if b in names])
+                for p, (leader, epoch, isr) in by_id.items()}
+
+    @staticmethod
+    def parse_truncations(text: str) -> list[dict]:
+        """The truncations in one log file's text: dicts of logged (naive local
+        datetime), topic, partition, offset, log_end, epoch, leader_id (broker
+        id or None) and reason. Each system reads its own log format."""
+        return []
+
+    def truncations(self, node: str, logs: Path) -> list[Truncation]:
+        out = []
+        for name in self.truncation_logs:
+            path = Path(logs) / name
+            if not path.is_file():
+                continue
+            for t in self.parse_truncations(path.read_text(errors="replace")):
+                leader = t.pop("leader_id")
+                out.append(Truncation(node=node, leader=self.node_of(leader), **t))
+        return out
+
     # -- the process on each node
 
     def kill(self, node: Node) -> None:
@@ -95,3 +140,7 @@ class BrokerBase:
                 log.warning("stopping %s on %s: %s", self.title, node.name, e)
 
         parallel(stop, self._nodes or list(cluster.nodes))
+        with self._reader_lock:
+            reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()

@@ -178,6 +178,8 @@ class DockerRemote(NodeShell):
     exec` (as root, under the node's `timeout`), files as tar archives.
     Thread-safe; one API client per node, opened lazily."""
 
+    transport = "docker"
+
     def __init__(self, node: str, container: str, *, run_dir: str, tag_scope: str | None = None):
         super().__init__(node, run_dir, tag_scope)
         self.container = container

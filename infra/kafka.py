@@ -31,6 +31,7 @@ session still owns `/brokers/ids/<id>`.
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import json
 import logging
@@ -43,7 +44,9 @@ import tarfile
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
+from typing import Iterator
 
 from core.errors import UserError
 from infra import kafka_dist
@@ -51,6 +54,7 @@ from infra import zk_state
 from infra.brokers import BrokerBase
 from infra.nodes import Cluster, Node, parallel
 from infra.remote import RemoteError, one_line
+from infra.system import SystemKind, SystemOption, count_lines
 
 log = logging.getLogger(__name__)
 # The admin client's connection complaints while brokers start or are cut off are expected.
@@ -68,6 +72,23 @@ CACHE_ENV = "HARNESS_KAFKA_CACHE"  # another jar cache than .cache/kafka (shared
 # 3.3; ZooKeeper mode is gone from 4.0.
 OLDEST, NEWEST_MAJOR = (3, 3), 4
 LOG_ERROR_RE = re.compile(r"^\[[^]]*\] (ERROR|FATAL) |^Error: |^Exception in thread ")
+# The lines of server.log that tell a truncation (Kafka 3.9, both modes), in order:
+#   [Broker id=1] Follower harness-0 starts at leader epoch 1 from offset 702 with partition epoch 1
+#       and high watermark 679. Current leader is 2. ...               (the leadership and the log end)
+#   [ReplicaFetcher replicaId=1, leaderId=2, fetcherId=0] Truncating partition harness-0 with
+#       TruncationState(offset=687, completed=true) due to leader epoch and offset EpochEndOffset(...)
+#   [UnifiedLog partition=harness-0, dir=...] Truncating to offset 687          (it cut something)
+#   [UnifiedLog partition=harness-0, dir=...] Truncating to 0 has no effect as ...   (it did not)
+KAFKA_LOG_TIME_RE = r"^\[(?P<logged>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] \S+ "
+FOLLOWER_RE = re.compile(KAFKA_LOG_TIME_RE + r".*?Follower (?P<topic>\S+)-(?P<partition>\d+) starts at leader epoch "
+                         r"(?P<epoch>-?\d+) from offset (?P<log_end>\d+)")
+FETCHER_TRUNCATING_RE = re.compile(
+    KAFKA_LOG_TIME_RE + r"\[ReplicaFetcher [^\]]*leaderId=(?P<leader>-?\d+)[^\]]*\] Truncating partition "
+    r"(?P<topic>\S+)-(?P<partition>\d+) with TruncationState\(offset=(?P<offset>\d+)[^)]*\) due to (?P<why>.*?)"
+    r"(?: \(kafka\.[\w.]+\))?$")
+LOG_TRUNCATING_RE = re.compile(
+    KAFKA_LOG_TIME_RE + r"\[UnifiedLog partition=(?P<topic>\S+)-(?P<partition>\d+), [^\]]*\] Truncating to "
+    r"(?:offset )?(?P<offset>\d+)(?P<no_effect> has no effect)?")
 
 # What a small test cluster needs where Kafka's production defaults differ;
 # the spec's settings and [broker] table override every one of these.
@@ -254,6 +275,42 @@ def _tail_line(text: str) -> str:
     return " | ".join(lines[-2:]) if lines else "no output"
 
 
+_DUMPING = re.compile(r"^Dumping (.*)$")
+_BATCH_EPOCH = re.compile(r"^baseOffset: .* partitionLeaderEpoch: (-?\d+) ")
+_RECORD = re.compile(r"^\| offset: (\d+) .*?(?: key: (.*?))?(?: payload: (.*))?$")
+
+
+def _number_or_text(x: str | None):
+    if x is None:
+        return None
+    try:
+        return int(x)
+    except ValueError:
+        return x
+
+
+def parse_dump_log(lines) -> Iterator[list]:
+    """kafka-dump-log's `--print-data-log` output (kafka.tools.DumpLogSegments) as disk-dump rows,
+    [partition, offset, leader_epoch, key, value] (infra.system), the partition from each
+    segment's folder name (`<topic>-<partition>`)."""
+    partition = epoch = None
+    for line in lines:
+        line = line.rstrip("\n")
+        m = _DUMPING.match(line)
+        if m:
+            folder = m.group(1).rstrip("/").rsplit("/", 2)[-2]
+            p = folder.rpartition("-")[2]
+            partition, epoch = (int(p) if p.isdigit() else None), None
+            continue
+        m = _BATCH_EPOCH.match(line)
+        if m:
+            epoch = int(m.group(1))
+            continue
+        m = _RECORD.match(line)
+        if m and partition is not None:
+            yield [partition, int(m.group(1)), epoch, _number_or_text(m.group(2)), _number_or_text(m.group(3))]
+
+
 class KafkaSystem(BrokerBase):
     """Apache Kafka on every node of a cluster (see the module docstring)."""
 
@@ -262,6 +319,8 @@ class KafkaSystem(BrokerBase):
     daemon = DAEMON
     data_subdir = "kafka"
     config_name = "kafka.properties"
+    chroot = CHROOT
+    truncation_logs = ("server.log",)
 
     def __init__(self, zookeeper_connect: str, settings: dict | None = None,
                  options: KafkaOptions | None = None):
@@ -349,7 +408,7 @@ class KafkaSystem(BrokerBase):
         self.place(cluster)
         self.dist = resolve(self.options, self._local)
         if self.mode == "zk":
-            zk_state.ensure_chroot(self.zookeeper_connect, CHROOT)
+            zk_state.fresh_chroot(self.zookeeper_connect, CHROOT)
         parallel(self._prepare, self._nodes)
         parallel(self.start, self._nodes)
         self.wait_serving(self._nodes, self.options.start_timeout)
@@ -402,6 +461,31 @@ class KafkaSystem(BrokerBase):
                         f"--strip-components={strip} && rm -f {q(upload)} && printf '%s\\n' {q(stamp)} > "
                         f"{q(home)}/.shipped", timeout=300)
         return home
+
+    def dump_log(self, node: Node, topic: str, dest: str) -> int:
+        """The node's records of `topic` (infra.system.LogDump): kafka-dump-log
+        (`kafka.tools.DumpLogSegments --print-data-log`) from the node's jars over
+        every segment, gzip'd on the node, parsed here into `dest`."""
+        q = shlex.quote
+        listing = node.remote.run(f"ls -1 {q(self.data_dir(node))}/{q(topic)}-*/*.log 2>/dev/null", check=False)
+        files = [f for f in listing.stdout.split() if f.endswith(".log")]
+        with gzip.open(dest, "wt", compresslevel=6) as out:
+            if not files:
+                return 0
+            raw = f"{node.run_dir}/kafka-dump-log.txt"
+            argv = self._java(node, ["kafka.tools.DumpLogSegments", "--print-data-log", "--files", ",".join(files)],
+                              heap="256m")
+            node.remote.run(" ".join(q(a) for a in argv) + f" > {q(raw)} 2>/dev/null && gzip -1 -f {q(raw)}",
+                            timeout=600)
+            local = dest + ".raw.gz"
+            node.remote.get(raw + ".gz", local)
+            try:
+                with gzip.open(local, "rt", encoding="utf-8", errors="replace") as text:
+                    for row in parse_dump_log(text):
+                        out.write(json.dumps(row, separators=(",", ":")) + "\n")
+            finally:
+                os.unlink(local)
+        return count_lines(dest)
 
     def start(self, node: Node) -> None:
         """Starts the broker on the node unless it runs there already."""
@@ -549,3 +633,75 @@ class KafkaSystem(BrokerBase):
 
         epoch, leader = max(parallel(quorum_state, self.voters()), default=(-1, -1))
         return self.node_of(leader) if epoch >= 0 else None
+
+    def partition_states(self, topic: str) -> dict[int, tuple[str | None, int | None, list[str]]]:
+        """partition -> (leader, epoch, ISR): from ZooKeeper in ZooKeeper mode; in
+        KRaft mode from a metadata request, which does not carry the epoch (None)."""
+        if self.mode == "zk":
+            return self.named_states(self.zk_reader().partition_states(topic))
+        meta = self._metadata(topic, timeout=2.0)
+        info = meta.topics.get(topic) if meta is not None else None
+        if info is None:
+            raise RemoteError("control node", "metadata", f"no broker answered a metadata request for {topic}")
+        return self.named_states({p: (pm.leader, None, list(pm.isrs)) for p, pm in info.partitions.items()})
+
+    @staticmethod
+    def parse_truncations(text: str) -> list[dict]:
+        """Kafka's truncations in server.log (see FETCHER_TRUNCATING_RE): the fetcher's
+        line names the offset, the leader and why; the follower line before it the
+        leader epoch and the log end; the log's own line after it whether anything
+        was cut (truncations that cut nothing are left out)."""
+        following: dict[tuple[str, int], tuple[int, int | None]] = {}  # tp -> (epoch, log end not yet used)
+        pending: dict[tuple[str, int], dict] = {}
+        out = []
+
+        def when(m) -> datetime:
+            return datetime.strptime(m["logged"], "%Y-%m-%d %H:%M:%S,%f")
+
+        for line in text.splitlines():
+            if "Truncating" not in line and "Follower" not in line:
+                continue
+            m = FOLLOWER_RE.match(line)
+            if m:
+                following[(m["topic"], int(m["partition"]))] = (int(m["epoch"]), int(m["log_end"]))
+                continue
+            m = FETCHER_TRUNCATING_RE.match(line)
+            if m:
+                tp = (m["topic"], int(m["partition"]))
+                epoch, log_end = following.get(tp, (None, None))
+                following[tp] = (epoch, None)  # the log end is the one before the first cut only
+                why = m["why"]
+                reason = ("leader epoch" if why.startswith("leader epoch") else
+                          "high watermark" if "high watermark" in why else why.split(" (")[0])
+                leader = int(m["leader"])
+                pending[tp] = {"logged": when(m), "topic": tp[0], "partition": tp[1], "offset": int(m["offset"]),
+                               "log_end": log_end, "epoch": epoch if epoch is not None and epoch >= 0 else None,
+                               "leader_id": leader if leader >= 0 else None, "reason": reason}
+                continue
+            m = LOG_TRUNCATING_RE.match(line)
+            if m:
+                tp = (m["topic"], int(m["partition"]))
+                record = pending.pop(tp, None)
+                if record is not None and not m["no_effect"] and record["offset"] == int(m["offset"]):
+                    out.append(record)
+        # A fetcher's line whose log line never came (another version's wording): kept when it cut something.
+        out += [r for r in pending.values() if r["log_end"] is not None and r["offset"] < r["log_end"]]
+        return out
+
+
+def _options(values: dict) -> KafkaOptions:
+    return KafkaOptions(version=values["kafka_version"], mode=values["kafka_mode"], dist=values["kafka_dist"])
+
+
+SYSTEM = SystemKind(
+    name="kafka",
+    summary="Apache Kafka from Maven Central's jars, in ZooKeeper or KRaft mode (the baseline)",
+    make=lambda zookeeper_connect, settings, options: KafkaSystem(zookeeper_connect, settings, _options(options)),
+    check=lambda options, broker_settings: check_spec(_options(options), broker_settings),
+    options=(
+        SystemOption("kafka_version", "", f"the Kafka release (default {DEFAULT_VERSION}, from the jar cache)",
+                     metavar="X.Y.Z"),
+        SystemOption("kafka_mode", "zk", "zk (ZooKeeper, default) or kraft", choices=MODES),
+        SystemOption("kafka_dist", None, "a Kafka folder or .tgz to run instead of the jar cache", metavar="PATH"),
+    ),
+)

@@ -16,21 +16,32 @@ from __future__ import annotations
 
 import importlib.metadata
 import io
+import re
+import shlex
 import sys
 import tarfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 from core.errors import UserError
 from infra import zk_state
 from infra.brokers import BrokerBase
 from infra.nodes import Cluster, Node, parallel
+from infra.system import SystemKind, SystemOption, count_lines
 
 PORT = 9092
 DAEMON = "broker"
 CHROOT = "/own"
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("broker",)  # what a broker process imports from the project
+# broker/partition.py's note_truncation, after broker/cli.py's timestamp and level:
+# "2026-11-23 09:55:03.366 INFO [broker.partition] TRUNCATING harness-4 to 3225 (log end 3230;
+#  leader 5, epoch 3; reason: leader epoch; leader epoch 2 ends at 3225 on leader 5; hw 3225)"
+TRUNCATING_RE = re.compile(
+    r"^(?P<logged>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) \S+ \[[^\]]*\] TRUNCATING (?P<topic>\S+)-(?P<partition>\d+) "
+    r"to (?P<offset>\d+) \(log end (?P<log_end>\d+); leader (?P<leader>-?\d+), epoch (?P<epoch>-?\d+); "
+    r"reason: (?P<reason>[^;)]+)", re.M)
 
 
 class OwnBroker(BrokerBase):
@@ -39,6 +50,8 @@ class OwnBroker(BrokerBase):
     daemon = DAEMON
     data_subdir = "broker"
     config_name = "broker.properties"
+    chroot = CHROOT
+    truncation_logs = ("broker.log",)
 
     def __init__(self, zookeeper_connect: str, settings: dict | None = None, debug_bugs: tuple[str, ...] = (),
                  port: int = PORT, start_timeout: float = 30.0):
@@ -62,7 +75,7 @@ class OwnBroker(BrokerBase):
 
     def setup(self, cluster: Cluster) -> None:
         self.place(cluster)
-        zk_state.ensure_chroot(self.zookeeper_connect, CHROOT)
+        zk_state.fresh_chroot(self.zookeeper_connect, CHROOT)
         parallel(self._prepare, self._nodes)
         parallel(self.start, self._nodes)
         self.wait_serving(self._nodes)
@@ -71,7 +84,9 @@ class OwnBroker(BrokerBase):
         r = node.remote
         # Empty the data dir but keep it: it may be a mount point (the disk-fault filesystem).
         data = self.data_dir(node)
-        r.run(f"mkdir -p {data} {node.log_dir} {node.run_dir} && find {data} -mindepth 1 -delete")
+        # The logs start empty too (a restart after a kill appends): a run's logs hold that run only.
+        r.run(f"mkdir -p {data} {node.log_dir} {node.run_dir} && find {data} -mindepth 1 -delete"
+              f" && rm -f {' '.join(self.log_files(node))}")
         text = "".join(f"{k}={v}\n" for k, v in sorted(self.settings.items()))
         r.write_file(self.config_file(node), text.encode())
         if not self._local:
@@ -103,6 +118,19 @@ class OwnBroker(BrokerBase):
         argv, env, cwd = self._argv(node)
         node.remote.start_daemon(DAEMON, argv, f"{node.log_dir}/broker.out", env=env, cwd=cwd)
 
+    # -- evidence
+
+    def dump_log(self, node: Node, topic: str, dest: str) -> int:
+        """The node's records of `topic` (infra.system.LogDump), read by `python -m broker.dump`
+        with the broker's own storage code, gzip'd on the node and downloaded to `dest`."""
+        argv, env, cwd = self._argv(node)
+        out = f"{node.run_dir}/disk-dump.jsonl"
+        q = shlex.quote
+        node.remote.run(f"cd {q(cwd)} && {q(argv[0])} -m broker.dump --data-dir {q(self.data_dir(node))} "
+                        f"--topic {q(topic)} > {q(out)} && gzip -1 -f {q(out)}", env=env, timeout=600)
+        node.remote.get(out + ".gz", dest)
+        return count_lines(dest)
+
     # -- state, for targeted faults
 
     def wait_serving(self, nodes: list[Node]) -> None:
@@ -132,3 +160,28 @@ class OwnBroker(BrokerBase):
     def controller(self) -> str | None:
         return self.node_of(zk_state.controller(self.zookeeper_connect, CHROOT))
 
+    def partition_states(self, topic: str) -> dict[int, tuple[str | None, int | None, list[str]]]:
+        """partition -> (leader, epoch, ISR) as the controller wrote them in ZooKeeper."""
+        return self.named_states(self.zk_reader().partition_states(topic))
+
+    @staticmethod
+    def parse_truncations(text: str) -> list[dict]:
+        """The broker's TRUNCATING lines (broker/partition.py `note_truncation`)."""
+        out = []
+        for m in TRUNCATING_RE.finditer(text):
+            leader = int(m["leader"])
+            out.append({"logged": datetime.strptime(m["logged"], "%Y-%m-%d %H:%M:%S.%f"), "topic": m["topic"],
+                        "partition": int(m["partition"]), "offset": int(m["offset"]),
+                        "log_end": int(m["log_end"]), "epoch": int(m["epoch"]) if int(m["epoch"]) >= 0 else None,
+                        "leader_id": leader if leader >= 0 else None, "reason": m["reason"].strip()})
+        return out
+
+
+SYSTEM = SystemKind(
+    name="own",
+    summary="the project's own Kafka-compatible broker (broker/)",
+    make=lambda zookeeper_connect, settings, options: OwnBroker(zookeeper_connect, settings,
+                                                                tuple(options["debug_bug"])),
+    options=(SystemOption("debug_bug", (), "plant a known bug in the own broker (repeatable)",
+                          repeatable=True, metavar="NAME"),),
+)

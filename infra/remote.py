@@ -102,8 +102,11 @@ class NodeShell:
     all shell commands sent through the transport's `exec_bytes`.
 
     A transport defines `exec_bytes`, `write_file`, `read_file`, `put`,
-    `get`, `connect`, `close` and `where`; commands run under the node's
-    `timeout` (see `command_line`)."""
+    `get`, `connect`, `close` and `where`, and names itself in `transport`
+    (what `harness cluster status` says reached the node); commands run under
+    the node's `timeout` (see `command_line`)."""
+
+    transport = "shell"
 
     def __init__(self, node: str, run_dir: str, tag_scope: str | None = None):
         self.node = node
@@ -342,6 +345,8 @@ class NodeShell:
 
 class Remote(NodeShell):
     """A node reached over SSH. Thread-safe; one connection, many channels."""
+
+    transport = "ssh"
 
     def __init__(
         self,

@@ -10,11 +10,27 @@ it fills, and callers ask with `isinstance(system, Proto)`, never getattr:
     Pausable      pause(node) / resume(node): SIGSTOP / SIGCONT
     Primaries     leaders(topic) -> {partition: node}; replicas(topic) ->
                   {partition: [node]}; controller() -> node or None
+    PartitionStates  partition_states(topic) -> {partition: (leader, epoch, isr)}
+                  from the system's own metadata; truncations(node, logs) -> the
+                  truncations a node's collected logs record (the cluster-state
+                  observer, workloads/observer.py, states.jsonl)
     DataDir       data_dir(node) -> the folder its data lives in (disk faults mount there)
     LogSource     nodes(cluster) -> the nodes it runs on; log_files(node) -> files
                   worth collecting there (a run's faultfs mounts are one too)
     BrokerSystem  all of the above, plus bootstrap() and version(): what
                   `harness run` tests (infra.own_broker, infra.kafka)
+    LogDump       dump_log(node, topic, dest): the records on the node's disk,
+                  read with the system's own tools, written to a local file
+                  (the format below); `collect_disk` calls it on every node
+
+A disk dump (`disk/<node>.jsonl.gz` in a run folder) is gzip'd JSON
+lines, one per record on that node's disk, `[partition, offset,
+leader_epoch, key, value]`, key and value integers where their bytes are
+a decimal number (the workload's), else text or null.
+
+A system that `harness run` can test is also one `SystemKind` record in its
+own file (its name, its settings of its own with their flags, a check before
+anything starts, and how to build it), listed once in `infra.systems.SYSTEMS`.
 
 Nodes are `infra.nodes.Node`s, node names in answers are `Node.name`.
 `collect_logs` downloads each node's declared log files (or, given no
@@ -24,12 +40,15 @@ layout of a run's store.
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
 import posixpath
 import shlex
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 from infra.nodes import Cluster, Node, parallel
 from infra.remote import RemoteError
@@ -79,6 +98,41 @@ class Primaries(Protocol):
     def controller(self) -> str | None: ...
 
 
+@dataclass(frozen=True)
+class Truncation:
+    """A replica cut its log to `offset` (records at `offset` and after removed),
+    as the node's own log says. `logged` is the log line's timestamp, naive, in
+    the node's local time; `epoch` and `leader` (a node name) are the
+    leadership under which it truncated; `log_end` its log end before, where
+    the log says it; `reason` e.g. "leader epoch", "high watermark"."""
+
+    node: str
+    logged: datetime
+    topic: str
+    partition: int
+    offset: int
+    log_end: int | None
+    epoch: int | None
+    leader: str | None
+    reason: str
+
+
+@runtime_checkable
+class PartitionStates(Protocol):
+    """What the system itself records of each partition, and the truncations
+    its brokers log: the cluster-state observer's sources (states.jsonl).
+
+    partition_states: partition -> (leader node or None, leader epoch or None
+    when the system does not say, ISR nodes), from the system's metadata
+    store (ZooKeeper, or KRaft metadata through the admin API); it may raise
+    when that store cannot answer. truncations: parsed from the logs collected
+    from `node` into the folder `logs` (the run's nodes/<node>/)."""
+
+    def partition_states(self, topic: str) -> dict[int, tuple[str | None, int | None, list[str]]]: ...
+
+    def truncations(self, node: str, logs: Path) -> list[Truncation]: ...
+
+
 @runtime_checkable
 class DataDir(Protocol):
     """Where a node's data lives (disk faults put their filesystem there)."""
@@ -104,6 +158,80 @@ class BrokerSystem(System, Processes, Pausable, Primaries, DataDir, LogSource, P
     def bootstrap(self) -> str: ...
 
     def version(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class SystemOption:
+    """A setting only one system has: a spec key `name` and a flag `--name`
+    (underscores as dashes). Its type is its default's; `repeatable` ones are
+    lists of strings (the flag may be given several times)."""
+
+    name: str
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+    repeatable: bool = False
+    metavar: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class SystemKind:
+    """A system `harness run --system NAME` can test: the one record the spec,
+    the run and the scenario list read.
+
+    `check(options, broker_settings)` raises UserError for anything wrong that
+    can be known before a cluster exists; `make(zookeeper_connect,
+    broker_settings, options)` returns the BrokerSystem, not yet set up.
+    `options` hold exactly this system's `SystemOption`s, by name."""
+
+    name: str
+    summary: str
+    make: Callable[[str, dict, dict], BrokerSystem]
+    check: Callable[[dict, dict], None] = lambda options, broker_settings: None
+    options: tuple[SystemOption, ...] = ()
+
+
+@runtime_checkable
+class LogDump(Protocol):
+    """The records a node's replicas hold on disk (Kafka's kafka-dump-log)."""
+
+    def dump_log(self, node: Node, topic: str, dest: str) -> int: ...
+
+
+def count_lines(path: str | os.PathLike) -> int:
+    """Records in a local disk dump (gzip'd lines)."""
+    n = 0
+    with gzip.open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            n += chunk.count(b"\n")
+    return n
+
+
+def collect_disk(cluster: Cluster, system, topic: str, dest_dir: str | os.PathLike) -> dict[str, int | None]:
+    """Each node's disk dump of `topic` into dest_dir/<node>.jsonl.gz; node -> records dumped.
+
+    Evidence, never a reason to fail a run: a node that cannot be dumped
+    (unreachable, no data dir) is logged and maps to None. A system
+    without the capability dumps nothing.
+    """
+    if not isinstance(system, LogDump):
+        return {}
+    dest = Path(dest_dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    nodes = system.nodes(cluster) if isinstance(system, LogSource) else list(cluster.nodes)
+
+    def one(node: Node) -> int | None:
+        try:
+            return system.dump_log(node, topic, str(dest / f"{node.name}.jsonl.gz"))
+        except Exception as e:  # noqa: BLE001 - evidence only; the run goes on
+            log.warning("%s: no disk dump: %s", node.name, getattr(e, "detail", None) or e)
+            return None
+
+    return {n.name: count for n, count in zip(nodes, parallel(one, nodes))}
 
 
 def collect_logs(cluster: Cluster, dest_dir: str | os.PathLike, systems: list[LogSource] | None = None,

@@ -25,7 +25,7 @@ import shlex
 from infra import faultfs
 from infra.nodes import parallel
 from infra.system import DataDir
-from nemesis.fault import STORAGE, Context, Fault, Step
+from nemesis.fault import STORAGE, Context, Fault, Step, describe_nodes, per_node, verdict
 from nemesis.targets import TARGETS, draw_nodes, resolve
 
 log = logging.getLogger(__name__)
@@ -160,6 +160,23 @@ def stop_disk(ctx: Context, state: dict) -> dict:
                          "probe": {n: words for n, (_, words) in results.items()}}}
 
 
+def describe(value: dict, stopping: bool) -> tuple[str, str]:
+    """`n2 n3, slowed by 200 ms per operation (write, fsync)`, `verified: probe took 230 ms on n2 n3`."""
+    what, _ = describe_nodes(value, stopping)
+    if not isinstance(value, dict) or "nodes" not in value:
+        return what, ""
+    if stopping:
+        what += ", back to passthrough"
+    elif value.get("mode") in ("stall", "slow", "fail"):
+        what += {"stall": ", stalled", "fail": ", failing with EIO",
+                 "slow": f", slowed by {value.get('delay_ms', 0):g} ms per operation"}[value["mode"]]
+        if value.get("ops"):
+            ops = value["ops"]
+            what += f" ({', '.join(map(str, ops)) if isinstance(ops, list) else ops})"
+    v = value.get("verified")
+    return what, verdict(value, per_node(v.get("probe"), "", "")) if isinstance(v, dict) else ""
+
+
 def heal_disks(ctx: Context) -> dict:
     """The disk faults' sweep: every faultfs back to passthrough; what was released."""
     if not isinstance(ctx.system, DataDir):
@@ -176,17 +193,17 @@ STALL = Fault(
     stop=stop_disk, verified_by="a probe write is still blocked after a moment, and the faultfs counts it blocked; "
                                 "after passthrough, a probe write and fsync finish",
     targets=TARGETS, draw=draw_nodes, sweep=heal_disks, sweep_stage=STORAGE, colour="#e5dbff",
-    label="disk stall", needs_faultfs=True, group="disk")
+    label="disk stall", needs_faultfs=True, group="disk", describe=describe)
 
 SLOW = Fault(
     name="disk-slow", start_action="slow-disk", start=_start_disk("slow"), stop_action="unslow-disk",
     stop=stop_disk, verified_by="a probe write and fsync take at least [disk] slow-ms; after passthrough, "
                                 "a probe write and fsync finish",
     targets=TARGETS, draw=draw_nodes, sweep=heal_disks, sweep_stage=STORAGE, colour="#d3f9d8",
-    label="disk slow", needs_faultfs=True, group="disk")
+    label="disk slow", needs_faultfs=True, group="disk", describe=describe)
 
 FAIL = Fault(
     name="disk-fail", start_action="fail-disk", start=_start_disk("fail"), stop_action="unfail-disk",
     stop=stop_disk, verified_by="a probe write fails with EIO; after passthrough, a probe write and fsync finish",
     targets=TARGETS, draw=draw_nodes, sweep=heal_disks, sweep_stage=STORAGE, colour="#ffe8cc",
-    label="disk fail", needs_faultfs=True, group="disk")
+    label="disk fail", needs_faultfs=True, group="disk", describe=describe)

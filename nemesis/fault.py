@@ -19,7 +19,10 @@ The seams, for every record:
 - `draw(targets, n_nodes, rng) -> (mode, picks)`: the schedule's random
   choices for one start (picks index the sorted node list);
 - `sweep(ctx) -> dict`: undoes every trace of the fault's family on every
-  node (what it did, for the `heal` event), whether a fault is active or not.
+  node (what it did, for the `heal` event), whether a fault is active or not;
+- `describe(value, stopping) -> (what, verification)`: an event's value in
+  words for the report (`n1 n5 | n2 n3 n4`, `verified: 12 links cut`);
+  `describe_nodes` serves faults on a list of nodes.
 
 The system (own broker or Kafka) provides kill/start/pause/resume and, for
 probes, `running(node)` and `process_state(node)`; for targets, optionally
@@ -30,6 +33,7 @@ and `controller() -> node`; for the faultfs, `data_dir(node)`.
 from __future__ import annotations
 
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -76,6 +80,64 @@ Start = Callable[[Context, Step], tuple[dict, dict]]
 Stop = Callable[[Context, dict], dict]
 Draw = Callable[[str, int, random.Random], tuple[str, tuple[int, ...]]]
 Sweep = Callable[[Context], dict]
+Describe = Callable[[dict, bool], tuple[str, str]]
+
+
+def natural(name: str) -> list:
+    """Sort key that puts n2 before n10."""
+    return [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", str(name))]
+
+
+def node_words(nodes) -> str:
+    """Nodes as a list to read: `n1 n3 n4`."""
+    if isinstance(nodes, str):
+        return nodes
+    return " ".join(str(n) for n in sorted(nodes or [], key=natural))
+
+
+def how_words(value: dict) -> str:
+    """How a step chose its nodes, when not by the seed alone (nemesis.targets.resolve)."""
+    if "leader_of" in value:
+        return f"the leader of partition {value['leader_of']}"
+    if "replicas_of" in value:
+        return f"the replicas of partition {value['replicas_of']}"
+    if value.get("controller") is True:
+        return "the controller"
+    return ""
+
+
+def verdict(value: dict, words: str) -> str:
+    """`verified: words`, `NOT verified: words`, or "" when the event recorded no probe."""
+    v = value.get("verified")
+    if not isinstance(v, dict):
+        return ""
+    return ("verified: " if v.get("ok") else "NOT verified: ") + words
+
+
+def per_node(outcomes, yes: str, no: str) -> str:
+    """A probe's node -> bool (or node -> words) as `yes on n1 n2; no on n3`."""
+    if not isinstance(outcomes, dict) or not outcomes:
+        return ""
+    by_words: dict[str, list] = {}
+    for node, outcome in outcomes.items():
+        words = (yes if outcome else no) if isinstance(outcome, bool) else str(outcome)
+        by_words.setdefault(words, []).append(node)
+    return "; ".join(f"{w} on {node_words(ns)}" for w, ns in by_words.items())
+
+
+def describe_nodes(value: dict, stopping: bool) -> tuple[str, str]:
+    """A fault on a list of nodes: the nodes (and how they were chosen), and
+    its probes' outcomes per node, whatever the probe's key."""
+    if not isinstance(value, dict):
+        return "", ""
+    nodes = value.get("nodes")
+    if nodes is None:
+        return (f"targets: {value['mode']}" if value.get("mode") else ""), ""
+    how = how_words(value)
+    what = node_words(nodes) + (f" ({how})" if how else "")
+    v = value.get("verified")
+    probes = [per_node(x, "yes", "no") for k, x in (v.items() if isinstance(v, dict) else []) if k != "ok"]
+    return what, verdict(value, "; ".join(p for p in probes if p))
 
 
 @dataclass(frozen=True)
@@ -96,6 +158,7 @@ class Fault:
     label: str  # its name in the plots' legends
     needs_faultfs: bool = False  # the run mounts the faultfs under the data dirs
     group: str = ""  # a --nemesis name that means every fault of the group ("disk")
+    describe: Describe = describe_nodes  # an event's value in words, for the report
 
 
 def wait_for(check: Callable[[], bool], timeout: float = 10.0, interval: float = 0.1) -> bool:

@@ -23,7 +23,7 @@ import random
 
 from infra import net
 from infra.nodes import parallel
-from nemesis.fault import NETWORK, Context, Fault, Step
+from nemesis.fault import NETWORK, Context, Fault, Step, natural, node_words, verdict
 from nemesis.targets import TARGETS, controller, leader_of, replicas_of
 
 MAX_PROBES = 12  # cut pairs probed per partition (all of them on small clusters)
@@ -138,7 +138,63 @@ def sweep(ctx: Context) -> dict:
     return {"rules_removed": {k: v for k, v in removed.items() if v}}
 
 
+def components(grudge: dict) -> list[list[str]] | None:
+    """The groups of nodes that hear each other and nobody else, when the
+    grudge cuts the cluster into such groups (every shape but majorities-ring,
+    and bridge without its bridge); None when it does not."""
+    nodes = sorted({str(n) for n in grudge} | {str(n) for cut in grudge.values() for n in cut}, key=natural)
+    hears = {n: frozenset(nodes) - {str(x) for x in grudge.get(n, [])} for n in nodes}
+    if any(hears[m] != hears[n] for n in nodes for m in hears[n]):
+        return None
+    groups = {tuple(sorted(h, key=natural)) for h in hears.values()}
+    return [list(g) for g in sorted(groups, key=lambda g: natural(g[0]))]
+
+
+def describe(value: dict, stopping: bool) -> tuple[str, str]:
+    """`n1 n5 | n2 n3 n4 (halves)`, `verified: 12 links cut`; its end:
+    `healed: 22 rules removed on n1 ...`, `verified: 12 links answer again`."""
+    if not isinstance(value, dict):
+        return "", ""
+    v = value.get("verified") if isinstance(value.get("verified"), dict) else {}
+    probes = v.get("probes") if isinstance(v.get("probes"), dict) else {}
+    if stopping:
+        healed = value.get("healed")
+        if isinstance(healed, dict) and healed:
+            rules = sum(n for n in healed.values() if isinstance(n, int))
+            what = f"healed: {rules} rules removed on {node_words(healed)}"
+        else:
+            what = "healed" if "verified" in value else "healing"
+        answered = sum(1 for x in probes.values() if x == "reached")
+        words = f"{answered} of {len(probes)} links answer again" if answered < len(probes) else \
+            f"{len(probes)} links answer again"
+        return what, verdict(value, words)
+    grudge = value.get("grudge")
+    mode = str(value.get("mode") or "")
+    if not isinstance(grudge, dict):
+        return (f"shape: {mode}" if mode else ""), ""
+    groups = components(grudge)
+    if groups is not None:
+        what = " | ".join(node_words(g) for g in groups)
+        if mode == "bridge":
+            what += ", and a bridge node that hears both sides"
+    else:  # who cannot hear whom, node by node
+        what = "; ".join(f"{n} cut from {node_words(cut)}"
+                         for n, cut in sorted(grudge.items(), key=lambda x: natural(x[0])))
+    detail = [mode] if mode else []
+    if "isolated" in value:
+        detail.append(f"isolated {node_words(value['isolated'])}")
+    if "leader_of" in value:
+        detail.append(f"the leader of partition {value['leader_of']}")
+    if "replicas_of" in value:
+        detail.append(f"the replicas of partition {value['replicas_of']}")
+    what += f" ({', '.join(map(str, detail))})" if detail else ""
+    cut = sum(1 for x in probes.values() if x == "cut")
+    words = f"{cut} links cut" if cut == len(probes) else f"{cut} of {len(probes)} links cut"
+    return what, verdict(value, words)
+
+
 PARTITION = Fault(
     name="partition", start_action="start-partition", start=start, stop_action="stop-partition", stop=stop,
     verified_by="every cut pair's TCP probe times out; after healing, every pair answers",
-    targets=TARGETS, draw=draw, sweep=sweep, sweep_stage=NETWORK, colour="#ffc9c9", label="partition")
+    targets=TARGETS, draw=draw, sweep=sweep, sweep_stage=NETWORK, colour="#ffc9c9", label="partition",
+    describe=describe)

@@ -16,8 +16,8 @@ import shlex
 from infra import faultfs
 from infra.nodes import parallel
 from nemesis.disk import probe_path, target_of
-from nemesis.fault import PROCESSES, Context, Fault, Step, process_state, wait_for
-from nemesis.process import restart, sweep
+from nemesis.fault import PROCESSES, Context, Fault, Step, describe_nodes, per_node, process_state, verdict, wait_for
+from nemesis.process import describe_kill, restart, sweep
 from nemesis.targets import TARGETS, draw_nodes, resolve
 
 SYNCED, UNSYNCED = "synced\n", "unsynced\n"
@@ -67,9 +67,25 @@ def stop(ctx: Context, state: dict) -> dict:
     return restart(ctx, state)
 
 
+def describe(value: dict, stopping: bool) -> tuple[str, str]:
+    """`n1 n2; unsynced writes cut from 45 files`, `verified: process gone ...; probe kept ...`."""
+    if stopping or not isinstance(value, dict):
+        return describe_kill(value, stopping)
+    what, _ = describe_nodes(value, stopping)
+    lost = value.get("lost")
+    if isinstance(lost, dict) and lost:
+        files = sum(x.get("files", 0) for x in lost.values() if isinstance(x, dict))
+        what += f"; unsynced writes dropped in {files} files"
+    v = value.get("verified")
+    if not isinstance(v, dict):
+        return what, ""
+    words = [per_node(v.get("process_gone"), "process gone", "process still running"), per_node(v.get("probe"), "", "")]
+    return what, verdict(value, "; ".join(w for w in words if w))
+
+
 POWER_LOSS = Fault(
     name="power-loss", start_action="power-loss", start=start, stop_action="power-restore", stop=stop,
     verified_by="the processes are gone and a probe file keeps exactly its fsynced part; after the restart, "
                 "the processes run",
     targets=TARGETS, draw=draw_nodes, sweep=sweep, sweep_stage=PROCESSES, colour="#c5f6fa",
-    label="power loss", needs_faultfs=True)
+    label="power loss", needs_faultfs=True, describe=describe)

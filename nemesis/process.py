@@ -12,7 +12,8 @@ leaders, replicas, controller, all).
 from __future__ import annotations
 
 from infra.nodes import parallel
-from nemesis.fault import PROCESSES, Context, Fault, Step, process_state, wait_for
+from nemesis.fault import (PROCESSES, Context, Fault, Step, describe_nodes, per_node, process_state, verdict,
+                           wait_for)
 from nemesis.targets import TARGETS, draw_nodes, resolve
 
 
@@ -65,12 +66,36 @@ def sweep(ctx: Context) -> dict:
     return done
 
 
+def describe_kill(value: dict, stopping: bool) -> tuple[str, str]:
+    """`n1 n3`, `verified: process gone on n1 n3` (its end: `running on ...`)."""
+    what, _ = describe_nodes(value, stopping)
+    v = value.get("verified") if isinstance(value, dict) else None
+    if not isinstance(v, dict):
+        return what, ""
+    if stopping:
+        return what, verdict(value, per_node(v.get("running"), "running", "not running"))
+    return what, verdict(value, per_node(v.get("process_gone"), "process gone", "process still running"))
+
+
+def describe_pause(value: dict, stopping: bool) -> tuple[str, str]:
+    """`n2`, `verified: stopped (state T) on n2` (its end: `resumed on ...`)."""
+    what, _ = describe_nodes(value, stopping)
+    v = value.get("verified") if isinstance(value, dict) else None
+    if not isinstance(v, dict):
+        return what, ""
+    if stopping:
+        return what, verdict(value, per_node(v.get("resumed"), "resumed", "still stopped"))
+    return what, verdict(value, per_node(v.get("stopped"), "stopped (state T)", "not stopped"))
+
+
 KILL = Fault(
     name="kill", start_action="kill", start=start_kill, stop_action="start", stop=restart,
     verified_by="the process is gone; after the restart, it runs",
-    targets=TARGETS, draw=draw_nodes, sweep=sweep, sweep_stage=PROCESSES, colour="#d0ebff", label="kill")
+    targets=TARGETS, draw=draw_nodes, sweep=sweep, sweep_stage=PROCESSES, colour="#d0ebff", label="kill",
+    describe=describe_kill)
 
 PAUSE = Fault(
     name="pause", start_action="pause", start=start_pause, stop_action="resume", stop=stop_pause,
     verified_by="the process is in state T (stopped); after SIGCONT, it left that state",
-    targets=TARGETS, draw=draw_nodes, sweep=sweep, sweep_stage=PROCESSES, colour="#fff3bf", label="pause")
+    targets=TARGETS, draw=draw_nodes, sweep=sweep, sweep_stage=PROCESSES, colour="#fff3bf", label="pause",
+    describe=describe_pause)

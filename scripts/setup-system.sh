@@ -14,6 +14,7 @@ packages=(
   sudo                      # the ssh provider's non-root users (tests run the same path)
   ruby                      # tests evaluate the Vagrantfile (it cannot boot VMs here)
   docker.io debootstrap     # the docker provider: its daemon, and its node image from Debian's packages
+  chromium                  # the report's browser tests (headless: no window, no network)
   python3-venv
 )
 

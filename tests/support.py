@@ -50,3 +50,43 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05, what: str
 
 def clusters_owned_by(pid: int) -> list[str]:
     return [c for c in st.list_cluster_ids() if (st.read_state(c) or {}).get("owner_pid") == pid]
+
+
+def states_lines(run_dir: Path) -> list[dict]:
+    """The run's states.jsonl (the cluster-state timeline), sorted by time."""
+    lines = [json.loads(line) for line in (run_dir / "states.jsonl").read_text().splitlines()]
+    return sorted(lines, key=lambda x: x["time"])
+
+
+def check_kill_timeline(run_dir: Path, truncations_in_logs: list[tuple[str, int, int]]) -> dict:
+    """What states.jsonl must show of a run that killed partition leaders: the
+    phases in order; every killed node `alive: false` between its kill and its
+    restart; for a killed leader, a later line of its partition with another
+    leader at a higher epoch; a truncation line for each truncation the node
+    logs recorded (node, partition, offset). Returns the counts it checked."""
+    states = states_lines(run_dir)
+    events = history_events(run_dir)
+    phases = [x["phase"] for x in states if x["kind"] == "phase"]
+    assert phases == ["workload", "heal", "settle", "final-reads", "end"], phases
+    kills = [e for e in events if e["process"] == "nemesis" and e["f"] == "kill" and e["type"] == "ok"]
+    starts = [e for e in events if e["process"] == "nemesis" and e["f"] == "start" and e["type"] == "ok"]
+    assert kills, "the run killed nothing"
+    moved = 0
+    for kill in kills:
+        node = kill["value"]["nodes"][0]
+        restart = min((e["time"] for e in starts if e["time"] > kill["time"] and node in e["value"]["nodes"]),
+                      default=float("inf"))
+        down = [x for x in states if x["kind"] == "node" and x["node"] == node and x["alive"] is False
+                and kill["time"] - 2e9 <= x["time"] <= restart + 2e9]
+        assert down, f"no alive=false line for {node} around its kill at {kill['time']}"
+        p = kill["value"].get("leader_of")
+        before = [x for x in states if x["kind"] == "partition" and x["partition"] == p and x["time"] <= kill["time"]]
+        if p is None or not before or before[-1]["leader"] != node:
+            continue
+        after = [x for x in states if x["kind"] == "partition" and x["partition"] == p and x["time"] > kill["time"]
+                 and x["leader"] not in (None, node) and x["epoch"] > before[-1]["epoch"]]
+        moved += bool(after)
+    assert moved, "no killed leader's partition shows a new leader at a higher epoch"
+    found = {(x["node"], x["partition"], x["offset"]) for x in states if x["kind"] == "truncation"}
+    assert set(truncations_in_logs) <= found, (set(truncations_in_logs) - found)
+    return {"kills": len(kills), "leaders moved": moved, "truncations": len(found)}

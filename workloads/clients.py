@@ -20,7 +20,7 @@ from typing import Any, Callable
 from confluent_kafka import Consumer, KafkaException, Producer
 
 from core.errors import UserError
-from workloads.common import ProcessIds, Recorder, Stats
+from workloads.recording import ProcessIds, Recorder, Stats
 from workloads.config import WorkloadConfig
 
 # librdkafka's own log lines go here (not to stderr), served on poll().

@@ -24,7 +24,7 @@ from typing import Any
 
 from core.errors import UserError
 from workloads.clients import ClientContext, check_bootstrap
-from workloads.common import ProcessIds, Recorder, Stats
+from workloads.recording import ProcessIds, Recorder, Stats
 from workloads.config import WorkloadConfig
 from workloads.consumer import ConsumerSlot, FinalReadReport, Reader, final_reads, new_reader
 from workloads.producer import ProducerClient, ProducerSlot, new_producer_client

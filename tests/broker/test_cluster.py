@@ -107,7 +107,8 @@ def _leader_log_lines(cluster, bid):
     return [line for line in cluster.log_text(bid).splitlines() if "LEADER" in line or "CONTROLLER" in line]
 
 
-def test_leader_kill_during_writes_fails_over_within_10s_without_losing_acked_records(make_cluster):
+def test_leader_kill_during_writes_fails_over_without_losing_acked_records(make_cluster):
+    # How fast it fails over is a benchmark (`harness bench failover`, docs/benchmarks.md), not asserted here.
     cluster = make_cluster(3, settings=SAFE)
     cluster.create_topic("failover", partitions=1, replication_factor=3)
     old_leader = cluster.leader("failover", 0)
@@ -116,19 +117,17 @@ def test_leader_kill_during_writes_fails_over_within_10s_without_losing_acked_re
                             {"acks": "all", "enable.idempotence": True, "message.timeout.ms": 60000}).start()
     try:
         wait_for(lambda: len(bg.acked) > 2000, 30, 0.05, "writes before the kill")
-        killed_at = time.monotonic()
         cluster.kill(old_leader)
         new_leader = wait_for(lambda: (lambda l: l if l not in (-1, old_leader) else None)(
             cluster.leader("failover", 0)), 15, 0.05, "a new leader")
         assert new_leader in isr_before
-        # The new leader serves: a fresh write is acknowledged within 10 s of the kill.
+        # The new leader serves: a fresh write is acknowledged.
         probe = Producer({"bootstrap.servers": cluster.bootstrap_of(*[b for b in cluster.brokers if b != old_leader]),
                           "acks": "all", "message.timeout.ms": 10000})
         result = {}
-        probe.produce("failover", b"-1", on_delivery=lambda e, m: result.update(err=e, at=time.monotonic()))
+        probe.produce("failover", b"-1", on_delivery=lambda e, m: result.update(err=e, done=True))
         probe.flush(12)
-        assert result.get("err") is None and "at" in result, f"probe write failed: {result}"
-        assert result["at"] - killed_at <= 10.0, f"failover took {result['at'] - killed_at:.1f}s"
+        assert result.get("err") is None and result.get("done"), f"probe write failed: {result}"
         time.sleep(2)
     finally:
         left = bg.stop(60)

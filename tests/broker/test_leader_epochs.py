@@ -159,22 +159,24 @@ def test_a_follower_truncates_exactly_to_the_divergence_point(tmp_path, caplog):
     # An old leader wrote 8 records in epoch 1; the new leader had only 6 of them and wrote its own.
     follower = _build(tmp_path, "b1", 1, [(1, _values(8, "a"))])
     leader = _build(tmp_path, "b2", 2, [(1, _values(6, "a")), (2, _values(3, "b"))])
-    caplog.set_level(logging.INFO, logger="broker.fetcher")
+    caplog.set_level(logging.INFO, logger="broker.partition")
     conn = _follow_and_truncate(follower, leader)
     assert conn.asked == [1] and follower.leo == 6 and follower.epochs == [(1, 0)]
-    assert "TRUNCATING t-0 to 6 (leader epoch 1 ends at 6 on leader 2; log end was 8" in caplog.text
+    assert "TRUNCATING t-0 to 6 (log end 8; leader 2, epoch 2; reason: leader epoch; leader epoch 1 ends at 6 " \
+           "on leader 2" in caplog.text
 
 
 def test_more_rounds_when_the_leader_never_had_the_followers_epoch(tmp_path, caplog):
     # The follower led epoch 3 (offsets 4..7) that no one else saw; the leader has epochs 1, 2, 4.
     follower = _build(tmp_path, "b1", 1, [(1, _values(4, "a")), (3, _values(4, "c"))])
     leader = _build(tmp_path, "b2", 2, [(1, _values(4, "a")), (2, _values(2, "b")), (4, _values(1, "d"))])
-    caplog.set_level(logging.INFO, logger="broker.fetcher")
+    caplog.set_level(logging.INFO, logger="broker.partition")
     conn = _follow_and_truncate(follower, leader)
     # Epoch 3 -> the leader's 2 (ends at 6), which the follower never had: ask again about epoch 1.
     assert conn.asked == [3, 1]
     assert follower.leo == 4 and follower.epochs == [(1, 0)]
-    assert "TRUNCATING t-0 to 4 (leader epoch 1 ends at 4 on leader 2; log end was 8" in caplog.text
+    assert "TRUNCATING t-0 to 4 (log end 8; leader 2, epoch 4; reason: leader epoch; leader epoch 1 ends at 4 " \
+           "on leader 2" in caplog.text
 
 
 @pytest.mark.parametrize("follower_history, leader_history, expected", [

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from checkers.anomalies import ANOMALIES
 from checkers.check import Options, check_history
 from core.history.parquet import write_parquet
 from harness.synthetic import ANOMALY_OF, PLANTABLE, Plan, generate
@@ -27,6 +28,13 @@ plans = st.builds(
     info_rate=st.floats(0, 0.05),
     hole_rate=st.floats(0, 0.02),
 )
+
+
+def test_the_generator_plants_only_anomalies_of_the_vocabulary():
+    # harness.synthetic names each plantable kind by its anomaly; a name the
+    # checker does not know would make the agreement below vacuous for it.
+    assert set(ANOMALY_OF.values()) <= set(ANOMALIES)
+    assert set(PLANTABLE) <= set(ANOMALY_OF)
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -19,6 +19,7 @@ import uuid
 import pytest
 
 from core.errors import UserError
+from harness.cli import main
 from infra import docker as dk
 from infra import faultfs, net
 from infra import state as st
@@ -123,6 +124,14 @@ def test_five_containers_on_their_own_subnet(cluster):
         assert n.address in n.remote.run("ip -4 -o addr show").stdout
         # No default route: nothing a node sends leaves its network.
         assert "default" not in n.remote.run("ip route").stdout
+
+
+@integration
+def test_cluster_status_names_the_docker_transport(cluster, capsys):
+    assert main(["cluster", "status", "--cluster", cluster.cluster_id]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"cluster {cluster.cluster_id}: docker, 5 node(s)")
+    assert all("docker ok; daemons: none; partition rules: 0" in line for line in lines[1:6]), lines
 
 
 @integration

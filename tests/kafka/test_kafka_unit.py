@@ -91,7 +91,7 @@ def test_a_startup_failure_is_told_by_its_error_line():
 @pytest.mark.parametrize("values,words", [
     ({"system": "kafka", "kafka_version": "9.9.9"}, ["unknown Kafka version"]),
     ({"system": "kafka", "kafka_mode": "raft"}, ["--kafka-mode"]),
-    ({"system": "own", "kafka_mode": "kraft"}, ["need --system kafka"]),
+    ({"system": "own", "kafka_mode": "kraft"}, ["--kafka-mode", "needs --system kafka"]),
     ({"system": "kafka", "kafka_dist": "/no/such/kafka.tgz"}, ["no such file"]),
     ({"system": "kafka", "broker": {"listeners": "PLAINTEXT://0.0.0.0:1"}}, ["[broker] listeners"]),
 ])
@@ -113,7 +113,7 @@ def test_a_dist_folder_gives_the_version(tmp_path):
     libs.mkdir(parents=True)
     (libs / "kafka_2.13-3.8.1.jar").write_bytes(b"")
     spec = build({"system": "kafka", "kafka_dist": str(libs.parent)})
-    assert spec.kafka_dist == str(libs.parent)
+    assert spec.system_options["kafka_dist"] == str(libs.parent)
     with pytest.raises(UserError) as e:
         build({"system": "kafka", "kafka_dist": str(libs.parent), "kafka_version": "3.9.2"})
     assert "holds Kafka 3.8.1" in str(e.value)

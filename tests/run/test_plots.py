@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from core.history.files import resolve
 from core.history.parquet import write_parquet
 from harness import plots as P
 from harness.report import fault_intervals, render
 from harness.synthetic import Plan, generate
+from tests.run.chromium import BINARY, Browser
 
 EVIL = "<script>alert('x')</script>"
 MS = 1_000_000
@@ -204,3 +207,16 @@ def test_report_places_the_figures_and_links_the_timeline(tmp_path):
     assert "<h2>Cluster state</h2>" in page and "<h2>Consumers</h2>" in page
     assert "href='timeline.html'" in page and (tmp_path / "timeline.html").is_file()
     assert page.count("data:image/png;base64,") == 5
+
+
+@pytest.mark.skipif(BINARY is None, reason="no chromium (scripts/setup-system.sh installs it)")
+def test_timeline_in_chromium_has_no_overflow_errors_or_requests(tmp_path):
+    table, intervals, _ = _synthetic(tmp_path, 12_000)
+    page = P.write_timeline(tmp_path, table, intervals, budget=2_000, title=EVIL)
+    with Browser() as browser:
+        for width in (1280, 390):
+            seen = browser.open_page(page, width, probe="({pwned: typeof window.pwned === 'undefined' ? null : 1})")
+            (tmp_path / f"timeline-{width}.png").write_bytes(seen.screenshot)
+            # The SVG scrolls inside its frame; the page itself does not overflow.
+            assert seen.scroll_width <= seen.inner_width == width
+            assert seen.console_errors == [] and seen.requests == [] and seen.globals == {"pwned": None}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.cli import main
-from harness.spec import TestSpec, build, load_file
+from harness.spec import build, load_file
 from core.errors import UserError
 
 
@@ -92,7 +92,22 @@ def test_spec_round_trips_to_json():
     s = build({"nemesis": "kill", "seed": 3})
     d = s.to_dict()
     assert d["nemesis"] == ["kill"] and d["seed"] == 3 and d["name"] == "own-kill"
-    assert TestSpec(**{**d, "nemesis": tuple(d["nemesis"]), "debug_bug": ()}).seed == 3
+    assert d["debug_bug"] == [] and "kafka_mode" not in d  # the chosen system's own settings, flat
+    assert build(d).to_dict() == d
+
+
+def test_a_systems_own_settings_come_from_its_record():
+    own = build({"debug_bug": "no-dedup", "seed": 1})
+    assert own.system_options == {"debug_bug": ("no-dedup",)}
+    assert own.to_dict()["debug_bug"] == ["no-dedup"]
+    # Another system's setting at its default is no error (a file may name it); any other value is.
+    assert build({"kafka_mode": "zk", "seed": 1}).system_options == {"debug_bug": ()}
+    with pytest.raises(UserError, match="--kafka-dist is a setting of --system kafka"):
+        build({"kafka_dist": "/opt/kafka"})
+    with pytest.raises(UserError, match="--kafka-mode 'raft': expected one of zk, kraft"):
+        build({"system": "kafka", "kafka_mode": "raft"})
+    with pytest.raises(UserError, match="--kafka-version: expected a string"):
+        build({"system": "kafka", "kafka_version": 3})
 
 
 def test_report_rejects_a_folder_without_results(tmp_path, capsys):

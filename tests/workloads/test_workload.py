@@ -40,7 +40,9 @@ def test_history_follows_contract_and_final_reads_reach_acked(kafka, history, wo
     assert stop.sends_without_completion == 0 and not stop.threads_left
     assert facts.incomplete == []
     oks = facts.of_type("send", "ok")
-    assert len(oks) > 500, "the workload should have sent for 3 s at 800/s"
+    # Every partition took writes, so the final-read checks below cover each one.
+    # (The rate the workload sustains is a benchmark: bench/workload_overhead.py.)
+    assert {e["partition"] for e in oks} == set(range(cfg.partitions))
     assert live["ops"]["send"]["invoke"] > 0 and live["ops"]["poll"]["ok"] > 0
 
     # Keys are value % key_count, values encoded as ASCII digits and read back as ints.

@@ -1,4 +1,4 @@
-"""What the producer and consumer threads of one workload share.
+"""What the producer and consumer threads of one workload share to record a history.
 
 - `ProcessIds`: unique client process ids over a run (a crashed client's
   successor, and the final readers, draw new ones).

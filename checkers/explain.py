@@ -1,0 +1,866 @@
+"""A story per anomaly: what happened to one value, in short sentences a Kafka user reads in a minute.
+
+For each example the checker reported (results.json `anomalies.*.examples`),
+`explain` tells the story from three sources, each optional but the first:
+
+- the history: the send's invocation and completion, the reads that returned
+  the value or read at its position, the faults active meanwhile, the final
+  reads (docs/history.md);
+- the cluster-state timeline, `states.jsonl` (docs/history.md): who led the
+  partition at which epoch with which ISR at each of those moments, when its
+  high watermark passed the offset, and the truncations that cut it;
+- the disk dumps, `disk/<node>.jsonl.gz` (infra.system): what each replica
+  holds at the end, at the position and anywhere else the value is.
+
+An explanation is a dict (results.json `explanations`):
+
+    {"anomaly": "lost-acked", "partition": 4, "offset": 2135, "value": 812,
+     "summary": "the first sentence",
+     "steps": [{"time": 16.2, "text": "...", "event": 35218},     # a history index
+               {"time": 33.0, "text": "...", "state": 412},       # a states.jsonl line (1-based)
+               {"time": null, "text": "...", "disk": "n2"}]}      # a node's disk dump
+
+Steps are in time order, disk evidence last. Pure: a function of its
+inputs; the callers (harness) find the files and the fault vocabulary.
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from checkers.anomalies import ANOMALIES
+from core.history.files import HistorySource, iter_source_jsonl
+from core.history.format import FINAL_READS
+from core.history.jsonl import ReadReport
+from core.history.parquet import events_to_table, table_to_events
+
+log = logging.getLogger(__name__)
+
+LIMIT = 1000  # stories per anomaly (results.json lists at most checkers.anomalies.MAX_EXAMPLES)
+SHOW_READS = 3  # reads of one value told one by one; the rest counted
+SHOW_CHANGES = 8  # leader/ISR changes told in one story; the rest counted
+SHOW_FAULTS = 5
+SEND_STATE = {"info": "its send's outcome unknown (info)", "never completed": "its send never completed",
+              "no send": "no send wrote it"}
+EXPLAINED = tuple(a for a in ANOMALIES if a != "unseen")  # unseen is no error: nothing to explain
+POS = 40  # a position as one int: partition << 40 | offset (as checkers.anomalies)
+CHUNK = 100_000
+
+
+def _pos(p: int, o: int) -> int:
+    return (p << POS) | o
+
+
+def _s(ns: int | None) -> str:
+    return "?" if ns is None else f"{ns / 1e9:.1f} s"
+
+
+def _sec(ns: int | None) -> float | None:
+    return None if ns is None else round(ns / 1e9, 3)
+
+
+def _nodes(xs) -> str:
+    return ",".join(str(x) for x in xs) if xs else "none"
+
+
+def _and(xs: list[str]) -> str:
+    return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1]
+
+
+# --------------------------------------------------------------------------
+# Inputs: states.jsonl and the disk dumps
+
+
+def load_states(path: str | Path) -> list[dict] | None:
+    """states.jsonl as a list of lines, each with `line` (1-based); None if absent.
+    Lines that are not JSON objects with an int `time` are skipped."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    out = []
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, start=1):
+            try:
+                x = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(x, dict) and isinstance(x.get("time"), int):
+                x["line"] = n
+                out.append(x)
+    return out
+
+
+@dataclass
+class Disk:
+    """What the disk dumps say about the positions and values of the stories, per node."""
+
+    at: dict[str, dict[int, tuple]] = field(default_factory=dict)  # node -> pos -> (epoch, value)
+    where: dict[str, dict[int, list[tuple]]] = field(default_factory=dict)  # node -> value -> [(p, o, epoch)]
+    ends: dict[str, dict[int, int]] = field(default_factory=dict)  # node -> partition -> log end (last + 1)
+
+
+def load_disk(folder: str | Path, values: set[int], positions: set[int]) -> Disk | None:
+    """The disk dumps in `folder` (<node>.jsonl.gz: [partition, offset, epoch, key, value] lines),
+    keeping only the rows at `positions` or of `values`; None if there are none."""
+    folder = Path(folder)
+    files = sorted(folder.glob("*.jsonl.gz")) if folder.is_dir() else []
+    if not files:
+        return None
+    disk = Disk()
+    for file in files:
+        node = file.name[: -len(".jsonl.gz")]
+        try:
+            with gzip.open(file, "rb") as f:
+                rows = (orjson.loads(line) for line in f)
+                disk_rows(disk, node, rows, values, positions)
+        except (OSError, EOFError, orjson.JSONDecodeError, ValueError, TypeError) as e:
+            log.warning("%s: unreadable disk dump: %s", file, e)
+    return disk
+
+
+def disk_rows(disk: Disk, node: str, rows, values: set[int], positions: set[int]) -> None:
+    """Add one node's dump rows to `disk`, keeping what the stories need."""
+    at = disk.at.setdefault(node, {})
+    where = disk.where.setdefault(node, {})
+    ends = disk.ends.setdefault(node, {})
+    for p, o, epoch, _key, value in rows:
+        if o + 1 > ends.get(p, 0):
+            ends[p] = o + 1
+        pos = _pos(p, o)
+        if pos in positions:
+            at[pos] = (epoch, value)
+        if value in values:
+            where.setdefault(value, []).append((p, o, epoch))
+
+
+# --------------------------------------------------------------------------
+# The history: the events the stories need, in one pass
+
+
+@dataclass
+class Read:
+    value: int
+    partition: int
+    offset: int
+    index: int
+    time: int
+    invoked: int | None  # the poll's invocation time
+    process: int
+    final: bool = False
+
+
+@dataclass
+class Facts:
+    events: dict[int, dict] = field(default_factory=dict)  # index -> event, for the examples' indexes
+    sends: dict[int, list[dict]] = field(default_factory=dict)  # value -> its send events
+    acks_at: dict[int, list[dict]] = field(default_factory=dict)  # pos -> ok sends acknowledged there
+    reads: dict[int, list[Read]] = field(default_factory=dict)  # value -> reads of it
+    reads_at: dict[int, list[Read]] = field(default_factory=dict)  # pos -> reads there
+    final_start: int | None = None  # time the first final reads began
+    final_events: list[dict] = field(default_factory=list)
+
+
+def _batches(source: HistorySource):
+    """The history as Arrow tables of about CHUNK rows, in order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if source.format == "parquet":
+        for file in source.files:
+            for batch in pq.ParquetFile(file).iter_batches(batch_size=CHUNK):
+                yield pa.Table.from_batches([batch])
+        return
+    chunk = []
+    for e in iter_source_jsonl(source, ReadReport()):
+        chunk.append(e)
+        if len(chunk) >= CHUNK:
+            yield events_to_table(chunk)
+            chunk = []
+    if chunk:
+        yield events_to_table(chunk)
+
+
+def scan(source: HistorySource, indexes: set[int], values: set[int], positions: set[int]) -> Facts:
+    """One pass over the history, vectorised per chunk: events at `indexes`, sends of `values`,
+    ok sends at `positions`, reads of `values` or at `positions`, the final-reads operations."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    facts = Facts()
+    want_i = pa.array(sorted(indexes), pa.int64())
+    want_v = pa.array(sorted(values), pa.int64())
+    want_p = pa.array(sorted(positions), pa.int64())
+    last_poll_invoke: dict[int, int] = {}
+    for table in _batches(source):
+        f, typ = table["f"], table["type"]
+        pos = pc.add(pc.shift_left(table["partition"], POS), table["offset"])
+        is_send = pc.equal(f, "send")
+        keep = pc.or_kleene(pc.is_in(table["index"], value_set=want_i), pc.equal(f, FINAL_READS))
+        keep = pc.or_kleene(keep, pc.and_kleene(is_send, pc.is_in(table["value"], value_set=want_v)))
+        keep = pc.or_kleene(keep, pc.and_kleene(pc.and_kleene(is_send, pc.equal(typ, "ok")),
+                                                pc.is_in(pos, value_set=want_p)))
+        for e in table_to_events(table.filter(pc.fill_null(keep, False))):
+            if e["index"] in indexes:
+                facts.events[e["index"]] = e
+            if e["f"] == FINAL_READS:
+                facts.final_events.append(e)
+                if e["type"] == "invoke" and facts.final_start is None:
+                    facts.final_start = e["time"]
+            if e["f"] == "send":
+                if e.get("value") in values:
+                    facts.sends.setdefault(e["value"], []).append(e)
+                if e["type"] == "ok" and e.get("partition") is not None and e.get("offset") is not None:
+                    p = _pos(e["partition"], e["offset"])
+                    if p in positions:
+                        facts.acks_at.setdefault(p, []).append(e)
+        # Reads: the polls' records, flattened.
+        polls = table.filter(pc.fill_null(pc.and_kleene(pc.equal(f, "poll"), pc.equal(typ, "ok")), False))
+        invokes = table.filter(pc.fill_null(pc.and_kleene(pc.equal(f, "poll"), pc.equal(typ, "invoke")), False))
+        inv_proc = invokes["process"].to_numpy(zero_copy_only=False)
+        inv_index = invokes["index"].to_numpy(zero_copy_only=False)
+        inv_time = invokes["time"].to_numpy(zero_copy_only=False)
+        if polls.num_rows:
+            recs = polls["records"].combine_chunks()
+            flat = pc.list_flatten(recs)
+            parents = pc.list_parent_indices(recs)
+            rv, rp, ro = flat.field("value"), flat.field("partition"), flat.field("offset")
+            rpos = pc.add(pc.shift_left(rp, POS), ro)
+            hit = pc.fill_null(pc.or_kleene(pc.is_in(rv, value_set=want_v), pc.is_in(rpos, value_set=want_p)), False)
+            rows = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
+            if len(rows):
+                par = parents.to_numpy()[rows]
+                p_index = polls["index"].to_numpy()
+                p_time = polls["time"].to_numpy()
+                p_proc = polls["process"].to_numpy()
+                vals, parts, offs = rv.to_numpy(zero_copy_only=False), rp.to_numpy(), ro.to_numpy()
+                for row, parent in zip(rows, par):
+                    proc, idx = int(p_proc[parent]), int(p_index[parent])
+                    mine = np.flatnonzero((inv_proc == proc) & (inv_index < idx))
+                    invoked = int(inv_time[mine[-1]]) if len(mine) else last_poll_invoke.get(proc)
+                    r = Read(int(vals[row]), int(parts[row]), int(offs[row]), idx, int(p_time[parent]),
+                             invoked, proc)
+                    facts.reads.setdefault(r.value, []).append(r)
+                    facts.reads_at.setdefault(_pos(r.partition, r.offset), []).append(r)
+        last_poll_invoke.update(zip(inv_proc.tolist(), inv_time.tolist()))
+    _mark_final(facts)
+    return facts
+
+
+def _mark_final(facts: Facts) -> None:
+    """Reads inside a final-reads operation of their process are final reads."""
+    brackets: dict[int, list[list[int]]] = {}
+    for e in sorted(facts.final_events, key=lambda e: e["index"]):
+        if e["type"] == "invoke":
+            brackets.setdefault(e["process"], []).append([e["index"], 1 << 62])
+        elif brackets.get(e["process"]):
+            brackets[e["process"]][-1][1] = e["index"]
+    for reads in facts.reads.values():
+        for r in reads:
+            r.final = any(lo < r.index < hi for lo, hi in brackets.get(r.process, []))
+
+
+# --------------------------------------------------------------------------
+# The cluster-state timeline
+
+
+class Timeline:
+    """states.jsonl, indexed: each partition's state lines and the truncations, by time."""
+
+    def __init__(self, states: list[dict] | None):
+        self.present = bool(states)
+        lines = sorted(states or [], key=lambda x: (x["time"], x.get("line", 0)))
+        self.parts: dict[int, list[dict]] = {}
+        self.truncations: dict[int, list[dict]] = {}
+        for x in lines:
+            if x.get("kind") == "partition" and isinstance(x.get("partition"), int):
+                self.parts.setdefault(x["partition"], []).append(x)
+            elif x.get("kind") == "truncation" and isinstance(x.get("partition"), int):
+                self.truncations.setdefault(x["partition"], []).append(x)
+        self._times = {p: [x["time"] for x in xs] for p, xs in self.parts.items()}
+
+    def at(self, p: int, t: int | None) -> dict | None:
+        """The partition's state line in force at time t."""
+        if t is None or p not in self.parts:
+            return None
+        i = bisect.bisect_right(self._times[p], t) - 1
+        return self.parts[p][i] if i >= 0 else None
+
+    def during(self, p: int, t0: int | None, t1: int | None) -> list[dict]:
+        """The state lines in force at some moment of [t0, t1]."""
+        if t0 is None or t1 is None or p not in self.parts:
+            return []
+        first = self.at(p, t0)
+        lo = bisect.bisect_right(self._times[p], t0)
+        hi = bisect.bisect_right(self._times[p], t1)
+        return ([first] if first else []) + self.parts[p][lo:hi]
+
+    def changes(self, p: int, t0: int | None, t1: int | None) -> list[dict]:
+        """Lines in (t0, t1] where the leader, epoch or ISR changed."""
+        out, prev = [], self.at(p, t0)
+        for x in self.during(p, t0, t1)[1 if prev else 0:]:
+            if prev is None or _key(x) != _key(prev):
+                out.append(x)
+            prev = x
+        return out
+
+    def hw_passed(self, p: int, offset: int, after: int | None) -> dict | None:
+        """The first line at or after `after` whose HW is past `offset`."""
+        if after is None:
+            return None
+        for x in self.parts.get(p, [])[bisect.bisect_left(self._times.get(p, []), after):]:
+            if isinstance(x.get("hw"), int) and x["hw"] > offset:
+                return x
+        return None
+
+    def cuts(self, p: int, offset: int, t0: int | None, t1: int | None = None) -> list[dict]:
+        """Truncations of partition p at or below `offset` (removing it), in [t0, t1]."""
+        out = []
+        for x in self.truncations.get(p, []):
+            if not isinstance(x.get("offset"), int) or x["offset"] > offset:
+                continue
+            if isinstance(x.get("log_end"), int) and x["log_end"] <= offset:
+                continue  # that replica did not have the offset
+            if (t0 is None or x["time"] >= t0) and (t1 is None or x["time"] <= t1):
+                out.append(x)
+        return out
+
+
+def _key(x: dict) -> tuple:
+    return x.get("leader"), x.get("epoch"), tuple(x.get("isr") or ())
+
+
+def _state(x: dict | None, isr: bool = True) -> str:
+    """'n5 (epoch 0, ISR n5,n1,n2)'."""
+    if x is None:
+        return ""
+    if x.get("leader") is None:
+        return "no leader" + (f" (epoch {x['epoch']})" if x.get("epoch") is not None else "")
+    inner = [f"epoch {x['epoch']}"] if x.get("epoch") is not None else []
+    if isr:
+        inner.append(f"ISR {_nodes(x.get('isr'))}")
+    return f"{x['leader']}" + (f" ({', '.join(inner)})" if inner else "")
+
+
+def _leaders(lines: list[dict]) -> str:
+    """The leaders of some state lines: 'n5' or 'n5 or n1'."""
+    names = list(dict.fromkeys(_state(x, isr=False) for x in lines if x))
+    return " or ".join(names)
+
+
+# --------------------------------------------------------------------------
+# Faults
+
+
+def fault_intervals(faults: list[dict], ends: dict[str, str], end_time: int) -> list[dict]:
+    """Each fault's start (its invocation) paired with its end: [{f, start, end, index, value}]."""
+    open_: dict[str, list[dict]] = {}
+    out = []
+    for e in sorted(faults, key=lambda e: e["index"]):
+        if e.get("type") != "invoke":
+            continue
+        if e["f"] in ends:
+            open_.setdefault(e["f"], []).append(e)
+            continue
+        for start, stop in ends.items():
+            if stop == e["f"] and open_.get(start):
+                s = open_[start].pop(0)
+                out.append({"f": start, "start": s["time"], "end": e["time"], "index": s["index"],
+                            "value": s.get("value"), "end_value": e.get("value")})
+                break
+    for start, left in open_.items():
+        for s in left:
+            out.append({"f": start, "start": s["time"], "end": end_time, "index": s["index"],
+                        "value": s.get("value"), "end_value": None})
+    return sorted(out, key=lambda i: i["start"])
+
+
+def _components(grudge: dict) -> list[list[str]] | None:
+    """The groups of nodes that still talk, if the grudge splits the nodes into such groups
+    (each talks to all of its group and none outside); None for other shapes (a ring, a bridge)."""
+    nodes = sorted(set(grudge) | {n for xs in grudge.values() if isinstance(xs, list) for n in xs})
+    cut = {(a, b) for a, xs in grudge.items() if isinstance(xs, list) for b in xs}
+    talk = lambda a, b: (a, b) not in cut and (b, a) not in cut  # noqa: E731
+    groups: list[list[str]] = []
+    for n in nodes:
+        for g in groups:
+            if all(talk(n, m) for m in g):
+                g.append(n)
+                break
+        else:
+            groups.append([n])
+    for i, g in enumerate(groups):  # a clean split: nobody talks across groups
+        if any(talk(a, b) for h in groups[i + 1:] for a in g for b in h):
+            return None
+    return groups if len(groups) > 1 else None
+
+
+def _fault_text(i: dict) -> str:
+    """'start-partition n1 n5 | n2 n3 n4', 'start-partition (majorities-ring)', 'kill on n3'."""
+    start = i["value"] if isinstance(i.get("value"), dict) else {}
+    v = {**start, **(i["end_value"] if isinstance(i.get("end_value"), dict) else {})}
+    grudge = v.get("grudge")
+    what = ""
+    if isinstance(grudge, dict):
+        groups = _components(grudge)
+        what = " " + " | ".join(" ".join(g) for g in groups) if groups else ""
+        if not groups:
+            what = f" ({start.get('mode') or 'one-way cuts'})"
+    elif isinstance(v.get("nodes"), list):
+        what = " on " + _nodes(v["nodes"])
+    elif v.get("mode"):
+        what = f" ({v['mode']})"
+    return f"{i['f']}{what}"
+
+
+# --------------------------------------------------------------------------
+# Stories
+
+
+class _Story:
+    def __init__(self, anomaly: str, **where):
+        self.anomaly = anomaly
+        self.where = where
+        self.steps: list[dict] = []
+        self.disk: list[dict] = []
+        self.summary = ""
+
+    def add(self, t: int | None, text: str, **ref) -> None:
+        self.steps.append({"time": _sec(t), "text": text, **{k: v for k, v in ref.items() if v is not None}})
+
+    def done(self) -> dict:
+        steps = sorted(self.steps, key=lambda s: (s["time"] is None, s["time"] or 0))
+        return {"anomaly": self.anomaly, **self.where, "summary": self.summary, "steps": steps + self.disk}
+
+
+class Explainer:
+    def __init__(self, facts: Facts, timeline: Timeline, disk: Disk | None, intervals: list[dict]):
+        self.facts, self.tl, self.disk, self.intervals = facts, timeline, disk, intervals
+
+    # -- the pieces every story uses
+
+    def _send(self, st: _Story, value: int, ack_pos: tuple[int, int] | None = None, named: bool = False) -> dict | None:
+        """The send's invocation and completion; returns the completion."""
+        events = sorted(self.facts.sends.get(value, []), key=lambda e: e["index"])
+        inv = next((e for e in events if e["type"] == "invoke"), None)
+        comp = next((e for e in events if e["type"] != "invoke"), None)
+        p = ack_pos[0] if ack_pos else (comp or {}).get("partition")
+        if inv is not None:
+            lead = self.tl.at(p, inv["time"]) if p is not None else None
+            st.add(inv["time"], f"{value} sent by process {inv['process']} at {_s(inv['time'])}"
+                   + (f" (leader {lead['leader']}" + (f", epoch {lead['epoch']})" if lead.get("epoch") is not None
+                                                       else ")") if lead and lead.get("leader") else ""),
+                   event=inv["index"])
+        if comp is not None:
+            if comp["type"] == "ok":
+                p, o = comp.get("partition"), comp.get("offset")
+                lead = self.tl.at(p, comp["time"])
+                by = f" by {_state(lead)}" if lead else ""
+                who = f"{value} acknowledged" if named else "acknowledged"
+                st.add(comp["time"], f"{who} at {p}:{o}{by} at {_s(comp['time'])}", event=comp["index"])
+                hw = self.tl.hw_passed(p, o, comp["time"])
+                if hw is not None:
+                    st.add(hw["time"], f"committed: the HW of partition {p} was {hw['hw']} at {_s(hw['time'])}"
+                           + (f" (leader {hw['leader']})" if hw.get("leader") else ""), state=hw.get("line"))
+            else:
+                err = f" ({comp['error']})" if comp.get("error") else ""
+                st.add(comp["time"], f"its send ended {comp['type']}{err} at {_s(comp['time'])}", event=comp["index"])
+        elif inv is not None:
+            st.add(None, "its send never completed")
+        return comp
+
+    def _reads(self, st: _Story, reads: list[Read], what: str = "read") -> None:
+        run = [r for r in reads if not r.final]
+        for r in run[:SHOW_READS]:
+            lines = self.tl.during(r.partition, r.invoked if r.invoked is not None else r.time, r.time)
+            src = f", from {_leaders(lines)}" if lines else ""
+            st.add(r.time, f"{what} at {r.partition}:{r.offset} by process {r.process} at {_s(r.time)}{src}",
+                   event=r.index)
+        if len(run) > SHOW_READS:
+            st.add(run[SHOW_READS].time, f"and {len(run) - SHOW_READS} more reads of it until {_s(run[-1].time)}",
+                   event=run[SHOW_READS].index)
+        final = [r for r in reads if r.final]
+        if final:
+            r = final[0]
+            st.add(r.time, f"the final reads found it at {r.partition}:{r.offset} at {_s(r.time)}", event=r.index)
+
+    def _window(self, st: _Story, p: int, t0: int | None, t1: int | None) -> None:
+        """Faults active in [t0, t1], and the partition's leader/epoch/ISR changes there."""
+        if t0 is None or t1 is None:
+            return
+        active = [i for i in self.intervals if i["start"] <= t1 and i["end"] >= t0]
+        for i in active[:SHOW_FAULTS]:
+            st.add(i["start"], f"fault {_fault_text(i)} from {_s(i['start'])} to {_s(i['end'])}", event=i["index"])
+        if len(active) > SHOW_FAULTS:
+            st.add(active[SHOW_FAULTS]["start"], f"and {len(active) - SHOW_FAULTS} more faults")
+        changes = self.tl.changes(p, t0, t1)
+        for x in changes[:SHOW_CHANGES]:
+            st.add(x["time"], f"{_state(x)} leads partition {p} from {_s(x['time'])}"
+                   if x.get("leader") else f"partition {p} has no leader from {_s(x['time'])}", state=x.get("line"))
+        if len(changes) > SHOW_CHANGES:
+            st.add(changes[SHOW_CHANGES]["time"], f"and {len(changes) - SHOW_CHANGES} more leader or ISR changes")
+
+    def _cuts(self, st: _Story, p: int, o: int, t0: int | None, t1: int | None = None) -> list[dict]:
+        cuts = self.tl.cuts(p, o, t0, t1)
+        for x in cuts:
+            st.add(x["time"], _cut_text(x, p), state=x.get("line"))
+        return cuts
+
+    def _others_at(self, st: _Story, p: int, o: int, not_value: set, after: int | None = None) -> list[int]:
+        """Other values acknowledged or read at (p, o): each one's write, and the epoch it was written in.
+        Returns those first seen at `after` or later (all of them without `after`)."""
+        pos = _pos(p, o)
+        others: dict[int, dict] = {}
+        for e in self.facts.acks_at.get(pos, []):
+            if e["value"] not in not_value:
+                others.setdefault(e["value"], {})["ack"] = e
+        for r in self.facts.reads_at.get(pos, []):
+            if r.value not in not_value:
+                others.setdefault(r.value, {}).setdefault("read", r)
+        for w, got in sorted(others.items(), key=lambda kv: _first_time(kv[1])):
+            epoch = self._disk_epoch(pos, w)
+            if "ack" in got:
+                e = got["ack"]
+                lead = self.tl.at(p, e["time"])
+                who = lead.get("leader") if lead else None
+                ep = epoch if epoch is not None else (lead.get("epoch") if lead else None)
+                by = f" by {who}" if who else ""
+                by += f" (epoch {ep})" if ep is not None else ""
+                st.add(e["time"], f"{w} written at {p}:{o}{by} at {_s(e['time'])}", event=e["index"])
+            else:
+                r = got["read"]
+                st.add(r.time, f"{w} read at {p}:{o} by process {r.process} at {_s(r.time)}"
+                       + (f" (written in epoch {epoch})" if epoch is not None else ""), event=r.index)
+        return [w for w, got in others.items() if after is None or _first_time(got) >= after]
+
+    def _disk_epoch(self, pos: int, value: int) -> int | None:
+        if self.disk is None:
+            return None
+        for at in self.disk.at.values():
+            got = at.get(pos)
+            if got and got[1] == value:
+                return got[0]
+        return None
+
+    def _on_disk(self, st: _Story, p: int, o: int, value: int | None = None) -> list[str]:
+        """Where things are at the end: who holds what at (p, o), and where `value` is.
+        Returns the nodes that hold `value` at (p, o)."""
+        if self.disk is None:
+            return []
+        pos = _pos(p, o)
+        groups: dict[object, list[str]] = {}
+        for node in sorted(self.disk.at):
+            got = self.disk.at[node].get(pos)
+            key = ("v", got[1], got[0]) if got else ("none", self.disk.ends.get(node, {}).get(p, 0))
+            groups.setdefault(key, []).append(node)
+        parts = []
+        for key, nodes in groups.items():
+            if key[0] == "v":
+                parts.append(f"{_and(nodes)} {'holds' if len(nodes) == 1 else 'hold'} {key[1]} at {o} (epoch {key[2]})")
+            else:
+                parts.append(f"{_and(nodes)} {'has' if len(nodes) == 1 else 'have'} nothing at {o} "
+                             f"(log end {key[1]})")
+        if parts:
+            self._disk_step(st, f"at the end {'; '.join(parts)}", sorted(self.disk.at)[0])
+        holders = [n for key, nodes in groups.items() if key[0] == "v" and key[1] == value for n in nodes]
+        if value is not None:
+            elsewhere = []
+            for node in sorted(self.disk.where):
+                for (q, off, ep) in self.disk.where[node].get(value, []):
+                    if (q, off) != (p, o):
+                        elsewhere.append(f"{node} holds {value} at {q}:{off} (epoch {ep})")
+            if elsewhere:
+                self._disk_step(st, "; ".join(elsewhere), None)
+            elif not holders:
+                self._disk_step(st, f"no replica holds {value} on disk", None)
+        return holders
+
+    @staticmethod
+    def _disk_step(st: _Story, text: str, node: str | None) -> None:
+        st.disk.append({"time": None, "text": text, "disk": node or "all"})
+
+    def _replaced(self, p: int, o: int, values: set, after: int | None) -> int | None:
+        """When (p, o) was first seen holding another value (acknowledged or read) after `after`:
+        the story's window closes there, the loss having happened by then."""
+        pos = _pos(p, o)
+        times = [e["time"] for e in self.facts.acks_at.get(pos, []) if e["value"] not in values]
+        times += [r.time for r in self.facts.reads_at.get(pos, []) if r.value not in values]
+        times = [t for t in times if after is None or t >= after]
+        return min(times) if times else None
+
+    def _end(self) -> int | None:
+        return self.facts.final_start
+
+    # -- one story per anomaly kind
+
+    def lost(self, name: str, ex: dict) -> dict:
+        v, p, o = ex["value"], ex["partition"], ex["offset"]
+        st = _Story(name, partition=p, offset=o, value=v)
+        comp = self._send(st, v, (p, o))
+        reads = self.facts.reads.get(v, [])
+        self._reads(st, reads)
+        t_ack = comp["time"] if comp else None
+        inv = next((e for e in self.facts.sends.get(v, []) if e["type"] == "invoke"), None)
+        start = inv["time"] if inv else t_ack
+        self._window(st, p, start, self._replaced(p, o, {v}, start) or self._end())
+        cuts = self._cuts(st, p, o, t_ack)
+        others = self._others_at(st, p, o, {v}, after=t_ack or 0)
+        if name == "lost-acked":
+            st.add(self._end(), f"the final reads of partition {p} (to offset {ex.get('final_end')}) do not hold it")
+        else:
+            st.add(None, f"no read returned it, though reads of partition {p} reached {ex.get('max_read_offset')}")
+        self._on_disk(st, p, o, v)
+        head = f"{v}, acknowledged at {p}:{o}" + (f" by {_state(self.tl.at(p, t_ack), isr=False)}" if
+                                                   self.tl.at(p, t_ack) else "") + f" at {_s(t_ack)}"
+        if name == "lost-acked":
+            read = [r for r in reads if not r.final]
+            head += (f" and read at {_s(read[0].time)}," if read else ",") + " is not in the topic at the end"
+        else:
+            head += ", was never read though later offsets were"
+        if cuts:
+            c = cuts[0]
+            head += f": {c.get('node')} truncated partition {p} to {c['offset']} at {_s(c['time'])}"
+            if c.get("leader"):
+                head += f" following {c['leader']}" + (f" (epoch {c['epoch']})" if c.get("epoch") is not None else "")
+        if others:
+            head += ("; " if cuts else ": ") + f"{_and([str(w) for w in others])} took offset {o}"
+        st.summary = head + "."
+        return st.done()
+
+    def dirty(self, ex: dict) -> dict:
+        v, p = ex["value"], ex["partition"]
+        reads = [r for r in self.facts.reads.get(v, []) if r.partition == p] or self.facts.reads.get(v, [])
+        o = reads[0].offset if reads else None
+        st = _Story("dirty-read", partition=p, offset=o, value=v)
+        self._send(st, v, (p, o))
+        self._reads(st, reads)
+        t_read = reads[0].time if reads else None
+        inv = next((e for e in self.facts.sends.get(v, []) if e["type"] == "invoke"), None)
+        self._window(st, p, inv["time"] if inv else t_read,
+                     (self._replaced(p, o, {v}, t_read) if o is not None else None) or self._end() or t_read)
+        cuts = self._cuts(st, p, o, t_read) if o is not None else []
+        others = self._others_at(st, p, o, {v}, after=t_read or 0) if o is not None else []
+        if o is not None:
+            self._on_disk(st, p, o, v)
+        lines = self.tl.during(p, reads[0].invoked or reads[0].time, reads[0].time) if reads else []
+        head = (f"{v} was read at {p}:{o}" + (f" from {_leaders(lines)}" if lines else "")
+                + f" at {_s(t_read)}, {SEND_STATE.get(ex.get('send'), 'its send never settled')}, "
+                "and the topic did not keep it")
+        if cuts:
+            c = cuts[0]
+            head += f": {c.get('node')} truncated partition {p} to {c['offset']} at {_s(c['time'])}"
+        if others:
+            head += ("; " if cuts else ": ") + f"{_and([str(w) for w in others])} took offset {o}"
+        st.summary = head + "."
+        return st.done()
+
+    def duplicate(self, ex: dict, name: str = "duplicate") -> dict:
+        v = ex["value"]
+        positions = [(x["partition"], x["offset"]) for x in ex.get("positions", [])]
+        p, o = positions[0] if positions else (None, None)
+        st = _Story(name, partition=p, offset=o, value=v, positions=[f"{a}:{b}" for a, b in positions])
+        comp = self._send(st, v, None)
+        reads = self.facts.reads.get(v, [])
+        self._reads(st, reads)
+        times = [e["time"] for e in self.facts.sends.get(v, [])] + [r.time for r in reads if not r.final]
+        if p is not None and times:
+            self._window(st, p, min(times), max(times))
+        for a, b in positions:
+            self._cuts(st, a, b, min(times) if times else None, max(times) if times else None)
+        for a, b in positions[:3]:
+            self._on_disk(st, a, b, None)
+        where = ", ".join(f"{a}:{b}" for a, b in positions)
+        if name == "aborted-read":
+            err = f" ({comp['error']})" if comp and comp.get("error") else ""
+            first = next((r for r in reads if not r.final), reads[0] if reads else None)
+            st.summary = (f"{v}'s send failed{err}" + (f" at {_s(comp['time'])}" if comp else "")
+                          + (f", yet it was read at {first.partition}:{first.offset} at {_s(first.time)}" if first else "")
+                          + ".")
+        else:
+            st.summary = f"{v} is at {len(positions)} positions, {where}" + (
+                f" (sent once, acknowledged at {comp['partition']}:{comp['offset']} at {_s(comp['time'])})"
+                if comp and comp["type"] == "ok" else "") + "."
+        return st.done()
+
+    def inconsistent(self, ex: dict) -> dict:
+        p, o = ex["partition"], ex["offset"]
+        values = [x["value"] for x in ex.get("values", [])]
+        st = _Story("inconsistent-offset", partition=p, offset=o, values=values)
+        self._others_at(st, p, o, set())
+        times = [e["time"] for e in self.facts.acks_at.get(_pos(p, o), [])] + \
+                [r.time for r in self.facts.reads_at.get(_pos(p, o), [])]
+        t0, t1 = (min(times), max(times)) if times else (None, None)
+        self._window(st, p, t0, t1)
+        cuts = self._cuts(st, p, o, t0, t1)
+        self._on_disk(st, p, o, None)
+        head = f"partition {p} offset {o} held {_and([str(v) for v in values])}"
+        if cuts:
+            c = cuts[0]
+            head += (f": {c.get('node')} truncated it at {_s(c['time'])}"
+                     + (f" following {c['leader']}" if c.get("leader") else "")
+                     + (f" (epoch {c['epoch']})" if c.get("epoch") is not None else ""))
+        st.summary = head + "."
+        return st.done()
+
+    def read_step(self, name: str, ex: dict) -> dict:
+        p, proc = ex["partition"], ex["process"]
+        a, b = ex["prev_offset"], ex["offset"]
+        skipped = ex.get("skipped_offset")
+        st = _Story(name, partition=p, offset=skipped if skipped is not None else b, value=ex.get("value"),
+                    process=proc)
+        prev = self.facts.events.get(ex["prev_index"])
+        cur = self.facts.events.get(ex["index"])
+        t0, t1 = (prev or {}).get("time"), (cur or {}).get("time")
+        for e, off, val in ((prev, a, ex.get("prev_value")), (cur, b, ex.get("value"))):
+            if e is not None:
+                lead = self.tl.at(p, e["time"])
+                st.add(e["time"], f"process {proc} read {val} at {p}:{off} at {_s(e['time'])}"
+                       + (f", from {_state(lead, isr=False)}" if lead else ""), event=e["index"])
+        self._window(st, p, t0, t1)
+        if name == "nonmonotonic-poll":
+            self._cuts(st, p, max(a, b), t0, t1)
+        if skipped is not None:
+            others = self._others_at(st, p, skipped, set())
+            self._on_disk(st, p, skipped, None)
+            st.summary = (f"process {proc} read {p}:{b} right after {p}:{a} at {_s(t1)}, skipping offset {skipped}"
+                          + (f", which holds {_and([str(w) for w in others])}" if others else "") + ".")
+        else:
+            self._on_disk(st, p, min(a, b), None)
+            st.summary = f"process {proc} went back from {p}:{a} to {p}:{b} at {_s(t1)} without a seek."
+        return st.done()
+
+    def send_order(self, ex: dict) -> dict:
+        p, proc = ex["partition"], ex["process"]
+        st = _Story("nonmonotonic-send", partition=p, offset=ex["offset"], value=ex["value"], process=proc)
+        self._send(st, ex["prev_value"], named=True)
+        cur = self._send(st, ex["value"], named=True)
+        times = [e["time"] for v in (ex["prev_value"], ex["value"]) for e in self.facts.sends.get(v, [])]
+        if times:
+            self._window(st, p, min(times), max(times))
+            self._cuts(st, p, ex["prev_offset"], min(times), max(times))
+        st.summary = (f"process {proc} sent {ex['value']} after {ex['prev_value']}, but it was acknowledged at "
+                      f"{p}:{ex['offset']}, before {ex['prev_value']}'s {p}:{ex['prev_offset']}"
+                      + (f" (at {_s(cur['time'])})" if cur else "") + ".")
+        return st.done()
+
+    def explain(self, name: str, ex: dict) -> dict | None:
+        if name in ("lost-acked", "lost-write"):
+            return self.lost(name, ex)
+        if name == "dirty-read":
+            return self.dirty(ex)
+        if name in ("duplicate", "aborted-read"):
+            return self.duplicate(ex, name)
+        if name == "inconsistent-offset":
+            return self.inconsistent(ex)
+        if name in ("poll-skip", "nonmonotonic-poll"):
+            return self.read_step(name, ex)
+        if name == "nonmonotonic-send":
+            return self.send_order(ex)
+        return None
+
+
+def _first_time(got: dict) -> int:
+    if "ack" in got:
+        return got["ack"]["time"]
+    return got["read"].time
+
+
+def _cut_text(x: dict, p: int) -> str:
+    """'n2 truncated 4:2135.. at 33.0 s (log end 2140), following n1 (epoch 1): leader epoch'."""
+    text = f"{x.get('node')} truncated {p}:{x['offset']}.. at {_s(x['time'])}"
+    if isinstance(x.get("log_end"), int):
+        text += f" (log end {x['log_end']})"
+    if x.get("leader"):
+        text += f", following {x['leader']}"
+        if x.get("epoch") is not None:
+            text += f" (epoch {x['epoch']})"
+    elif x.get("epoch") is not None:
+        text += f" in epoch {x['epoch']}"
+    if x.get("reason"):
+        text += f": {x['reason']}"
+    return text
+
+
+# --------------------------------------------------------------------------
+# The entry points
+
+
+def wanted(results: dict, limit: int = LIMIT) -> tuple[list[tuple[str, dict]], set[int], set[int], set[int]]:
+    """The examples to explain, and the values, positions and history indexes they need."""
+    chosen, values, positions, indexes = [], set(), set(), set()
+    for name in EXPLAINED:
+        a = results.get("anomalies", {}).get(name) or {}
+        for ex in (a.get("examples") or [])[:limit]:
+            if not isinstance(ex, dict):
+                continue
+            chosen.append((name, ex))
+            for k, v in _flat(ex):
+                if k.endswith("index") and isinstance(v, int):
+                    indexes.add(v)
+                elif k in ("value", "prev_value") and isinstance(v, int):
+                    values.add(v)
+            for x in [ex] + list(ex.get("positions") or []):
+                if isinstance(x.get("partition"), int) and isinstance(x.get("offset"), int):
+                    positions.add(_pos(x["partition"], x["offset"]))
+            if isinstance(ex.get("skipped_offset"), int):
+                positions.add(_pos(ex["partition"], ex["skipped_offset"]))
+            if name in ("poll-skip", "nonmonotonic-poll"):
+                positions.add(_pos(ex["partition"], min(ex["prev_offset"], ex["offset"])))
+    return chosen, values, positions, indexes
+
+
+def _flat(x, key=""):
+    if isinstance(x, dict):
+        for k, v in x.items():
+            yield from _flat(v, k)
+    elif isinstance(x, list):
+        for v in x:
+            yield from _flat(v, key)
+    else:
+        yield key, x
+
+
+def explain(source: HistorySource, results: dict, states: list[dict] | None = None, disk: Disk | None = None,
+            fault_ends: dict[str, str] | None = None, limit: int = LIMIT) -> list[dict]:
+    """Stories for the first `limit` examples of each anomaly in `results`.
+
+    `source`: the history; `states`: states.jsonl's lines (`load_states`);
+    `disk`: the disk dumps (`load_disk`, kept to the stories' values and
+    positions: see `wanted`); `fault_ends`: each fault's start action ->
+    its stop action (nemesis.registry), to pair the faults in results'
+    stats. Without states or disk the stories say what the history says.
+    """
+    chosen, values, positions, indexes = wanted(results, limit)
+    if not chosen:
+        return []
+    facts = scan(source, indexes, values, positions)
+    faults = results.get("stats", {}).get("faults", [])
+    end = max([e["time"] for e in faults] + [facts.final_start or 0]) + 1
+    # A second past the end of the history is close enough for a fault never healed.
+    intervals = fault_intervals(faults, fault_ends or {}, end)
+    ex = Explainer(facts, Timeline(states), disk, intervals)
+    out = []
+    for name, example in chosen:
+        try:
+            story = ex.explain(name, example)
+        except (KeyError, TypeError, ValueError) as e:  # an example of a shape we do not know
+            log.warning("no story for a %s example: %s", name, e)
+            continue
+        if story is not None:
+            out.append(story)
+    return out
+
+
+def explain_run(source: HistorySource, results: dict, fault_ends: dict[str, str] | None = None,
+                limit: int = LIMIT) -> list[dict]:
+    """`explain` with the states.jsonl and disk/ dumps found beside the history (each optional)."""
+    _, values, positions, _ = wanted(results, limit)
+    states = load_states(source.root / "states.jsonl")
+    disk = load_disk(source.root / "disk", values, positions)
+    return explain(source, results, states, disk, fault_ends, limit)

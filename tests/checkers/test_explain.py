@@ -1,0 +1,196 @@
+"""Stories per anomaly (checkers.explain): hand-made histories checked by the real
+checker, with hand-made states.jsonl lines and disk dumps, told in exact sentences."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+from checkers.explain import explain, explain_run, load_disk, load_states, wanted
+from core.history.files import resolve
+from harness.check import add_explanations
+from harness.stories_html import stories_html, story_indexes
+from nemesis.registry import BY_START_ACTION
+
+ENDS = {a: f.stop_action for a, f in BY_START_ACTION.items()}
+S = 1_000_000_000
+
+
+def _tenths(hist) -> None:
+    """Event i happens at i/10 s: stories read in whole tenths."""
+    for e in hist.events:
+        e["time"] = e["index"] * S // 10
+
+
+def _states(path, lines) -> None:
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def _disk(folder, rows: dict) -> None:
+    folder.mkdir()
+    for node, rs in rows.items():
+        with gzip.open(folder / f"{node}.jsonl.gz", "wt") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rs)
+
+
+def _lost_history(hist):
+    hist.send(1, 10, 0, 0)                                  # 0, 1
+    hist.poll(2, (0, 0, 10))                                # 2, 3
+    hist.add("nemesis", "invoke", "start-partition", value={"mode": "isolate-one"})  # 4
+    hist.add("nemesis", "ok", "start-partition", value={"grudge": {"n1": ["n2", "n3"], "n2": ["n1"], "n3": ["n1"]}})
+    hist.send(1, 20, 0, 0)                                  # 6, 7
+    hist.add("nemesis", "invoke", "stop-partition", value={"grudge": {"n1": ["n2", "n3"], "n2": ["n1"], "n3": ["n1"]}})
+    hist.add("nemesis", "ok", "stop-partition", value={})   # 9
+    hist.final_reads(3, [0])                                # 10
+    hist.poll(3, (0, 0, 20))                                # 11, 12
+    hist.final_reads_ok(3, {0: 1})                          # 13
+    _tenths(hist)
+
+
+STATES = [
+    {"time": 0, "kind": "partition", "partition": 0, "leader": "n1", "epoch": 0, "isr": ["n1", "n2", "n3"], "hw": 0},
+    {"time": 0, "kind": "controller", "node": "n1"},
+    {"time": 2 * S // 10, "kind": "partition", "partition": 0, "leader": "n1", "epoch": 0,
+     "isr": ["n1", "n2", "n3"], "hw": 1},
+    {"time": 5 * S // 10, "kind": "partition", "partition": 0, "leader": "n2", "epoch": 1, "isr": ["n2", "n3"],
+     "hw": 0},
+    {"time": 5 * S // 10, "kind": "node", "node": "n1", "alive": True, "reachable": False},
+    {"time": 9 * S // 10, "kind": "truncation", "node": "n1", "partition": 0, "offset": 0, "log_end": 1,
+     "epoch": 1, "leader": "n2", "reason": "leader epoch"},
+]
+DISK = {"n1": [[0, 0, 1, 0, 20]], "n2": [[0, 0, 1, 0, 20]], "n3": []}
+
+
+def _by(stories, name):
+    return [s for s in stories if s["anomaly"] == name]
+
+
+def test_lost_acked_story_names_the_truncation_the_replacement_and_the_disks(hist, check, tmp_path):
+    _lost_history(hist)
+    results = check(hist)
+    assert results["counts_by_anomaly"]["lost-acked"] == 1
+    _states(tmp_path / "states.jsonl", STATES)
+    _disk(tmp_path / "disk", DISK)
+    stories = explain_run(resolve(tmp_path), results, ENDS)
+    [story] = _by(stories, "lost-acked")
+    assert story["summary"] == ("10, acknowledged at 0:0 by n1 (epoch 0) at 0.1 s and read at 0.3 s, is not in "
+                                "the topic at the end: n1 truncated partition 0 to 0 at 0.9 s following n2 "
+                                "(epoch 1); 20 took offset 0.")
+    assert [(s["time"], s["text"], s.get("event"), s.get("state"), s.get("disk")) for s in story["steps"]] == [
+        (0.0, "10 sent by process 1 at 0.0 s (leader n1, epoch 0)", 0, None, None),
+        (0.1, "acknowledged at 0:0 by n1 (epoch 0, ISR n1,n2,n3) at 0.1 s", 1, None, None),
+        (0.2, "committed: the HW of partition 0 was 1 at 0.2 s (leader n1)", None, 3, None),
+        (0.3, "read at 0:0 by process 2 at 0.3 s, from n1 (epoch 0)", 3, None, None),
+        (0.4, "fault start-partition n1 | n2 n3 from 0.4 s to 0.8 s", 4, None, None),
+        (0.5, "n2 (epoch 1, ISR n2,n3) leads partition 0 from 0.5 s", None, 4, None),
+        (0.7, "20 written at 0:0 by n2 (epoch 1) at 0.7 s", 7, None, None),
+        (0.9, "n1 truncated 0:0.. at 0.9 s (log end 1), following n2 (epoch 1): leader epoch", None, 6, None),
+        (1.0, "the final reads of partition 0 (to offset 1) do not hold it", None, None, None),
+        (None, "at the end n1 and n2 hold 20 at 0 (epoch 1); n3 has nothing at 0 (log end 0)", None, None, "n1"),
+        (None, "no replica holds 10 on disk", None, None, "all"),
+    ]
+    [other] = _by(stories, "inconsistent-offset")
+    assert other["summary"] == ("partition 0 offset 0 held 10 and 20: n1 truncated it at 0.9 s following n2 "
+                                "(epoch 1).")
+    assert [s["text"] for s in other["steps"]][:2] == ["10 written at 0:0 by n1 (epoch 0) at 0.1 s",
+                                                      "fault start-partition n1 | n2 n3 from 0.4 s to 0.8 s"]
+
+
+def test_a_bare_history_still_gets_its_stories(hist, check, tmp_path):
+    _lost_history(hist)
+    results = check(hist)
+    stories = explain(resolve(tmp_path), results, fault_ends=ENDS)
+    [story] = _by(stories, "lost-acked")
+    assert story["summary"] == "10, acknowledged at 0:0 at 0.1 s and read at 0.3 s, is not in the topic at the end: 20 took offset 0."
+    assert [s["text"] for s in story["steps"]] == [
+        "10 sent by process 1 at 0.0 s", "acknowledged at 0:0 at 0.1 s", "read at 0:0 by process 2 at 0.3 s",
+        "fault start-partition n1 | n2 n3 from 0.4 s to 0.8 s", "20 written at 0:0 at 0.7 s",
+        "the final reads of partition 0 (to offset 1) do not hold it"]
+    # The report's section links every step to its event and escapes what it shows.
+    results["explanations"] = stories
+    html = stories_html(results)
+    assert "<a href='#e7'>event 7</a>" in html and story_indexes(results) >= {0, 1, 3, 4, 7}
+
+
+def test_dirty_read_story(hist, check, tmp_path):
+    hist.send(1, 10, outcome="info", error="_MSG_TIMED_OUT")   # 0, 1
+    hist.poll(2, (0, 0, 10))                                    # 2, 3
+    hist.send(1, 20, 0, 0)                                      # 4, 5
+    hist.final_reads(3, [0])
+    hist.poll(3, (0, 0, 20))
+    hist.final_reads_ok(3, {0: 1})
+    _tenths(hist)
+    results = check(hist)
+    _states(tmp_path / "states.jsonl", [
+        {"time": 0, "kind": "partition", "partition": 0, "leader": "n3", "epoch": 2, "isr": ["n3"], "hw": 0},
+        {"time": 4 * S // 10, "kind": "partition", "partition": 0, "leader": "n1", "epoch": 3, "isr": ["n1"],
+         "hw": 0},
+        {"time": 4 * S // 10, "kind": "truncation", "node": "n3", "partition": 0, "offset": 0, "log_end": 1,
+         "epoch": 3, "leader": "n1", "reason": "leader epoch"}])
+    _disk(tmp_path / "disk", {"n1": [[0, 0, 3, 0, 20]], "n3": [[0, 0, 3, 0, 20]]})
+    [story] = _by(explain_run(resolve(tmp_path), results, ENDS), "dirty-read")
+    assert story["summary"] == ("10 was read at 0:0 from n3 (epoch 2) at 0.3 s, its send's outcome unknown (info), "
+                                "and the topic did not keep it: n3 truncated partition 0 to 0 at 0.4 s; "
+                                "20 took offset 0.")
+    assert [s["text"] for s in story["steps"]] == [
+        "10 sent by process 1 at 0.0 s (leader n3, epoch 2)",
+        "its send ended info (_MSG_TIMED_OUT) at 0.1 s",
+        "read at 0:0 by process 2 at 0.3 s, from n3 (epoch 2)",
+        "n1 (epoch 3, ISR n1) leads partition 0 from 0.4 s",
+        "n3 truncated 0:0.. at 0.4 s (log end 1), following n1 (epoch 3): leader epoch",
+        "20 written at 0:0 by n1 (epoch 3) at 0.5 s",
+        "at the end n1 and n3 hold 20 at 0 (epoch 3)",
+        "no replica holds 10 on disk"]
+
+
+def test_duplicate_and_poll_skip_stories(hist, check, tmp_path):
+    hist.send(1, 10, 0, 1)                      # 0, 1: acknowledged at 0:1
+    hist.poll(2, (0, 0, 10))                    # 2, 3: but read at 0:0 too
+    hist.poll(2, (0, 1, 10), (0, 3, 30))        # 4, 5: 0:2 skipped
+    hist.send(1, 25, 0, 2)                      # 6, 7: known at 0:2
+    _tenths(hist)
+    results = check(hist)
+    _disk(tmp_path / "disk", {"n1": [[0, 0, 0, None, 10], [0, 1, 0, None, 10], [0, 2, 0, None, 25]]})
+    stories = explain_run(resolve(tmp_path), results, ENDS)
+    [dup] = _by(stories, "duplicate")
+    assert dup["summary"] == "10 is at 2 positions, 0:0, 0:1 (sent once, acknowledged at 0:1 at 0.1 s)."
+    assert [s["text"] for s in dup["steps"]] == [
+        "10 sent by process 1 at 0.0 s", "acknowledged at 0:1 at 0.1 s", "read at 0:0 by process 2 at 0.3 s",
+        "read at 0:1 by process 2 at 0.5 s", "at the end n1 holds 10 at 0 (epoch 0)",
+        "at the end n1 holds 10 at 1 (epoch 0)"]
+    [skip] = _by(stories, "poll-skip")
+    assert skip["summary"] == "process 2 read 0:3 right after 0:1 at 0.5 s, skipping offset 2, which holds 25."
+    assert [s["text"] for s in skip["steps"]] == [
+        "process 2 read 10 at 0:1 at 0.5 s", "process 2 read 30 at 0:3 at 0.5 s",
+        "25 written at 0:2 (epoch 0) at 0.7 s", "at the end n1 holds 25 at 2 (epoch 0)"]
+
+
+def test_add_explanations_never_fails_the_check(tmp_path):
+    results = {"anomalies": {"lost-acked": {"count": 1, "examples": [{"value": 1, "partition": 0, "offset": 0}]}}}
+    add_explanations(results, tmp_path / "missing")
+    assert results["explanations"] == []
+
+
+def test_loading_states_and_disk_keeps_only_what_the_stories_need(tmp_path):
+    (tmp_path / "states.jsonl").write_text('{"time": 5, "kind": "phase", "phase": "end"}\nnot json\n[1]\n'
+                                           '{"time": 1, "kind": "controller", "node": null}\n')
+    assert load_states(tmp_path / "states.jsonl") == [{"time": 5, "kind": "phase", "phase": "end", "line": 1},
+                                                      {"time": 1, "kind": "controller", "node": None, "line": 4}]
+    assert load_states(tmp_path / "nope.jsonl") is None
+    _disk(tmp_path / "disk", {"n1": [[0, 0, 0, 1, 10], [0, 1, 0, 1, 11], [1, 0, 2, None, "text"]]})
+    _, values, positions, _ = wanted({"anomalies": {"lost-acked": {"examples": [
+        {"value": 11, "partition": 1, "offset": 0, "invoke_index": 0, "ack_index": 1}]}}})
+    disk = load_disk(tmp_path / "disk", values, positions)
+    assert disk.at == {"n1": {1 << 40: (2, "text")}} and disk.where == {"n1": {11: [(0, 1, 0)]}}
+    assert disk.ends == {"n1": {0: 2, 1: 1}}
+    assert load_disk(tmp_path / "none", values, positions) is None
+
+
+def test_story_html_escapes_every_field():
+    evil = "<script>x</script>"
+    results = {"explanations": [{"anomaly": evil, "summary": evil, "steps": [
+        {"time": 1.0, "text": evil, "event": 3}, {"time": None, "text": evil, "disk": "<n1>"},
+        {"time": 2.0, "text": evil, "state": 7}]}]}
+    html = stories_html(results)
+    assert "<script>" not in html and html.count("&lt;script&gt;") == 5
+    assert "disk/&lt;n1&gt;.jsonl.gz" in html and "states.jsonl line 7" in html
