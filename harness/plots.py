@@ -402,9 +402,10 @@ def lanes_png(lanes: dict[int, list[dict]], truncations: list[dict], intervals: 
                                edgecolor="#343a40", lw=0.3, hatch="///" if shrunk else None)
         for s in lanes[p]:
             x0, x1 = s["start"] / 1e9, s["end"] / 1e9
-            if x1 - x0 > t_max * 0.06:
-                label = f"{s['leader'] or 'no leader'} e{s['epoch'] if s['epoch'] is not None else '?'} " \
-                        f"[{' '.join(map(str, s['isr']))}]"
+            label = f"{s['leader'] or 'no leader'} e{s['epoch'] if s['epoch'] is not None else '?'} " \
+                    f"[{' '.join(map(str, s['isr']))}]"
+            # Only where it fits: the axes are about 800 px wide, a character of it about 4.3 px.
+            if (x1 - x0) / t_max * 800 > len(label) * 4.3 + 4:
                 ax.text(x0 + t_max * 0.003, row, label, va="center", fontsize=6.5, clip_on=True)
     rows = {p: r for r, p in enumerate(shown, start=k)}
     tx = [(t["time"] / 1e9, rows[t["partition"]]) for t in truncations if t.get("partition") in rows]
