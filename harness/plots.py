@@ -582,24 +582,35 @@ def plots(results: dict, source: HistorySource | None, intervals: list[dict],
         ax.legend(loc="upper right", fontsize=8)
     out["throughput"] = _png(fig)
     plt.close(fig)
+    # The figures below are extras: one that cannot be drawn is a warning, never a report lost.
     states = read_states(run_dir) if run_dir is not None else []
     end_time = int(table["time"][-1].as_py()) if table is not None and table.num_rows else 0
-    lanes = partition_lanes(states, max([end_time] + [s["time"] for s in states]))
-    if lanes:
-        truncations = [s for s in states if s["kind"] == "truncation"]
-        out["lanes"] = lanes_png(lanes, truncations, intervals, anomaly_marks(results, table),
-                                 node_lanes(states, max([end_time] + [s["time"] for s in states])))
+    until = max([end_time] + [s["time"] for s in states])
+    try:
+        lanes = partition_lanes(states, until)
+        if lanes:
+            truncations = [s for s in states if s["kind"] == "truncation"]
+            out["lanes"] = lanes_png(lanes, truncations, intervals, anomaly_marks(results, table),
+                                     node_lanes(states, until))
+    except (KeyError, TypeError, ValueError) as e:
+        log.warning("no lane chart (states.jsonl: %s)", e)
     if table is not None:
-        recs = _polled_records(table)
-        lag = _without_final_reads(lag_series(table, states, recs), table)
-        if len(lag):
-            out["lag"] = lag_png(lag, intervals)
-        steps = unseen_series(table, recs)
-        del recs, lag
-        if len(steps):
-            out["unseen"] = unseen_png(steps, intervals, end_time)
+        try:
+            recs = _polled_records(table)
+            lag = _without_final_reads(lag_series(table, states, recs), table)
+            if len(lag):
+                out["lag"] = lag_png(lag, intervals)
+            steps = unseen_series(table, recs)
+            del recs, lag
+            if len(steps):
+                out["unseen"] = unseen_png(steps, intervals, end_time)
+        except (KeyError, TypeError, ValueError) as e:
+            log.warning("no lag or unseen plot: %s", e)
         if run_dir is not None:
-            out["timeline"] = write_timeline(run_dir, table, intervals).name
+            try:
+                out["timeline"] = write_timeline(run_dir, table, intervals).name
+            except (OSError, KeyError, TypeError, ValueError) as e:
+                log.warning("no timeline.html: %s", e)
     return out
 
 

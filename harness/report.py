@@ -4,8 +4,9 @@ One self-contained page (styles inline, plots as inline PNG): the verdict,
 anomaly counts with examples linked to the history events that prove them
 (an excerpt of the history around each example is on the page), the run's
 settings, latency and throughput over time with fault intervals shaded, the
-nemesis's timeline, and links to the run's files. Every piece of data from
-the history, results or spec is HTML-escaped.
+nemesis's timeline, and links to the run's files; the figures, and
+timeline.html beside the page, come from harness/plots.py. Every piece of
+data from the history, results or spec is HTML-escaped.
 """
 
 from __future__ import annotations
@@ -84,7 +85,6 @@ def fault_intervals(faults: list[dict], end_time: int) -> list[dict]:
         for start in starts:
             intervals.append({"f": begin, "start": start["time"], "end": end_time, "value": start.get("value")})
     return sorted(intervals, key=lambda i: i["start"])
-
 
 
 # --------------------------------------------------------------------------

@@ -149,6 +149,10 @@ def test_partition_lanes_from_states(tmp_path):
     assert {"lanes", "lag", "unseen", "latency", "throughput"} <= set(images)
     assert images["timeline"] == "timeline.html" and (tmp_path / "timeline.html").is_file()
     assert "Cluster state" in P.figures_html(images)
+    # A states.jsonl the chart cannot use costs the chart, not the report.
+    (tmp_path / "states.jsonl").write_text('{"time": 1, "kind": "partition", "partition": 0, "isr": 5}\n')
+    images = P.plots({"anomalies": {}}, resolve(tmp_path), [], tmp_path)
+    assert "lanes" not in images and "lag" in images
     (tmp_path / "states.jsonl").unlink()
     assert "lanes" not in P.plots({"anomalies": {}}, resolve(tmp_path), [], tmp_path)
     assert table.num_rows == len(ROWS)
