@@ -6,9 +6,10 @@ page fetches anything.
 
 - send latency and throughput over time, fault intervals shaded (from
   results.json's stats and the history);
-- a lane chart per partition of leader, epoch and ISR over time, from the
-  run folder's `states.jsonl` (docs/history.md), with fault bands,
-  truncations and the checker's examples marked (no states.jsonl: no chart);
+- a lane chart from the run folder's `states.jsonl` (docs/history.md): a
+  lane per node (down, unreachable, controller), then per partition its
+  leader, epoch and ISR over time, with fault bands, truncations and the
+  checker's examples marked (no states.jsonl: no chart);
 - consumers' realtime lag and the count of unseen values over time
   (`lag_series`, `unseen_series`: data, tested apart from the drawing);
 - `timeline.html` beside the report: one lane per process, operations as
