@@ -8,6 +8,7 @@ configure(parser) and run(args) -> int:
 - `checker_cost` (check): the checker's wall time and peak memory on 1M and 10M events.
 - `own_broker_throughput` (broker): acks=all produce throughput and latency of the own broker.
 - `broker_vs_kafka` (kafka): the own broker against Apache Kafka, and Kafka's bring-up.
+- `report_cost` (report): building the report of a 10M-event run; page sizes and browser load time.
 
 Run as `python -m bench.NAME`:
 

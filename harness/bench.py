@@ -6,7 +6,7 @@ run(args) -> int; this module only dispatches to them.
 
 from __future__ import annotations
 
-from bench import broker_vs_kafka, checker_cost, cluster_up, own_broker_failover, own_broker_throughput
+from bench import broker_vs_kafka, checker_cost, cluster_up, own_broker_failover, own_broker_throughput, report_cost
 
 # target -> (module, one-line help)
 TARGETS = {
@@ -18,6 +18,7 @@ TARGETS = {
                  "own broker: seconds from a leader's kill -9 to a new leader and to the next acknowledged write"),
     "kafka": (broker_vs_kafka,
               "own broker vs Apache Kafka: acks=all produce throughput and p99 side by side; Kafka bring-up"),
+    "report": (report_cost, "building the report of a 10M-event run: time, memory, page sizes, browser load time"),
 }
 
 

@@ -20,7 +20,7 @@ ALLOWED = {
     "bench": {"core", "infra", "broker", "workloads", "nemesis", "checkers"},
     "harness": {"core", "infra", "workloads", "nemesis", "checkers", "bench"},
 }
-HEAVY = {"pyspark", "confluent_kafka", "paramiko", "docker", "pyarrow", "pandas", "matplotlib", "kazoo",
+HEAVY = {"pyspark", "confluent_kafka", "paramiko", "docker", "pyarrow", "pandas", "numpy", "matplotlib", "kazoo",
          "cryptography", "mfusepy"}
 
 
