@@ -314,7 +314,7 @@ def _faults_html(faults: list[dict]) -> str:
                     f"<td>{esc(what)}</td><td>{folded}</td></tr>")
     return ("<h2>Nemesis</h2><p class='muted'>Each fault's start and end; invocations show what was asked, "
             "completions what was done and how the harness verified it (open for the probes).</p>"
-            "<table class='wide stack'><tr><th>time</th><th>action</th><th>what</th><th>verification</th></tr>"
+            "<table class='wide stack' id='faults'><tr><th>time</th><th>action</th><th>what</th><th>verification</th></tr>"
             + "".join(rows) + "</table>")
 
 

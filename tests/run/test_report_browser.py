@@ -43,7 +43,7 @@ def test_report_in_chromium_at_desktop_and_phone_widths(spark, browser, tmp_path
     run_dir, results = build(tmp_path, spark)
     report = render(run_dir, results)
     for width in WIDTHS:
-        for where in (None, "h2:nth-of-type(4)"):  # the top, and further down (nemesis and node logs)
+        for where in (None, "#faults"):  # the top, and further down (nemesis and node logs)
             seen = browser.open_page(report, width, probe=PROBE, scroll_to=where)
             name = f"report-{width}{'-' + where.split(':')[0] + '-' + where[-2] if where else ''}.png"
             (tmp_path / name).write_bytes(seen.screenshot)
