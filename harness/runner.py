@@ -299,8 +299,9 @@ def _status(r: Run, elapsed: float, total: float) -> str:
         o = ops.get(f, {})
         return f"{o.get('ok', 0)}/{o.get('fail', 0)}/{o.get('info', 0)}"
 
-    return (f"[{elapsed:5.0f}s / {total:.0f}s] sends ok/fail/info {triple('send')}  polls {triple('poll')}  "
-            f"in flight {stats.get('in_flight', 0)}  faults: {r.nemesis.current}")
+    # The faults early: a narrow terminal cuts the end of the line.
+    return (f"[{elapsed:4.0f}s / {total:.0f}s] faults: {r.nemesis.current} | sends ok/fail/info {triple('send')} | "
+            f"polls {triple('poll')} | in flight {stats.get('in_flight', 0)}")
 
 
 def _finish(r: Run) -> None:

@@ -87,7 +87,7 @@ def test_a_run_off_a_terminal_prints_no_client_chatter_and_ends_with_the_verdict
         err, out = r.proc.stderr, r.proc.stdout
         assert not [line for line in err.splitlines() if CLIENT_LINE.search(line)], err
         # Off a terminal the status is plain lines, with the faults in force.
-        assert re.search(r"^  \[\s*\d+s / \d+s\] sends ok/fail/info \d+/\d+/\d+ .* faults: ", err, re.M), err
+        assert re.search(r"^  \[\s*\d+s / \d+s\] faults: .+ \| sends ok/fail/info \d+/\d+/\d+ \| polls ", err, re.M), err
         results = json.loads((r.dir / "results.json").read_text())
         lines = out.strip().splitlines()
         assert lines[-1] == f"report: {r.dir / 'report.html'}"
