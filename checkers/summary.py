@@ -62,7 +62,33 @@ def _at(p: dict) -> str:
     return f" ({', '.join(refs)})" if refs else ""
 
 
-def render(results: dict, results_path: str | None = None) -> str:
+def verdict_line(results: dict) -> str:
+    """`verdict: VALID`, or `verdict: INVALID (the anomalies counted as errors)`."""
+    errors = [n for n, a in results["anomalies"].items() if a["error"]]
+    return "verdict: VALID" if results["valid"] else f"verdict: INVALID ({', '.join(errors)})"
+
+
+def top_anomaly(results: dict) -> str | None:
+    """`NAME: words` for the most serious anomaly found (the first error in
+    report order): the first line of its story when results.json explains
+    it (`explanations`, a list of {"anomaly", "summary", ...}), else the
+    line of its first example. None when no anomaly is an error."""
+    top = next((n for n, a in results["anomalies"].items() if a["error"] and a["count"]), None)
+    if top is None:
+        return None
+    stories = [x for x in results.get("explanations") or [] if isinstance(x, dict) and x.get("summary")]
+    story = next((x for x in stories if x.get("anomaly") == top), None)
+    if story is not None:
+        lines = str(story["summary"]).strip().splitlines()
+        if lines:
+            return f"{top}: {lines[0]}"
+    examples = results["anomalies"][top]["examples"]
+    return f"{top}: {describe(top, examples[0])}" if examples else f"{top}: {results['anomalies'][top]['count']} found"
+
+
+def render(results: dict, results_path: str | None = None, verdict: bool = True) -> str:
+    """The terminal summary of a check; `verdict=False` leaves the verdict
+    line out (`harness run` ends with it, after the rest)."""
     c = results["counts"]
     chk = results["checker"]
     s = c["sends"]
@@ -94,8 +120,8 @@ def render(results: dict, results_path: str | None = None) -> str:
         lines.append(line)
     for w in results.get("warnings", []):
         lines.append(f"warning: {w}")
-    errors = [n for n, a in results["anomalies"].items() if a["error"]]
-    lines.append("verdict: VALID" if results["valid"] else f"verdict: INVALID ({', '.join(errors)})")
+    if verdict:
+        lines.append(verdict_line(results))
     if results_path:
         lines.append(f"results: {results_path}")
     return "\n".join(lines)

@@ -17,6 +17,7 @@ reason. Otherwise: 0 valid, 1 anomalies.
 from __future__ import annotations
 
 import logging
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 
 from checkers.check import check_history, Options
 from checkers.results import write_results
-from checkers.summary import render as summary
+from checkers.summary import render as summary, top_anomaly, verdict_line
 from core.errors import UserError
 from core.history.parquet import jsonl_to_parquet
 from core.history.writer import HistoryWriter
@@ -109,8 +110,22 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+class _RunLog(logging.FileHandler):
+    """harness.log; counts the client library's warnings on their way in,
+    so that the end of the run can say how many there were."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.client_warnings = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.WARNING and not _not_client_log(record):
+            self.client_warnings += 1
+        super().emit(record)
+
+
 def _log_to(path) -> logging.Handler:
-    handler = logging.FileHandler(path)
+    handler = _RunLog(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.INFO)
     root = logging.getLogger()
@@ -122,13 +137,21 @@ def _log_to(path) -> logging.Handler:
                 h.setLevel(logging.WARNING)
     for noisy in ("kazoo", "paramiko", "py4j", "workloads.librdkafka"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    # The clients' own complaints during faults (connection refused, a
-    # thousand times in a power loss) go to harness.log only; the terminal
-    # keeps the progress line, which counts their outcomes.
+    # The clients' own complaints during faults (connection refused, REQTMOUT,
+    # a thousand times in a power loss) go to harness.log only; the terminal
+    # keeps the progress line, which counts their outcomes, and the end of the
+    # run says how many there were. Every client is made with
+    # `logger=client_log` (workloads.clients), so librdkafka prints nothing
+    # to stderr itself.
     for h in root.handlers:
         if h is not handler:
             h.addFilter(_not_client_log)
     return handler
+
+
+def _client_warnings() -> int | None:
+    """How many warnings the client library logged in this run (None outside a run)."""
+    return next((h.client_warnings for h in logging.getLogger().handlers if isinstance(h, _RunLog)), None)
 
 
 def _not_client_log(record: logging.LogRecord) -> bool:
@@ -239,8 +262,9 @@ def _zookeeper_version() -> str:
 
 
 def _progress(r: Run, seconds: float) -> None:
-    """Wait out the fault phase, showing progress: one updating line on a
-    terminal, a log line every 10 s otherwise."""
+    """Wait out the fault phase, showing progress: one live line on a
+    terminal (cut to its width, so that it never wraps and stays one line),
+    a plain line every 10 s and one at the end otherwise."""
     tty = sys.stderr.isatty()
     started = time.monotonic()
     last_line = 0.0
@@ -252,7 +276,8 @@ def _progress(r: Run, seconds: float) -> None:
             raise UserError(f"the nemesis failed: {r.nemesis.error}")
         line = _status(r, elapsed, seconds)
         if tty:
-            print(f"\r  {line}\033[K", end="", file=sys.stderr, flush=True)
+            width = shutil.get_terminal_size().columns
+            print(f"\r  {line[:max(width - 3, 20)]}\033[K", end="", file=sys.stderr, flush=True)
         elif elapsed - last_line >= 10:
             print(f"  {line}", file=sys.stderr, flush=True)
             last_line = elapsed
@@ -260,9 +285,13 @@ def _progress(r: Run, seconds: float) -> None:
         time.sleep(min(1.0, seconds - elapsed))
     if tty:
         print(file=sys.stderr)
+    else:
+        print(f"  {_status(r, seconds, seconds)}", file=sys.stderr, flush=True)
 
 
 def _status(r: Run, elapsed: float, total: float) -> str:
+    """elapsed, operations by outcome, the faults in force (the nemesis's own
+    words: `Nemesis.current`)."""
     stats = r.workload.stats()
     ops = stats.get("ops", {})
 
@@ -270,8 +299,9 @@ def _status(r: Run, elapsed: float, total: float) -> str:
         o = ops.get(f, {})
         return f"{o.get('ok', 0)}/{o.get('fail', 0)}/{o.get('info', 0)}"
 
-    return (f"[{elapsed:5.0f}s / {total:.0f}s] sends ok/fail/info {triple('send')}  polls {triple('poll')}  "
-            f"in flight {stats.get('in_flight', 0)}  fault: {r.nemesis.current}")
+    # The faults early: a narrow terminal cuts the end of the line.
+    return (f"[{elapsed:4.0f}s / {total:.0f}s] faults: {r.nemesis.current} | sends ok/fail/info {triple('send')} | "
+            f"polls {triple('poll')} | in flight {stats.get('in_flight', 0)}")
 
 
 def _finish(r: Run) -> None:
@@ -340,10 +370,13 @@ def _dump_disk(r: Run) -> None:
 
 
 def _conclude(r: Run) -> int:
-    """Check and report whatever history there is; the exit status."""
+    """Check and report whatever history there is; the exit status. The
+    terminal's last lines: how many warnings the client library logged, the
+    verdict, the top anomaly in one line, the report's path."""
 
     path = r.dir.path / "history.jsonl"
     verdict = None
+    results = None
     if path.is_file() and path.stat().st_size > 0:
         try:
             _phase("checking the history")
@@ -352,7 +385,7 @@ def _conclude(r: Run) -> int:
                                        r.dir.path)
             write_results(results, r.dir.path)
             report(r.dir.path, results)
-            print(summary(results, str(r.dir.path / "results.json")))
+            print(summary(results, str(r.dir.path / "results.json"), verdict=False))
             verdict = results["valid"]
             if r.spec.expect:
                 met, misses = specs.expectation(r.spec.expect, results)
@@ -367,10 +400,18 @@ def _conclude(r: Run) -> int:
         r.problem = "no history was recorded"
     store.point_latest(r.dir)
     store.write_index(r.dir.root)
+    warnings = _client_warnings()
+    if warnings:
+        print(f"client library (librdkafka): {warnings} warning{'s' if warnings != 1 else ''}, "
+              f"in {r.dir.path / 'harness.log'}")
+    if verdict is not None:
+        print(verdict_line(results))
+        top = top_anomaly(results)
+        if top:
+            print(f"  {top}")
     print(f"report: {r.dir.path / 'report.html'}" if (r.dir.path / "report.html").exists()
           else f"results: {r.dir.path}")
     if r.problem:
         print(f"harness: error: the run was not carried out: {r.problem}", file=sys.stderr)
         return 2
     return 0 if verdict else 1
-
