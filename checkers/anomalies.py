@@ -65,6 +65,9 @@ MEANING = {name: meaning for name, (_, meaning) in _VOCABULARY.items()}
 ALWAYS_ERRORS = frozenset(name for name, (when, _) in _VOCABULARY.items() if when == ALWAYS)
 IDEMPOTENCE_ERRORS = frozenset(name for name, (when, _) in _VOCABULARY.items() if when == IF_IDEMPOTENT)
 MAX_EXAMPLES = 20
+# Missing records looked up on the replicas' disks, as Kafka's system tests
+# look up their first 1,000: data loss, or a reader that missed them?
+MISSING_SAMPLE = 1000
 
 OK, FAIL, INFO = 1, 2, 3  # a send's outcome, as a small number
 KIND_NAMES = {OK: "ok", FAIL: "fail", INFO: "info"}
@@ -414,6 +417,23 @@ def multi_partition_checks(checked: dict, frames: Frames, logs: FinalLogs) -> di
             dirty.append(_dirty_example(r, r["dirty_partition"], r["dirty_index"],
                                         logs.ends[r["dirty_partition"]]))
     return {"lost-acked": (len(lost), lost[:MAX_EXAMPLES]), "dirty-read": (len(dirty), dirty[:MAX_EXAMPLES])}
+
+
+def missing_values(checked: dict, multi: dict[str, tuple[int, list[dict]]]) -> dict[str, list[list[int]]]:
+    """The first MISSING_SAMPLE lost-write and lost-acked values in the order
+    they were acknowledged, as [value, partition, offset] of the acknowledgement."""
+    F = _F()
+    out = {}
+    for name in ("lost-write", "lost-acked"):
+        rows = []
+        if checked[name]:
+            rows = [(r["comp_index"], r["value"], r["ack_pos"] >> POS_BITS, r["ack_pos"] & MAX_OFFSET)
+                    for r in checked["frame"].where(F.col("is_" + name)).orderBy("comp_index")
+                    .select("comp_index", "value", "ack_pos").limit(MISSING_SAMPLE).collect()]
+        rows += [(e["ack_index"], e["value"], e["partition"], e["offset"]) for e in multi.get(name, (0, []))[1]]
+        if rows:
+            out[name] = [[v, p, o] for _, v, p, o in sorted(rows)[:MISSING_SAMPLE]]
+    return out
 
 
 def _lost_example(r, final_end: int) -> dict:

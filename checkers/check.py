@@ -101,6 +101,7 @@ def _analyse(df, promised: dict, opts: Options) -> dict:
         stage.done("by-value")
         multi = an.multi_partition_checks(checked, frames, logs)
         examples = an.value_examples(checked, frames, multi)
+        missing = an.missing_values(checked, multi)
         found = {name: (int(checked[name]) + multi.get(name, (0, []))[0], examples.get(name, []))
                  for name in ("lost-write", "lost-acked", "dirty-read", "unseen", "aborted-read", "duplicate")}
         stage.done("by-value-examples")
@@ -171,11 +172,12 @@ def _analyse(df, promised: dict, opts: Options) -> dict:
             "latency_by_second": per_second,
             "faults": faults,
         },
+        "missing": missing,
         "stages": stage.seconds,
         "warnings": warnings,
     }
 
 
 def _ordered(results: dict) -> dict:
-    keys = ("valid", "checker", "promises", "counts", "anomalies", "stats", "node_logs", "warnings")
+    keys = ("valid", "checker", "promises", "counts", "anomalies", "missing", "stats", "node_logs", "warnings")
     return {k: results[k] for k in keys if k in results}

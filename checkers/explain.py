@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from checkers.anomalies import ANOMALIES
+from checkers.anomalies import ANOMALIES, MAX_EXAMPLES
 from core.history.files import HistorySource, iter_source_jsonl
 from core.history.format import FINAL_READS
 from core.history.jsonl import ReadReport
@@ -862,7 +862,38 @@ def explain(source: HistorySource, results: dict, states: list[dict] | None = No
 def explain_run(source: HistorySource, results: dict, fault_ends: dict[str, str] | None = None,
                 limit: int = LIMIT) -> list[dict]:
     """`explain` with the states.jsonl and disk/ dumps found beside the history (each optional)."""
+    return evidence_run(source, results, fault_ends, limit)["explanations"]
+
+
+def evidence_run(source: HistorySource, results: dict, fault_ends: dict[str, str] | None = None,
+                 limit: int = LIMIT) -> dict:
+    """The stories (`explanations`) and, where the run has disk dumps, where its
+    missing records are on the replicas' disks (`on_disk`, see `on_disk`),
+    reading the dumps once for both."""
     _, values, positions, _ = wanted(results, limit)
+    missing = results.get("missing") or {}
     states = load_states(source.root / "states.jsonl")
-    disk = load_disk(source.root / "disk", values, positions)
-    return explain(source, results, states, disk, fault_ends, limit)
+    disk = load_disk(source.root / "disk", values | {row[0] for rows in missing.values() for row in rows}, positions)
+    out = {"explanations": explain(source, results, states, disk, fault_ends, limit)}
+    if disk is not None and missing:
+        out["on_disk"] = on_disk(missing, disk)
+    return out
+
+
+def on_disk(missing: dict[str, list[list[int]]], disk: Disk) -> dict[str, dict]:
+    """For each anomaly's sample of missing records ([value, partition, offset]
+    acknowledged, results["missing"]): how many no replica holds at the end
+    (lost from the log: data loss) and how many some replica still holds (the
+    log has them: a reader missed them, or they sit past what reads reached),
+    with examples of the latter and where they are."""
+    out = {}
+    for name, rows in missing.items():
+        held = []
+        for value, partition, offset in rows:
+            where = [{"node": node, "partition": p, "offset": o, "epoch": epoch}
+                     for node in sorted(disk.where) for p, o, epoch in disk.where[node].get(value, [])]
+            if where:
+                held.append({"value": value, "partition": partition, "offset": offset, "on": where})
+        out[name] = {"checked": len(rows), "on_no_disk": len(rows) - len(held), "on_disk": len(held),
+                     "nodes": sorted(disk.where), "examples": held[:MAX_EXAMPLES]}
+    return out

@@ -17,7 +17,7 @@ from pathlib import Path
 import orjson
 
 from checkers.check import Options, check_history
-from checkers.explain import explain_run
+from checkers.explain import evidence_run
 from checkers.results import write_results
 from checkers.summary import render
 from core.errors import UserError
@@ -53,11 +53,12 @@ def spark_conf(pairs: list[str]) -> dict[str, str]:
 
 def add_explanations(results: dict, history) -> dict:
     """results["explanations"]: a story per anomaly example (checkers.explain), from the
-    history and, where the run folder has them, states.jsonl and the disk dumps. Both
+    history and, where the run folder has them, states.jsonl and the disk dumps; with
+    the dumps, results["on_disk"] too: which missing records the replicas still hold. Both
     `harness check` and `harness run` call it; a failure is logged, never fails the check."""
     ends = {action: fault.stop_action for action, fault in BY_START_ACTION.items()}
     try:
-        results["explanations"] = explain_run(resolve(history), results, ends)
+        results.update(evidence_run(resolve(history), results, ends))
     except Exception as e:  # noqa: BLE001 - stories are an aid; the verdict stands without them
         log.warning("no explanations: %s: %s", type(e).__name__, e)
         results["explanations"] = []

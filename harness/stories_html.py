@@ -66,6 +66,7 @@ def stories_html(results: dict) -> str:
              "Each step links to its evidence.</p>"]
     for name, stories in shown.items():
         parts.append(f"<h3><code>{esc(name)}</code></h3>")
+        parts.append(on_disk_html(results, name))
         for i, story in enumerate(stories):
             steps = "".join(f"<li>{esc(s.get('text'))}{_evidence(s)}</li>" for s in story["steps"] if isinstance(s, dict))
             parts.append(f"<details class='story'{' open' if i < OPEN else ''}><summary>{esc(story.get('summary'))}"
@@ -73,3 +74,24 @@ def stories_html(results: dict) -> str:
         if total.get(name, 0) > len(stories):
             parts.append(f"<p class='muted'>{total[name] - len(stories)} more in results.json</p>")
     return "".join(parts)
+
+
+def on_disk_html(results: dict, name: str) -> str:
+    """One sentence: of the anomaly's missing records looked up on the replicas'
+    disks at the end (results.json `on_disk`), how many no replica holds and
+    how many one still does, with the first of those."""
+    found = (results.get("on_disk") or {}).get(name)
+    if not isinstance(found, dict) or not found.get("checked"):
+        return ""
+    total = ((results.get("anomalies") or {}).get(name) or {}).get("count")
+    first = "the first " if isinstance(total, int) and total > found["checked"] else ""
+    text = (f"On disk at the end: of {first}{found['checked']} {name} records"
+            + (f" (of {total})" if first else "")
+            + f", {found['on_no_disk']} are on no replica's disk (lost from the log)"
+            + f" and {found['on_disk']} are still on a replica (the log has them; reads missed them)")
+    examples = found.get("examples") or []
+    if examples:
+        e = examples[0]
+        where = ", ".join(f"{x.get('node')} at {x.get('partition')}:{x.get('offset')}" for x in e.get("on") or [])
+        text += f", e.g. {e.get('value')} on {where}"
+    return f"<p>{esc(text)}.</p>"

@@ -6,10 +6,10 @@ from __future__ import annotations
 import gzip
 import json
 
-from checkers.explain import explain, explain_run, load_disk, load_states, wanted
+from checkers.explain import evidence_run, explain, explain_run, load_disk, load_states, wanted
 from core.history.files import resolve
 from harness.check import add_explanations
-from harness.stories_html import stories_html, story_indexes
+from harness.stories_html import on_disk_html, stories_html, story_indexes
 from nemesis.registry import BY_START_ACTION
 
 ENDS = {a: f.stop_action for a, f in BY_START_ACTION.items()}
@@ -213,3 +213,27 @@ def test_a_fact_two_values_share_is_told_once(hist, check, tmp_path):
     [story] = _by(explain_run(resolve(tmp_path), results, ENDS), "nonmonotonic-send")
     texts = [s["text"] for s in story["steps"]]
     assert texts.count("committed: the HW of partition 0 was 2 at 0.4 s (leader n1)") == 1, texts
+
+
+def test_missing_records_are_looked_up_on_every_replicas_disk(hist, check, tmp_path):
+    _lost_history(hist)
+    results = check(hist)
+    assert results["missing"] == {"lost-acked": [[10, 0, 0]]}  # [value, partition, offset acknowledged]
+    for name in ("gone", "kept", "bare"):
+        (tmp_path / name).mkdir()
+        hist.write(tmp_path / name)
+    _disk(tmp_path / "gone" / "disk", DISK)  # no replica holds 10
+    gone = evidence_run(resolve(tmp_path / "gone"), results, ENDS)
+    assert gone["on_disk"] == {"lost-acked": {"checked": 1, "on_no_disk": 1, "on_disk": 0,
+                                              "nodes": ["n1", "n2", "n3"], "examples": []}}
+    _disk(tmp_path / "kept" / "disk", {**DISK, "n3": [[0, 1, 0, 0, 10]]})  # n3 still has it, elsewhere
+    kept = evidence_run(resolve(tmp_path / "kept"), results, ENDS)
+    assert kept["on_disk"]["lost-acked"] == {
+        "checked": 1, "on_no_disk": 0, "on_disk": 1, "nodes": ["n1", "n2", "n3"],
+        "examples": [{"value": 10, "partition": 0, "offset": 0,
+                      "on": [{"node": "n3", "partition": 0, "offset": 1, "epoch": 0}]}]}
+    assert on_disk_html({**results, **kept}, "lost-acked") == (
+        "<p>On disk at the end: of 1 lost-acked records, 0 are on no replica&#x27;s disk (lost from the log) "
+        "and 1 are still on a replica (the log has them; reads missed them), e.g. 10 on n3 at 0:1.</p>")
+    # Without dumps there is nothing to say, and the stories stand alone.
+    assert "on_disk" not in evidence_run(resolve(tmp_path / "bare"), results, ENDS)
