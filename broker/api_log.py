@@ -29,6 +29,11 @@ class LogApis:
         self.cfg = cfg
         self.metadata = metadata
         self.replicas = replicas
+        # Planted bug: started on logs already on disk (a restart, not the first start),
+        # this broker holds every produce until its timeout and appends nothing.
+        self.stalled = cfg.bug("stall-after-restart") and bool(replicas.partitions)
+        if self.stalled:
+            log.warning("planted bug stall-after-restart: this restarted broker acknowledges no produce")
 
     def handlers(self) -> dict:
         return {P.PRODUCE: self.handle_produce, P.FETCH: self.handle_fetch,
@@ -40,6 +45,8 @@ class LogApis:
         # Everything up to the first await runs at once, so batches are appended in request order.
         R = P.ProduceResponse
         acks = req.acks
+        if self.stalled:
+            return await self._stalled_produce(req)
         waits = []  # (topic response list, index, partition, last offset, future)
         responses = []
         bug_ack_early = self.cfg.bug("ack-before-replication")
@@ -103,6 +110,18 @@ class LogApis:
                 if pr.error_code != P.NONE:
                     pr.base_offset = -1
         return R(responses=responses, throttle_time_ms=0)
+
+    async def _stalled_produce(self, req):
+        """The planted stall: wait out the request's timeout, then REQUEST_TIMED_OUT everywhere."""
+        R = P.ProduceResponse
+        await asyncio.sleep(max(req.timeout_ms, 0) / 1000.0)
+        if req.acks == 0:
+            return None
+        return R(responses=[R.TopicProduceResponse(name=td.name, partition_responses=[
+            R.TopicProduceResponse.PartitionProduceResponse(
+                index=pd.index, error_code=P.REQUEST_TIMED_OUT, base_offset=-1, log_append_time_ms=-1,
+                log_start_offset=0, record_errors=[], error_message="planted bug stall-after-restart")
+            for pd in td.partition_data]) for td in req.topic_data], throttle_time_ms=0)
 
     async def handle_fetch(self, req, version, client_id):
         R = P.FetchResponse

@@ -29,6 +29,8 @@ PLANTED_BUGS = {
     "elect-any-replica": "the controller elects the first live replica, in or out of the ISR",
     "skip-truncation": "a restarted or demoted follower keeps the records above its HW",
     "no-dedup": "idempotent producers' sequence numbers are not checked (retries duplicate)",
+    "stall-after-restart": "a broker restarted on its old logs never acknowledges a produce again "
+                           "(each times out, nothing appended): a cluster that does not recover",
 }
 
 

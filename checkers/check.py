@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from checkers import anomalies as an
-from checkers import node_logs, stats
+from checkers import liveness, node_logs, stats
 from checkers.load import load, prepare
 from checkers.spark import get_session
 from core.history.files import load_run_json, resolve
@@ -29,6 +29,10 @@ class Options:
     idempotent: bool | None = None  # None: learn it from run.json
     master: str | None = None
     spark_conf: dict[str, str] = field(default_factory=dict)
+    # Liveness (checkers/liveness.py): each fault's start action -> its stop action
+    # (the fault registry's pairs; checkers do not import nemesis), and the HANG limit.
+    fault_ends: dict[str, str] = field(default_factory=dict)
+    hang_s: float = liveness.HANG_S
 
 
 def promises(run: dict, opts: Options) -> dict:
@@ -58,6 +62,12 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
             spark = get_session(opts.master, opts.spark_conf)
         loaded = load(spark, prepared)
         results = _analyse(loaded.df, promised, opts)
+        # Liveness reads its few columns with Arrow, not Spark: sorted arrays and
+        # searchsorted beat a shuffle here (docs/benchmarks.md).
+        t = time.monotonic()
+        results["liveness"] = liveness.measure(liveness.load_columns(prepared.files), results["stats"]["faults"],
+                                               opts.fault_ends, opts.hang_s)
+        results["stages"]["liveness"] = round(time.monotonic() - t, 3)
         results["warnings"] = loaded.warnings + results.get("warnings", [])
     results["checker"] = {"engine": "spark", "master": spark.sparkContext.master,
                           "seconds": round(time.monotonic() - started, 3),
@@ -179,5 +189,6 @@ def _analyse(df, promised: dict, opts: Options) -> dict:
 
 
 def _ordered(results: dict) -> dict:
-    keys = ("valid", "checker", "promises", "counts", "anomalies", "missing", "stats", "node_logs", "warnings")
+    keys = ("valid", "checker", "promises", "counts", "anomalies", "missing", "liveness", "stats", "node_logs",
+            "warnings")
     return {k: results[k] for k in keys if k in results}

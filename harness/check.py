@@ -51,14 +51,19 @@ def spark_conf(pairs: list[str]) -> dict[str, str]:
     return conf
 
 
+def fault_ends() -> dict[str, str]:
+    """Each fault's start action -> its stop action (the registry's pairs), which the
+    checkers need and may not import: the stories and liveness's per-fault intervals."""
+    return {action: fault.stop_action for action, fault in BY_START_ACTION.items()}
+
+
 def add_explanations(results: dict, history) -> dict:
     """results["explanations"]: a story per anomaly example (checkers.explain), from the
     history and, where the run folder has them, states.jsonl and the disk dumps; with
     the dumps, results["on_disk"] too: which missing records the replicas still hold. Both
     `harness check` and `harness run` call it; a failure is logged, never fails the check."""
-    ends = {action: fault.stop_action for action, fault in BY_START_ACTION.items()}
     try:
-        results.update(evidence_run(resolve(history), results, ends))
+        results.update(evidence_run(resolve(history), results, fault_ends()))
     except Exception as e:  # noqa: BLE001 - stories are an aid; the verdict stands without them
         log.warning("no explanations: %s: %s", type(e).__name__, e)
         results["explanations"] = []
@@ -67,7 +72,7 @@ def add_explanations(results: dict, history) -> dict:
 
 def run(args) -> int:
     opts = Options(allow=set(args.allow), idempotent=args.idempotent or None,
-                   master=args.spark_master, spark_conf=spark_conf(args.spark_conf))
+                   master=args.spark_master, spark_conf=spark_conf(args.spark_conf), fault_ends=fault_ends())
     results = add_explanations(check_history(args.history, opts), args.history)
     out_dir = Path(args.out) if args.out else resolve(args.history).root
     path = write_results(results, out_dir)

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import orjson
 
+from checkers.liveness import verdict_words
 from core.errors import HistoryError
 from core.history.files import HistorySource, iter_source_jsonl
 from core.history.format import FINAL_READS, NEMESIS, NEMESIS_PROCESS_ID
@@ -584,6 +585,11 @@ def plots(results: dict, source: HistorySource | None, intervals: list[dict],
     out["throughput"] = _png(fig)
     plt.close(fig)
     # The figures below are extras: one that cannot be drawn is a warning, never a report lost.
+    try:
+        if (results.get("liveness") or {}).get("faults"):
+            out["liveness"] = liveness_png(results["liveness"])
+    except (KeyError, TypeError, ValueError) as e:
+        log.warning("no liveness plot: %s", e)
     states = read_states(run_dir) if run_dir is not None else []
     end_time = int(table["time"][-1].as_py()) if table is not None and table.num_rows else 0
     until = max([end_time] + [s["time"] for s in states])
@@ -613,6 +619,63 @@ def plots(results: dict, source: HistorySource | None, intervals: list[dict],
             except (OSError, KeyError, TypeError, ValueError) as e:
                 log.warning("no timeline.html: %s", e)
     return out
+
+
+def liveness_png(live: dict) -> str:
+    """Unavailability per fault (results.json `liveness.faults`): producers' and
+    consumers' longest wait overlapping each fault, bars side by side, with the
+    recovery after the fault's end marked (a cross where none came)."""
+    import numpy as np
+    import matplotlib.pyplot as plt
+
+    faults = live["faults"]
+    x = np.arange(len(faults))
+    fig, ax = plt.subplots(figsize=(11, 3.2))
+    ax.bar(x - 0.2, [f["producer_unavailable_s"] or 0 for f in faults], 0.4, color="#c92a2a", label="producers")
+    ax.bar(x + 0.2, [f["consumer_unavailable_s"] or 0 for f in faults], 0.4, color="#1971c2", label="consumers")
+    rec = [(i, f["recovery_s"]) for i, f in enumerate(faults) if f["recovery_s"] is not None]
+    if rec:
+        ax.scatter([i for i, _ in rec], [r for _, r in rec], marker="_", s=300, color="black", zorder=3,
+                   label="recovery after the fault's end")
+    never = [i for i, f in enumerate(faults) if f["recovery_s"] is None]
+    if never:
+        ax.scatter(never, [0] * len(never), marker="x", s=60, color="black", zorder=3, label="no recovery")
+    ax.set_xticks(x, [f"{f['fault']}\n{f['start']:.0f} s" for f in faults], fontsize=7)
+    ax.set_ylabel("seconds")
+    ax.set_title("Unavailability per fault (longest wait overlapping it)")
+    ax.legend(loc="upper right", fontsize=8)
+    out = _png(fig)
+    plt.close(fig)
+    return out
+
+
+def liveness_html(live: dict | None, images: dict[str, str]) -> str:
+    """The report's liveness section: the verdict, the numbers per fault, the plot."""
+    if not live:
+        return ""
+
+    def n(x) -> str:
+        return "—" if x is None else f"{x:g}"
+
+    rows = "".join(
+        f"<tr><td><code>{html.escape(f['fault'])}</code> {html.escape(f.get('mode') or '')}</td>"
+        f"<td class='num'>{n(f['start'])}</td><td class='num'>{n(f['end'])}</td>"
+        f"<td class='num'>{n(f['producer_unavailable_s'])}</td><td class='num'>{n(f['consumer_unavailable_s'])}</td>"
+        f"<td class='num'>{n(f['recovery_s'])}</td><td class='num'>{n(f['consumer_recovery_s'])}</td></tr>"
+        for f in live.get("faults", []))
+    cls = "error" if live.get("verdict") == "hang" else ""
+    parts = [f"<h2 id='liveness'>Liveness</h2><p class='{cls}'>{html.escape(verdict_words(live))}</p>",
+             f"<p class='muted'>Longest wait with no acknowledgement: producers "
+             f"{n(live['producers']['unavailable_s'])} s, consumers {n(live['consumers']['unavailable_s'])} s; "
+             f"first records read after the final heal: {n(live.get('consumer_recovery_s'))} s "
+             f"(definitions: docs/checker.md).</p>"]
+    if rows:
+        parts.append("<table class='wide'><tr><th>fault</th><th>start (s)</th><th>end (s)</th>"
+                     "<th>producers unavailable (s)</th><th>consumers unavailable (s)</th>"
+                     "<th>recovery after its end (s)</th><th>consumers' recovery (s)</th></tr>" + rows + "</table>")
+    if "liveness" in images:
+        parts.append(f"<img alt='unavailability per fault' src='data:image/png;base64,{images['liveness']}'>")
+    return "".join(parts)
 
 
 def figures_html(images: dict[str, str]) -> str:

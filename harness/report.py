@@ -27,7 +27,7 @@ from core.history.format import NEMESIS
 from core.history.jsonl import ReadReport
 from core.history.parquet import table_to_events
 from harness import stories_html as stories
-from harness.plots import figures_html, plots
+from harness.plots import figures_html, liveness_html, plots
 from nemesis.registry import BY_START_ACTION
 
 log = logging.getLogger(__name__)
@@ -211,6 +211,7 @@ def render(run_dir: Path, results: dict) -> Path:
     if run.get("outcome"):
         parts.append(f"<p>Run: {esc(run['outcome'])}</p>")
     parts.append(_counts_html(results))
+    parts.append(liveness_html(results.get("liveness"), images))
     parts.append("<h2>Anomalies</h2><table class='wide stack'><tr><th>anomaly</th><th>count</th><th></th><th>meaning</th><th>examples</th></tr>")
     for name, a in results["anomalies"].items():
         mark = "error" if a.get("error") else ("allowed" if a.get("allowed") and a["count"] else

@@ -5,13 +5,14 @@ reverse order, also on Ctrl-C, SIGTERM or an error:
 
   spec -> run directory -> cluster -> ZooKeeper -> system -> topic ->
   history + cluster-state observer -> workload + nemesis for --time-limit ->
-  heal -> stop clients -> settle -> final reads -> stop the observer ->
+  heal -> await recovery -> stop clients -> settle -> final reads -> stop the observer ->
   close history -> collect logs (and their truncations into states.jsonl) -> tear down ->
   history.parquet -> check (Spark) -> results.json -> report.html
 
 After an interruption the history recorded so far is still checked and
 reported, and the exit status is 2 (the run was not carried out), with the
-reason. Otherwise: 0 valid, 1 anomalies.
+reason. Otherwise: 0 valid and live, 1 anomalies, or a HANG (nothing
+acknowledged long after the heal) or a missed [expect] liveness limit.
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ import traceback
 from dataclasses import dataclass, field
 
 from checkers.check import check_history, Options
+from checkers.liveness import HANG_S, verdict_words
 from checkers.results import write_results
 from checkers.summary import render as summary, top_anomaly, verdict_line
 from core.errors import UserError
 from core.history.parquet import jsonl_to_parquet
 from core.history.writer import HistoryWriter
 from harness import spec as specs, store
-from harness.check import add_explanations
+from harness.check import add_explanations, fault_ends
 from harness.report import render as report
 from infra import faultfs
 from infra.cluster import provision
@@ -228,6 +230,7 @@ def _execute(r: Run) -> None:
     r.nemesis.heal()
     if r.nemesis.error is not None:
         raise UserError(f"the nemesis failed: {r.nemesis.error}")
+    _await_recovery(r)
     r.workload.stop(timeout=15)
     _phase("waiting for the cluster to settle")
     observed("settle")
@@ -241,6 +244,30 @@ def _execute(r: Run) -> None:
     final = r.workload.final_reads(s.final_time_limit)
     r.info["final_reads"] = final.to_dict()
     print(f"  {final.summary()}", file=sys.stderr)
+
+
+def _await_recovery(r: Run) -> None:
+    """Keep the clients running after the heal until a send is acknowledged and
+    (with consumers) a poll returns records, or for the HANG limit (or the
+    spec's max-recovery-s, if longer) and a little more: the checker measures
+    recovery from the history (checkers/liveness.py), and needs the clients
+    still trying to see it, or its absence."""
+    limit = max(HANG_S, float(r.spec.expect.get("max-recovery-s", 0))) + 3
+    _phase(f"waiting for the cluster to acknowledge again (at most {limit:g} s)")
+
+    def counts():
+        st = r.workload.stats()
+        return st.get("ops", {}).get("send", {}).get("ok", 0), st.get("records_read", 0)
+
+    sent0, read0 = counts()
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        sent, read = counts()
+        if sent > sent0 and (r.spec.consumers == 0 or read > read0):
+            log.info("recovered: sends acknowledged and records read after the heal")
+            return
+        time.sleep(0.2)
+    log.warning("no %s in %g s after the heal", "acknowledgement" if counts()[0] == sent0 else "records read", limit)
 
 
 def _system(s: specs.TestSpec, zk_connect: str):
@@ -377,16 +404,19 @@ def _conclude(r: Run) -> int:
     path = r.dir.path / "history.jsonl"
     verdict = None
     results = None
+    live_failures: list[str] = []
     if path.is_file() and path.stat().st_size > 0:
         try:
             _phase("checking the history")
             jsonl_to_parquet(path, r.dir.path / "history.parquet")
-            results = add_explanations(check_history(r.dir.path, Options(idempotent=r.spec.idempotent or None)),
+            results = add_explanations(check_history(r.dir.path, Options(idempotent=r.spec.idempotent or None,
+                                                                         fault_ends=fault_ends())),
                                        r.dir.path)
             write_results(results, r.dir.path)
             report(r.dir.path, results)
             print(summary(results, str(r.dir.path / "results.json"), verdict=False))
             verdict = results["valid"]
+            live_failures = specs.liveness_failed(r.spec.expect, results)
             if r.spec.expect:
                 met, misses = specs.expectation(r.spec.expect, results)
                 r.info["expectation"] = {"expect": r.spec.expect, "met": met, "misses": misses}
@@ -409,9 +439,14 @@ def _conclude(r: Run) -> int:
         top = top_anomaly(results)
         if top:
             print(f"  {top}")
+        if results.get("liveness"):
+            print(verdict_words(results["liveness"]))
+        for why in live_failures:
+            print(f"  liveness: {why}")
     print(f"report: {r.dir.path / 'report.html'}" if (r.dir.path / "report.html").exists()
           else f"results: {r.dir.path}")
     if r.problem:
         print(f"harness: error: the run was not carried out: {r.problem}", file=sys.stderr)
         return 2
-    return 0 if verdict else 1
+    # Valid is about safety; a HANG or a missed [expect] liveness limit fails the run too.
+    return 0 if verdict and not live_failures else 1

@@ -318,10 +318,22 @@ def validate(s: TestSpec) -> None:
         if key == "valid":
             if not isinstance(want, bool):
                 bad(f"expect.valid: expected true or false, not {want!r}")
+        elif key in LIVENESS_LIMITS:
+            if isinstance(want, bool) or not isinstance(want, (int, float)) or not 0 <= want <= 7 * 24 * 3600:
+                bad(f"expect.{key}: expected a number of seconds (0 or more), not {want!r}")
+        elif key == "hang":
+            if want not in ("present", "absent"):
+                bad(f"expect.hang: expected \"present\" or \"absent\", not {want!r}")
         elif key not in ANOMALIES:
-            bad(f"expect.{key}: not an anomaly (known: valid, {', '.join(ANOMALIES)})")
+            bad(f"expect.{key}: not an anomaly (known: valid, {', '.join(ANOMALIES)}, hang, "
+                f"{', '.join(LIVENESS_LIMITS)})")
         elif want not in ("present", "absent"):
             bad(f"expect.{key}: expected \"present\" or \"absent\", not {want!r}")
+
+
+# [expect] liveness limits, seconds -> the results.json `liveness` number each bounds.
+LIVENESS_LIMITS = {"max-recovery-s": "recovery_s", "max-unavailable-s": "unavailable_s"}
+LIVENESS_KEYS = (*LIVENESS_LIMITS, "hang")
 
 
 def expectation(expect: dict, results: dict) -> tuple[bool, list[str]]:
@@ -332,7 +344,45 @@ def expectation(expect: dict, results: dict) -> tuple[bool, list[str]]:
             if results["valid"] != want:
                 misses.append(f"expected {'valid' if want else 'invalid'}, got {'valid' if results['valid'] else 'invalid'}")
             continue
+        if key in LIVENESS_KEYS:
+            miss = _liveness_miss(key, want, results.get("liveness"))
+            if miss:
+                misses.append(miss)
+            continue
         count = results["anomalies"][key]["count"]
         if (want == "present") != (count > 0):
             misses.append(f"expected {key} {want}, found {count}")
     return not misses, misses
+
+
+def _liveness_miss(key: str, want, live: dict | None) -> str | None:
+    """The miss of one [expect] liveness key, with the measured value; None if met."""
+    if not live:
+        return f"expected {key} {want}, but no liveness was measured"
+    if key == "hang":
+        got = "present" if live["verdict"] == "hang" else "absent"
+        return None if got == want else f"expected hang {want}, got {got} (recovery {_secs(live.get('recovery_s'))})"
+    measured = live.get(LIVENESS_LIMITS[key])
+    if key == "max-recovery-s" and measured is None:
+        if live.get("heal") is None or live.get("verdict") != "hang":
+            return None  # no heal, or nothing attempted after it: no recovery to bound
+        return f"expected recovery within {want:g} s, got none in the {_secs(live.get('unrecovered_s'))} watched"
+    if measured is not None and measured > want:
+        what = "recovery" if key == "max-recovery-s" else "unavailability"
+        return f"expected {what} at most {want:g} s, measured {measured:g} s"
+    return None
+
+
+def _secs(x) -> str:
+    return "none" if x is None else f"{x:g} s"
+
+
+def liveness_failed(expect: dict, results: dict) -> list[str]:
+    """Why the run fails on liveness (harness run exits 1): a HANG the spec does
+    not expect, and each missed [expect] liveness key."""
+    live = results.get("liveness") or {}
+    out = [m for k in LIVENESS_KEYS if k in expect and (m := _liveness_miss(k, expect[k], live))]
+    if live.get("verdict") == "hang" and "hang" not in expect:
+        out.insert(0, "HANG: nothing acknowledged for more than "
+                      f"{live.get('hang_after_s', 0):g} s after the final heal")
+    return out

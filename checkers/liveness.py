@@ -1,0 +1,439 @@
+"""Liveness: how long producers and consumers got nothing, per fault, and
+whether the cluster came back after the final heal (the HANG verdict).
+
+The definitions (docs/checker.md, "Liveness") in short, all times in
+seconds on the history's clock:
+
+- a producer *wait* ends at each `ok` send completion (an acknowledgement)
+  and starts at the previous acknowledgement if a send was outstanding then
+  (invoked, not yet completed), else at the first send invoked after it;
+  after the last acknowledgement a wait that started is open until the
+  workload's end. Failed and indeterminate completions do not end a wait:
+  they are no acknowledgement. *Producer unavailability* is the waits;
+- a consumer wait (only where consumers polled during the run) ends at
+  each poll during the run that returned records, and starts at the previous one if acknowledged records existed beyond the
+  highest offset read of their partition then (a backlog), else at the first
+  acknowledgement that made one;
+- per partition the same, with the acknowledgements, reads and backlog of
+  that partition; a send not yet acknowledged has no partition, so sends are
+  attributed by key: a key whose acknowledged sends all went to one
+  partition attributes its other sends there (the partitioner hashes keys);
+  sends of other keys count overall only;
+- a fault runs from its start action's invocation to the completion of its
+  stop action (or of the heal that ended it); its unavailability is the
+  longest wait overlapping it, its recovery the time from its end to the
+  first acknowledgement after it;
+- the final heal is the completion of the last `heal` event (else of the last
+  stop); recovery is the time from it to the first acknowledgement after it;
+  HANG: sends were attempted after the final heal (or outstanding at it) and
+  none was acknowledged within `hang_s` seconds of it.
+
+The pass reads a few columns of the history's Parquet with Arrow and works
+on sorted NumPy arrays (searchsorted per wait, no Python loop per event), so
+it scales with the rest of the check; `measure` is a pure function of the
+columns, tested on hand-made histories.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+HANG_S = 30.0  # no acknowledgement this long after the final heal: HANG
+LIST_MIN_S = 1.0  # waits at least this long are listed in results.json
+LIST_MAX = 100  # at most this many listed, the longest first
+NS = 1e9
+
+
+@dataclass
+class Columns:
+    """The history's columns liveness needs, as NumPy arrays (times in ns)."""
+
+    inv_time: np.ndarray  # send invocations
+    inv_key: np.ndarray  # -1 where the send had no key
+    inv_value: np.ndarray
+    comp_time: np.ndarray  # send completions, any outcome
+    comp_value: np.ndarray
+    comp_ok: np.ndarray  # bool
+    comp_partition: np.ndarray  # -1 where not ok
+    comp_offset: np.ndarray
+    read_time: np.ndarray  # one row per (poll during the run returning records, partition)
+    read_partition: np.ndarray
+    read_offset: np.ndarray  # the largest offset of that partition in the poll
+    end: int  # the workload's end: the last client event outside the final reads
+    polls: int = 0  # poll invocations during the run (none: no consumer to wait)
+
+
+def load_columns(files) -> Columns:
+    """Columns of Parquet history files (core.history.parquet's layout, or a
+    user's with those column names)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    want = ("time", "process", "type", "f", "key", "value", "partition", "offset", "records")
+    parts = []
+    for path in files:
+        pf = pq.ParquetFile(str(path))
+        names = set(pf.schema_arrow.names)
+        parts.append(pf.read(columns=[c for c in want if c in names]))
+
+    def col(t, name, default=-1):
+        if name not in t.column_names:
+            return np.full(t.num_rows, default, dtype=np.int64)
+        return pc.fill_null(pc.cast(t[name], pa.int64()), default).to_numpy()
+
+    chunks: dict[str, list] = {}
+    end = -1
+    n_polls = 0
+    for t in parts:
+        process = col(t, "process")
+
+        def is_(name, value):  # string comparisons in Arrow: no Python strings per row
+            return pc.fill_null(pc.equal(t[name], value), False).to_numpy(zero_copy_only=False)
+
+        time = col(t, "time")
+        client = process >= 0
+        final_procs = np.unique(process[client & is_("f", "final-reads")])
+        in_run = client & ~np.isin(process, final_procs)
+        if in_run.any():
+            end = max(end, int(time[in_run].max()))
+        is_poll = is_("f", "poll")
+        send = client & is_("f", "send")
+        invoke = is_("type", "invoke")
+        inv = send & invoke
+        comp = send & ~invoke
+        ok = is_("type", "ok")
+        add = chunks.setdefault
+        add("inv_time", []).append(time[inv])
+        add("inv_key", []).append(col(t, "key")[inv])
+        add("inv_value", []).append(col(t, "value")[inv])
+        add("comp_time", []).append(time[comp])
+        add("comp_value", []).append(col(t, "value")[comp])
+        add("comp_ok", []).append(ok[comp])
+        add("comp_partition", []).append(np.where(ok, col(t, "partition"), -1)[comp])
+        add("comp_offset", []).append(col(t, "offset")[comp])
+        n_polls += int((in_run & is_poll & invoke).sum())
+        polls = np.flatnonzero(in_run & is_poll & ok)
+        rt, rp, ro = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
+        if len(polls) and "records" in t.column_names:
+            recs = t["records"].take(pa.array(polls))
+            parent = pc.list_parent_indices(recs).to_numpy()
+            flat = pc.list_flatten(recs)
+            if len(flat):
+                p = pc.fill_null(pc.cast(pc.struct_field(flat, "partition"), pa.int64()), -1).to_numpy()
+                o = pc.fill_null(pc.cast(pc.struct_field(flat, "offset"), pa.int64()), -1).to_numpy()
+                # The largest offset per (poll, partition): sort by (poll, partition, offset), keep the last.
+                order = np.lexsort((o, p, parent))
+                parent, p, o = parent[order], p[order], o[order]
+                last = np.ones(len(p), bool)
+                last[:-1] = (parent[1:] != parent[:-1]) | (p[1:] != p[:-1])
+                rt, rp, ro = time[polls][parent[last]], p[last], o[last]
+        add("read_time", []).append(rt)
+        add("read_partition", []).append(rp)
+        add("read_offset", []).append(ro)
+    arrays = {k: np.concatenate(v) if v else np.empty(0, np.int64) for k, v in chunks.items()}
+    if not arrays:
+        arrays = {k: np.empty(0, bool if k == "comp_ok" else np.int64) for k in Columns.__dataclass_fields__
+                  if k not in ("end", "polls")}
+    return Columns(**arrays, end=end, polls=n_polls)
+
+
+# ---------------------------------------------------------------------------------
+# waits
+# ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Waits:
+    """Waits as parallel arrays, ns: start, end, and whether the end is the
+    workload's end (no acknowledgement came)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    open: np.ndarray
+
+    @staticmethod
+    def none() -> "Waits":
+        return Waits(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, bool))
+
+    def longest_ns(self) -> int:
+        return int((self.end - self.start).max()) if len(self.start) else 0
+
+    def overlapping(self, lo: int, hi: int) -> int:
+        """The longest wait overlapping [lo, hi], ns (0 if none)."""
+        m = (self.start <= hi) & (self.end >= lo)
+        return int((self.end[m] - self.start[m]).max()) if m.any() else 0
+
+
+def producer_waits(inv_t: np.ndarray, comp_t: np.ndarray, ack_t: np.ndarray, end: int) -> Waits:
+    """The waits of sends (module docstring); all three arrays sorted."""
+    if len(inv_t) == 0:
+        return Waits.none()
+    # The gaps: before the first acknowledgement, between each two, after the last.
+    prev = np.concatenate(([np.iinfo(np.int64).min], ack_t))
+    upto = np.concatenate((ack_t, [max(end, int(inv_t[-1]))]))
+    outstanding = np.searchsorted(inv_t, prev, "right") > np.searchsorted(comp_t, prev, "right")
+    nxt = np.searchsorted(inv_t, prev, "right")
+    first_inv = inv_t[np.minimum(nxt, len(inv_t) - 1)]
+    has_inv = (nxt < len(inv_t)) & (first_inv <= upto)
+    start = np.where(outstanding, prev, first_inv)
+    keep = outstanding | has_inv
+    is_open = np.zeros(len(prev), bool)
+    is_open[-1] = True
+    start, stop, is_open = np.minimum(start[keep], upto[keep]), upto[keep], is_open[keep]
+    return Waits(start, stop, is_open)
+
+
+def consumer_waits(ack_t: np.ndarray, ack_o: np.ndarray, read_t: np.ndarray, read_o: np.ndarray,
+                   end: int) -> Waits:
+    """The waits of consumers on one partition (module docstring): acknowledgements
+    and reads of that partition, each sorted by time."""
+    if len(ack_t) == 0:
+        return Waits.none()
+    ackmax = np.maximum.accumulate(ack_o)
+    readmax = np.maximum.accumulate(read_o) if len(read_o) else read_o
+    prev = np.concatenate(([np.iinfo(np.int64).min], read_t))
+    upto = np.concatenate((read_t, [max(end, int(ack_t[-1]))]))
+    seen = np.concatenate(([-1], readmax))  # highest offset read as of each prev
+    # The first acknowledgement beyond what was read: ackmax is non-decreasing.
+    first_beyond = np.searchsorted(ackmax, seen, "right")
+    beyond_t = ack_t[np.minimum(first_beyond, len(ack_t) - 1)]
+    exists = first_beyond < len(ack_t)
+    start = np.maximum(prev, beyond_t)
+    keep = exists & (start < upto)
+    is_open = np.zeros(len(prev), bool)
+    is_open[-1] = True
+    return Waits(start[keep], upto[keep], is_open[keep])
+
+
+def consumer_overall(parts: dict[int, tuple], read_t: np.ndarray, end: int) -> Waits:
+    """Consumers overall: a wait ends at each poll returning records of any
+    partition, and starts at the previous one if some partition had a backlog
+    then, else at the first acknowledgement that made one. `parts`: per
+    partition (ack times, ack offsets, read times, read offsets), each sorted
+    by time. One vector pass per partition over the gaps."""
+    big = np.iinfo(np.int64).max
+    reads = np.unique(read_t)
+    prev = np.concatenate(([np.iinfo(np.int64).min], reads))
+    upto = np.concatenate((reads, [end]))
+    best = np.full(len(prev), big)
+    for ack_t, ack_o, r_t, r_o in parts.values():
+        if len(ack_t) == 0:
+            continue
+        upto[-1] = max(upto[-1], int(ack_t[-1]))
+        ackmax = np.maximum.accumulate(ack_o)
+        readmax = np.concatenate(([-1], np.maximum.accumulate(r_o))) if len(r_o) else np.array([-1])
+        seen = readmax[np.searchsorted(r_t, prev, "right")]  # highest offset of p read as of prev
+        first_beyond = np.searchsorted(ackmax, seen, "right")
+        exists = first_beyond < len(ack_t)
+        start = np.maximum(prev, ack_t[np.minimum(first_beyond, len(ack_t) - 1)])
+        best = np.where(exists, np.minimum(best, start), best)
+    keep = best < upto
+    is_open = np.zeros(len(prev), bool)
+    is_open[-1] = True
+    return Waits(best[keep], upto[keep], is_open[keep])
+
+
+# ---------------------------------------------------------------------------------
+# faults
+# ---------------------------------------------------------------------------------
+
+
+def fault_intervals(nemesis: list[dict], ends: dict[str, str]) -> tuple[list[dict], int | None]:
+    """Faults from the nemesis's events (stats.faults' shape: index, time,
+    type, f, ...) paired by `ends` (start action -> stop action, from the
+    fault registry, which checkers do not import), and the final heal's time.
+
+    A fault: its start's invocation to its stop's completion, or the heal's
+    completion that ended it, or the last event if nothing did."""
+    events = sorted(nemesis, key=lambda e: e["index"])
+    stops = set(ends.values())
+
+    def completion(i: int) -> int:
+        e = events[i]
+        for later in events[i + 1:]:
+            if later["f"] == e["f"] and later["type"] != "invoke":
+                return later["time"]
+        return e["time"]
+
+    faults: list[dict] = []
+    open_: list[dict] = []
+    heal = None
+    last_stop = None
+    for i, e in enumerate(events):
+        if e["type"] != "invoke":
+            continue
+        if e["f"] in ends:
+            fault = {"fault": e["f"], "start_ns": e["time"], "end_ns": None, "index": e["index"]}
+            if isinstance(e.get("value"), dict) and e["value"].get("mode"):
+                fault["mode"] = e["value"]["mode"]
+            faults.append(fault)
+            open_.append(fault)
+        elif e["f"] in stops:
+            done = completion(i)
+            last_stop = done
+            for fault in open_:
+                if ends[fault["fault"]] == e["f"]:
+                    fault["end_ns"] = done
+                    open_.remove(fault)
+                    break
+        elif e["f"] == "heal":
+            heal = completion(i)
+            for fault in open_:
+                fault["end_ns"] = heal
+            open_ = []
+    final_heal = heal if heal is not None else last_stop
+    last = events[-1]["time"] if events else None
+    for fault in open_:
+        fault["end_ns"] = last
+    return faults, final_heal
+
+
+# ---------------------------------------------------------------------------------
+# the measure
+# ---------------------------------------------------------------------------------
+
+
+def _s(ns) -> float | None:
+    return None if ns is None else round(ns / NS, 3)
+
+
+def _listed(w: Waits) -> list[list]:
+    """Waits of at least LIST_MIN_S, the longest LIST_MAX, in time order: [start, end, open]."""
+    length = w.end - w.start
+    idx = np.flatnonzero(length >= LIST_MIN_S * NS)
+    idx = idx[np.argsort(-length[idx], kind="stable")][:LIST_MAX]
+    idx.sort()
+    return [[_s(int(w.start[i])), _s(int(w.end[i])), bool(w.open[i])] for i in idx]
+
+
+def _first_after(t_sorted: np.ndarray, at: int) -> int | None:
+    i = np.searchsorted(t_sorted, at, "right")
+    return int(t_sorted[i]) if i < len(t_sorted) else None
+
+
+def _since(t_sorted: np.ndarray, at: int | None) -> float | None:
+    if at is None:
+        return None
+    first = _first_after(t_sorted, at)
+    return None if first is None else _s(first - at)
+
+
+def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float = HANG_S) -> dict:
+    """results.json's `liveness` (docs/checker.md) from the columns and the nemesis's events."""
+    inv_order = np.argsort(c.inv_time, kind="stable")
+    inv_t, inv_key, inv_value = c.inv_time[inv_order], c.inv_key[inv_order], c.inv_value[inv_order]
+    comp_t = np.sort(c.comp_time, kind="stable")
+    ack_mask = c.comp_ok
+    ack_t_all, ack_p_all, ack_o_all = c.comp_time[ack_mask], c.comp_partition[ack_mask], c.comp_offset[ack_mask]
+    o = np.argsort(ack_t_all, kind="stable")
+    ack_t, ack_p, ack_o = ack_t_all[o], ack_p_all[o], ack_o_all[o]
+    end = max(c.end, int(inv_t[-1]) if len(inv_t) else -1)
+
+    producers = producer_waits(inv_t, comp_t, ack_t, end)
+
+    # Sends' partitions: by key, where a key's acknowledged sends all went to one partition.
+    by_value = np.argsort(inv_value, kind="stable")
+    sorted_values = inv_value[by_value]
+
+    def key_of(values):
+        i = np.minimum(np.searchsorted(sorted_values, values), max(len(sorted_values) - 1, 0))
+        found = (len(sorted_values) > 0) & (sorted_values[i] == values) if len(sorted_values) else np.zeros(len(values), bool)
+        return np.where(found, inv_key[by_value][i] if len(sorted_values) else -1, -1)
+
+    ack_key = key_of(c.comp_value[ack_mask])
+    known = (ack_key >= 0) & (ack_p_all >= 0)
+    # Distinct (key, partition) pairs, as one int64 where they fit (they do for any real topic).
+    k_, p_ = ack_key[known], ack_p_all[known]
+    if len(k_) and k_.max() < 2**31 and p_.max() < 2**31:
+        combined = np.unique((k_ << 32) | p_)
+        pairs = np.stack([combined >> 32, combined & 0xFFFFFFFF])
+    else:
+        pairs = np.unique(np.stack([k_, p_]), axis=1) if len(k_) else np.empty((2, 0), np.int64)
+    keys, counts = np.unique(pairs[0], return_counts=True)
+    single = set(keys[counts == 1].tolist())
+    key_part = {int(k): int(p) for k, p in zip(pairs[0].tolist(), pairs[1].tolist()) if k in single}
+    lookup_k = np.array(sorted(key_part), dtype=np.int64)
+    lookup_p = np.array([key_part[k] for k in lookup_k.tolist()], dtype=np.int64)
+
+    def part_of_keys(keys_):
+        if not len(lookup_k):
+            return np.full(len(keys_), -1, np.int64)
+        i = np.minimum(np.searchsorted(lookup_k, keys_), len(lookup_k) - 1)
+        return np.where(lookup_k[i] == keys_, lookup_p[i], -1)
+
+    inv_part = part_of_keys(inv_key)
+    comp_part = part_of_keys(key_of(c.comp_value))
+    comp_part_t = c.comp_time
+
+    partitions = sorted((set(ack_p.tolist()) | set(c.read_partition.tolist())) - {-1})
+    r_order = np.lexsort((c.read_time, c.read_partition))
+    r_p, r_t, r_o = c.read_partition[r_order], c.read_time[r_order], c.read_offset[r_order]
+    by_partition: dict[str, dict] = {}
+    consumer_parts: dict[int, Waits] = {}
+    prod_parts: dict[int, Waits] = {}
+    columns: dict[int, tuple] = {}
+    for p in partitions:
+        pa_ = ack_p == p
+        pt = inv_t[inv_part == p]
+        pc_ = np.sort(comp_part_t[comp_part == p], kind="stable")
+        prod_parts[p] = producer_waits(pt, pc_, ack_t[pa_], end)
+        lo, hi = np.searchsorted(r_p, p, "left"), np.searchsorted(r_p, p, "right")
+        columns[p] = (ack_t[pa_], ack_o[pa_], r_t[lo:hi], r_o[lo:hi])
+        consumer_parts[p] = consumer_waits(*columns[p], end) if c.polls else Waits.none()
+    consumers = consumer_overall(columns, c.read_time, end) if c.polls else Waits.none()
+
+    faults, heal = fault_intervals(nemesis, ends)
+    read_t = np.unique(c.read_time)
+    fault_rows = []
+    for fault in faults:
+        lo, hi = fault["start_ns"], fault["end_ns"]
+        pw, cw = producers.overlapping(lo, hi), consumers.overlapping(lo, hi)
+        row = {"fault": fault["fault"], **({"mode": fault["mode"]} if "mode" in fault else {}),
+               "index": fault["index"], "start": _s(lo), "end": _s(hi),
+               "unavailable_s": _s(max(pw, cw)), "producer_unavailable_s": _s(pw),
+               "consumer_unavailable_s": _s(cw),
+               "recovery_s": _since(ack_t, hi), "consumer_recovery_s": _since(read_t, hi)}
+        fault_rows.append(row)
+
+    recovery = _since(ack_t, heal)
+    attempted_after = heal is not None and len(inv_t) > 0 and (
+        inv_t[-1] > heal or np.searchsorted(inv_t, heal, "right") > np.searchsorted(comp_t, heal, "right"))
+    hang = bool(attempted_after and (recovery is None or recovery > hang_s))
+    for p in partitions:
+        pa_ = ack_p == p
+        lo, hi = np.searchsorted(r_p, p, "left"), np.searchsorted(r_p, p, "right")
+        by_partition[str(p)] = {
+            "producer_unavailable_s": _s(prod_parts[p].longest_ns()),
+            "consumer_unavailable_s": _s(consumer_parts[p].longest_ns()),
+            "recovery_s": _since(ack_t[pa_], heal),
+            "consumer_recovery_s": _since(r_t[lo:hi], heal)}
+    return {
+        "verdict": "hang" if hang else "ok",
+        "hang_after_s": hang_s,
+        "heal": _s(heal),
+        "recovery_s": recovery,
+        "consumer_recovery_s": _since(read_t, heal),
+        # Without a recovery: how long the run watched after the heal and saw none.
+        "unrecovered_s": _s(end - heal) if heal is not None and recovery is None and end > heal else None,
+        "unavailable_s": _s(max(producers.longest_ns(), consumers.longest_ns())),
+        "faults": fault_rows,
+        "producers": {"unavailable_s": _s(producers.longest_ns()), "waits": _listed(producers)},
+        "consumers": {"unavailable_s": _s(consumers.longest_ns()), "waits": _listed(consumers)},
+        "by_partition": by_partition,
+        "unattributed_sends": int((inv_part < 0).sum()),
+    }
+
+
+def verdict_words(liveness: dict) -> str:
+    """One line for the terminal and the report."""
+    if liveness.get("verdict") == "hang":
+        got = (f"first acknowledgement {liveness['recovery_s']:g} s after it" if liveness.get("recovery_s") is not None
+               else f"none in the {liveness.get('unrecovered_s') or 0:g} s watched")
+        return (f"HANG: nothing acknowledged for more than {liveness['hang_after_s']:g} s after the final heal "
+                f"({got}); longest unavailability {liveness['unavailable_s']:g} s")
+    rec = liveness.get("recovery_s")
+    return ("liveness ok: " + (f"recovered {rec:g} s after the final heal" if rec is not None else "no heal to recover from")
+            + f", longest unavailability {liveness.get('unavailable_s') or 0:g} s")

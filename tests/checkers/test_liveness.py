@@ -1,0 +1,215 @@
+"""Liveness (checkers/liveness.py) on hand-made histories, through the whole
+checker: producer and consumer waits, per partition and per fault, recovery
+after a fault's end and after the final heal, and the HANG verdict."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.spec import build, expectation, liveness_failed
+from core.errors import UserError
+from tests.checkers.conftest import Hist
+
+ENDS = {"start-partition": "stop-partition", "kill": "start", "pause": "resume"}
+S = 1_000_000_000
+
+
+class Timed(Hist):
+    """A history on a clock the test moves: `at(seconds)`; events between
+    two moves are 1 µs apart, in call order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.t = 0
+
+    def at(self, seconds: float) -> "Timed":
+        assert seconds * S >= self.t
+        self.t = int(seconds * S)
+        return self
+
+    def add(self, process, type_, f, **fields) -> int:
+        index = super().add(process, type_, f, **fields)
+        self.events[index]["time"] = self.t
+        self.t += 1000
+        return index
+
+    def nemesis(self, f: str, **value) -> None:
+        self.add("nemesis", "invoke", f, value=value)
+        self.add("nemesis", "ok", f, value=value)
+
+
+@pytest.fixture
+def timed():
+    return Timed()
+
+
+def live(check, h, **options) -> dict:
+    return check(h, fault_ends=ENDS, **options)["liveness"]
+
+
+def _steady(h: Timed, start: float, stop: float, value: int, offset: int, key=0, partition=0, every=0.1) -> tuple[int, int]:
+    """Acknowledged sends every `every` s from start to stop; returns the next value and offset."""
+    t = start
+    while t < stop - 1e-9:
+        h.at(t)
+        h.send(0, value, partition, offset, key=key)
+        value, offset, t = value + 1, offset + 1, t + every
+    return value, offset
+
+
+def test_a_partition_that_fails_sends_for_five_seconds_then_recovers(check, timed):
+    h = timed
+    v, o = _steady(h, 0, 2, 0, 0)
+    h.at(2.0).nemesis("start-partition", mode="isolate-leader")
+    for i in range(50):  # 5 s of failing sends, none acknowledged
+        h.at(2.05 + i * 0.1)
+        h.send(0, v, outcome="fail", error="NOT_ENOUGH_REPLICAS")
+        v += 1
+    h.at(7.0).nemesis("stop-partition")
+    h.at(7.3)
+    h.add(0, "invoke", "send", key=0, value=v)
+    h.at(7.5)
+    h.add(0, "ok", "send", value=v, partition=0, offset=o)
+    v, o = _steady(h, 7.6, 9, v + 1, o + 1)
+    h.at(9.0).nemesis("heal")
+    v, o = _steady(h, 9.2, 10, v, o)
+    out = live(check, h)
+    assert out["verdict"] == "ok"
+    # Nothing was outstanding at the last acknowledgement before the fault (1.9 s): the
+    # wait runs from the first send after it (2.05 s) to the first acknowledgement (7.5 s).
+    assert out["producers"]["unavailable_s"] == pytest.approx(5.45, abs=0.01)
+    assert out["producers"]["waits"] == [[pytest.approx(2.05, abs=0.01), 7.5, False]]
+    [fault] = out["faults"]
+    assert fault["fault"] == "start-partition" and fault["mode"] == "isolate-leader"
+    assert fault["start"] == pytest.approx(2.0) and fault["end"] == pytest.approx(7.0, abs=0.01)
+    assert fault["producer_unavailable_s"] == pytest.approx(5.45, abs=0.01)
+    assert fault["recovery_s"] == pytest.approx(0.5, abs=0.01)
+    # After the heal's completion (9.0 s) the first acknowledgement is at 9.2 s.
+    assert out["recovery_s"] == pytest.approx(0.2, abs=0.01)
+    assert out["by_partition"]["0"]["producer_unavailable_s"] == pytest.approx(5.45, abs=0.01)
+
+
+def test_nothing_acknowledged_after_the_heal_is_a_hang_with_the_measured_unavailability(check, timed):
+    h = timed
+    v, o = _steady(h, 0, 2, 0, 0)
+    h.at(2.0).nemesis("pause", mode="all")
+    h.at(4.0).nemesis("resume")
+    h.at(5.0).nemesis("heal")
+    for i in range(45):  # sends keep timing out for 45 s after the heal
+        h.at(5.5 + i)
+        h.add(0, "invoke", "send", key=0, value=v + i)
+        h.at(5.5 + i + 0.9)
+        h.add(0, "info", "send", value=v + i, error="_MSG_TIMED_OUT")
+    out = live(check, h)
+    assert out["verdict"] == "hang"
+    assert out["recovery_s"] is None
+    assert out["unrecovered_s"] == pytest.approx(50.4 - 5.0, abs=0.01)
+    # The wait never ended: open, from the first send after the last acknowledgement
+    # (5.5 s; nothing was outstanding in between) to the workload's end.
+    assert out["producers"]["waits"][-1] == [5.5, pytest.approx(50.4, abs=0.01), True]
+    assert out["unavailable_s"] == pytest.approx(44.9, abs=0.01)
+    assert out["consumers"]["unavailable_s"] == 0  # no consumer polled: none waited
+    assert out["faults"][0]["recovery_s"] is None
+
+
+def test_a_first_acknowledgement_later_than_the_limit_is_a_hang_too(check, timed):
+    h = timed
+    v, o = _steady(h, 0, 1, 0, 0)
+    h.at(1.0).nemesis("heal")
+    h.at(1.1)
+    h.add(0, "invoke", "send", key=0, value=v)
+    h.at(36.0)
+    h.add(0, "ok", "send", value=v, partition=0, offset=o)
+    out = live(check, h)
+    assert out["verdict"] == "hang" and out["recovery_s"] == pytest.approx(35.0, abs=0.01)
+    assert live(check, h, hang_s=40)["verdict"] == "ok"
+
+
+def test_no_send_attempted_after_the_heal_is_no_hang_and_idle_time_is_not_unavailability(check, timed):
+    h = timed
+    _steady(h, 0, 1, 0, 0)
+    h.at(20.0).nemesis("heal")  # 19 s with no send outstanding
+    out = live(check, h)
+    assert out["verdict"] == "ok" and out["recovery_s"] is None
+    assert out["producers"]["unavailable_s"] < 0.2
+
+
+def test_unacknowledged_sends_are_attributed_to_a_partition_by_their_key(check, timed):
+    h = timed
+    v, o0, o1 = 0, 0, 0
+    for i in range(20):  # key 1 -> partition 0, key 2 -> partition 1, both fine
+        h.at(i * 0.1)
+        h.send(0, v, 0, o0, key=1)
+        h.send(1, v + 1, 1, o1, key=2)
+        v, o0, o1 = v + 2, o0 + 1, o1 + 1
+    for i in range(100):  # 10 s: partition 1's sends time out, partition 0's go on
+        h.at(2 + i * 0.1)
+        h.send(0, v, 0, o0, key=1)
+        h.send(1, v + 1, outcome="info", key=2, error="REQUEST_TIMED_OUT")
+        v, o0 = v + 2, o0 + 1
+    h.at(12.05)
+    h.send(1, v, 1, o1, key=2)
+    out = live(check, h)
+    assert out["by_partition"]["1"]["producer_unavailable_s"] == pytest.approx(10.1, abs=0.05)
+    assert out["by_partition"]["0"]["producer_unavailable_s"] < 0.2
+    assert out["producers"]["unavailable_s"] < 0.2  # partition 0 kept acknowledging
+    assert out["unattributed_sends"] == 0
+
+
+def test_consumers_wait_only_while_acknowledged_records_are_unread(check, timed):
+    h = timed
+    for i in range(5):
+        h.at(i * 0.1)
+        h.send(0, i, 0, i)
+    h.at(0.5)
+    h.poll(9, *[(0, i, i) for i in range(5)])  # everything read: no backlog
+    for t in range(6):  # empty polls with nothing to read: not a wait
+        h.at(1 + t)
+        h.poll(9)
+    h.at(7.0)
+    h.send(0, 5, 0, 5)  # a backlog from 7.0 s
+    for t in range(8):  # empty polls while it waits
+        h.at(7.5 + t)
+        h.poll(9)
+    h.at(16.0)
+    h.poll(9, (0, 5, 5))
+    out = live(check, h)
+    assert out["consumers"]["unavailable_s"] == pytest.approx(9.0, abs=0.01)
+    assert out["consumers"]["waits"] == [[pytest.approx(7.0, abs=0.01), 16.0, False]]
+    assert out["by_partition"]["0"]["consumer_unavailable_s"] == pytest.approx(9.0, abs=0.01)
+
+
+def test_final_reads_do_not_end_a_consumer_wait(check, timed):
+    h = timed
+    h.send(0, 0, 0, 0)
+    h.at(1.0).nemesis("heal")
+    h.at(5.0)
+    h.poll(9)  # an empty poll during the run
+    h.final_reads(20, [0])
+    h.poll(20, (0, 0, 0))
+    h.final_reads_ok(20, {0: 1})
+    out = live(check, h)
+    assert out["consumer_recovery_s"] is None
+    assert out["consumers"]["waits"][-1][2] is True  # open: never read during the run
+
+
+def test_expect_limits_and_hang_judge_the_measured_values(check, timed):
+    h = timed
+    v, o = _steady(h, 0, 1, 0, 0)
+    h.at(1.0).nemesis("heal")
+    h.at(1.1)
+    h.add(0, "invoke", "send", key=0, value=v)
+    h.at(13.1)
+    h.add(0, "ok", "send", value=v, partition=0, offset=o)
+    results = check(h, fault_ends=ENDS)
+    assert results["liveness"]["recovery_s"] == pytest.approx(12.1, abs=0.01)
+    met, misses = expectation({"valid": True, "max-recovery-s": 10, "max-unavailable-s": 30, "hang": "absent"},
+                              results)
+    assert not met and misses == ["expected recovery at most 10 s, measured 12.1 s"]
+    assert liveness_failed({"max-recovery-s": 10}, results) == misses
+    assert expectation({"max-recovery-s": 15, "max-unavailable-s": 12.5}, results) == (True, [])
+    assert expectation({"hang": "present"}, results)[1] == ["expected hang present, got absent (recovery 12.1 s)"]
+    assert liveness_failed({}, results) == []  # no HANG, no limit: the run does not fail on liveness
+    for bad in ({"max-recovery-s": "soon"}, {"max-unavailable-s": -1}, {"hang": True}):
+        with pytest.raises(UserError, match="expect"):
+            build({"expect": bad})
