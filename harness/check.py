@@ -18,6 +18,7 @@ import orjson
 
 from checkers.check import Options, check_history
 from checkers.explain import evidence_run
+from checkers.liveness import verdict_words
 from checkers.results import write_results
 from checkers.summary import render
 from core.errors import UserError
@@ -79,5 +80,8 @@ def run(args) -> int:
     if args.json:
         print(orjson.dumps(results, option=orjson.OPT_INDENT_2).decode())
     else:
+        if results.get("liveness"):
+            print(verdict_words(results["liveness"]))
         print(render(results, str(path)))
+    # The exit status is about safety: a HANG is reported, and fails `harness run`.
     return 0 if results["valid"] else 1

@@ -435,14 +435,15 @@ def _conclude(r: Run) -> int:
         print(f"client library (librdkafka): {warnings} warning{'s' if warnings != 1 else ''}, "
               f"in {r.dir.path / 'harness.log'}")
     if verdict is not None:
-        print(verdict_line(results))
-        top = top_anomaly(results)
-        if top:
-            print(f"  {top}")
+        # Liveness first: the verdict and its top anomaly stay the last lines before the report's path.
         if results.get("liveness"):
             print(verdict_words(results["liveness"]))
         for why in live_failures:
             print(f"  liveness: {why}")
+        print(verdict_line(results))
+        top = top_anomaly(results)
+        if top:
+            print(f"  {top}")
     print(f"report: {r.dir.path / 'report.html'}" if (r.dir.path / "report.html").exists()
           else f"results: {r.dir.path}")
     if r.problem:
