@@ -378,11 +378,12 @@ def _secs(x) -> str:
 
 
 def liveness_failed(expect: dict, results: dict) -> list[str]:
-    """Why the run fails on liveness (harness run exits 1): a HANG the spec does
-    not expect, and each missed [expect] liveness key."""
+    """Why the run fails on liveness (harness run exits 1): a HANG, expected or
+    not (as an invalid run exits 1 whether or not its scenario expects it), and
+    each missed [expect] liveness key."""
     live = results.get("liveness") or {}
     out = [m for k in LIVENESS_KEYS if k in expect and (m := _liveness_miss(k, expect[k], live))]
-    if live.get("verdict") == "hang" and "hang" not in expect:
+    if live.get("verdict") == "hang":
         out.insert(0, "HANG: nothing acknowledged for more than "
                       f"{live.get('hang_after_s', 0):g} s after the final heal")
     return out
