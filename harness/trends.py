@@ -186,7 +186,7 @@ def nightly_page(night: Night) -> str:
              else "in progress (or killed)")
     head = (f"<h1>nightly {esc(s.get('suite'))}: {esc(night.name)}</h1>"
             f"<p>matrix {esc(s.get('matrix'))}, started {esc(s.get('started'))}, last written "
-            f"{esc(s.get('written'))}; {esc(len(s['runs']))} of {esc(s.get('planned'))} runs, {esc(state)}. "
+            f"{esc(s.get('written'))}; {esc(len(s['runs']))} of {esc(s.get('planned') or '?')} runs, {esc(state)}. "
             + ", ".join(f"<span class='{c}'>{esc(c)} {esc(counts.get(c, 0))}</span>" for c in CLASSES if counts.get(c))
             + "</p><p><a href='summary.json'>summary.json</a> · <a href='junit.xml'>junit.xml</a> · "
               "<a href='../../trends.html'>trends across nights</a></p>")

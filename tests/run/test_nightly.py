@@ -346,6 +346,7 @@ def nightly(results: Path, matrix: Path, *argv: str) -> subprocess.Popen:
 
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_two_real_nights_a_planted_regression_and_a_kill_9(tmp_path):
     results = tmp_path / "results"
     # Night 1: the safe spec, valid.
