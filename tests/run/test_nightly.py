@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import UserError
-from harness import matrix as mx, trends
+from harness import matrix as mx, subrun, trends
 from harness.browse import index
 from harness.spec import build, load_file
 from harness.subrun import Outcome
@@ -402,3 +402,13 @@ def test_two_real_nights_a_planted_regression_and_a_kill_9(tmp_path):
     trends.write_pages(results, n2)
     page = (results / "trends.html").read_text()
     assert "regressions tonight" in page and "own-tiny (own): met its expectation in the last 1 night(s)" in page
+
+
+def test_a_run_that_cannot_start_is_recorded_with_its_reason(tmp_path):
+    """The child exits 2 at once (a bad spec; nothing is provisioned): the reason is its error line."""
+    o = subrun.run(["run", "--nodes", "0", "--results", str(tmp_path / "r")], tmp_path / "logs" / "x.log",
+                   limit_s=120)
+    assert (o.status, o.verdict, o.timed_out, o.run_dir) == (2, subrun.NOT_RUN, False, None)
+    assert o.problem == "--nodes 0: expected 1 to 64", o.problem
+    a = mx.attempt(o, {"valid": True})
+    assert a.status == "error" and a.misses == ["not carried out: --nodes 0: expected 1 to 64"]
