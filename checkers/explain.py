@@ -802,7 +802,7 @@ def wanted(results: dict, limit: int = LIMIT) -> tuple[list[tuple[str, dict]], s
             if not isinstance(ex, dict):
                 continue
             chosen.append((name, ex))
-            for k, v in _flat(ex):
+            for k, v in leaves(ex):
                 if k.endswith("index") and isinstance(v, int):
                     indexes.add(v)
                 elif k in ("value", "prev_value") and isinstance(v, int):
@@ -817,13 +817,15 @@ def wanted(results: dict, limit: int = LIMIT) -> tuple[list[tuple[str, dict]], s
     return chosen, values, positions, indexes
 
 
-def _flat(x, key=""):
+def leaves(x, key=""):
+    """Every leaf of nested dicts and lists, with the key it sits under
+    (a list's items under the list's key): how examples name their indexes."""
     if isinstance(x, dict):
         for k, v in x.items():
-            yield from _flat(v, k)
+            yield from leaves(v, k)
     elif isinstance(x, list):
         for v in x:
-            yield from _flat(v, key)
+            yield from leaves(v, key)
     else:
         yield key, x
 

@@ -95,9 +95,10 @@ def select(entries: list[RunEntry], filters: dict[str, str]) -> list[RunEntry]:
     return chosen
 
 
-def index(entries: list[RunEntry], filters: dict[str, str]) -> str:
-    """The index page of the server: the filters' form, then the matching runs
-    with a compare form."""
+def index(entries: list[RunEntry], filters: dict[str, str], root: Path | None = None) -> str:
+    """The index page of the server: links to the nightly pages (if `root`
+    holds trends.html), the filters' form, then the matching runs with a
+    compare form."""
     chosen = select(entries, filters)
     fields = []
     for name, values in filter_options(entries).items():
@@ -109,7 +110,13 @@ def index(entries: list[RunEntry], filters: dict[str, str]) -> str:
                   "placeholder='YYYY-MM-DD' size='10'></label>")
     form = (f"<form class='filters' method='get' action='/'>{''.join(fields)}<button type='submit'>filter</button>"
             f" <a href='/'>all runs</a></form><p>{len(chosen)} of {len(entries)} runs</p>")
-    return index_page(chosen, before=form, compare=True)
+    nightly = ""
+    if root is not None and (root / "trends.html").is_file():  # `harness nightly` wrote its pages
+        nights = sorted(p.parent.name for p in root.glob("nightly/*/nightly.html"))
+        nightly = ("<p>nightly: <a href='/trends.html'>trends across nights</a>"
+                   + "".join(f" · <a href='/nightly/{esc(quote(n))}/nightly.html'>{esc(n)}</a>" for n in nights[-7:])
+                   + "</p>")
+    return index_page(chosen, before=nightly + form, compare=True)
 
 
 # -- a folder

@@ -17,23 +17,19 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harness import scenarios
+from harness import scenarios, subrun
 from harness import spec as specs
+from harness.subrun import NOT_RUN
 from core.errors import UserError
 
 DEFAULT_RUNS = 5
 DEFAULT_OUT = "results/calibration"
-RUN_LINE_RE = re.compile(r"^run \S+: (.+) \(seed \d+\)$", re.M)
-VERDICTS = {0: "valid", 1: "invalid"}  # `harness run` exit statuses; anything else: could not run
-NOT_RUN = "could not run"
 
 
 def configure(parser) -> None:
@@ -89,71 +85,23 @@ def chosen_scenarios(names: list[str] | None) -> list[dict]:
 
 
 def run_one(scenario: dict, seed: int, out: Path) -> RunRecord:
-    """`harness run --scenario NAME --seed S` in a process of its own; its record.
-
-    The child has its own process group, so a Ctrl-C at the terminal reaches
-    only this process, which passes exactly one SIGINT on (a second one
-    could cut the child's own clean-up short) and waits for the child to
-    heal and tear down; then KeyboardInterrupt goes on up, unrecorded."""
+    """`harness run --scenario NAME --seed S` in a process of its own
+    (`harness.subrun`); its record. A Ctrl-C lets the run heal and tear
+    down, then KeyboardInterrupt goes on up, unrecorded."""
     name = scenario["name"]
-    logs = out / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    log_path = logs / f"{name}-seed{seed}.log"
-    argv = [sys.executable, "-m", "harness.cli", "run", "--scenario", name, "--seed", str(seed),
-            "--results", str(out / "runs")]
-    started = time.monotonic()
-    with open(log_path, "w") as log:
-        child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 start_new_session=True)
-        try:
-            status = child.wait()
-        except KeyboardInterrupt:
-            child.send_signal(signal.SIGINT)
-            _wait_out(child)
-            raise
-    text = log_path.read_text(errors="replace")
-    match = RUN_LINE_RE.search(text)
-    run_dir = Path(match.group(1)) if match else None
+    o = subrun.run(["run", "--scenario", name, "--seed", str(seed), "--results", str(out / "runs")],
+                   out / "logs" / f"{name}-seed{seed}.log")
     record = RunRecord(scenario=name, system=scenario["system"], seed=seed, expect=scenario["expect"],
-                       verdict=VERDICTS.get(status, NOT_RUN), met=False,
-                       run_dir=str(run_dir) if run_dir else None, seconds=round(time.monotonic() - started, 1))
-    results = _read_json(run_dir / "results.json") if run_dir else None
-    if record.verdict != NOT_RUN and results is None:  # an exit status without results is no verdict
-        record.verdict = NOT_RUN
+                       verdict=o.verdict, met=False, run_dir=o.run_dir, seconds=o.seconds)
     if record.verdict == NOT_RUN:
-        record.problem = _problem(text, status, log_path)
+        record.problem = o.problem
         record.misses = [f"not carried out: {record.problem}"]
         return record
+    results = o.results
     record.counts = {a: v.get("count", 0) for a, v in sorted(results.get("anomalies", {}).items())
                      if isinstance(v, dict) and v.get("count", 0) > 0}
     record.met, record.misses = specs.expectation(scenario["expect"], results)
     return record
-
-
-def _wait_out(child: subprocess.Popen) -> None:
-    """Waits for an interrupted run to finish its clean-up; more Ctrl-Cs do not cut it short."""
-    print("\nharness calibrate: interrupted; waiting for the current run to heal and tear down ...",
-          file=sys.stderr)
-    while True:
-        try:
-            child.wait()
-            return
-        except KeyboardInterrupt:
-            continue
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _problem(text: str, status: int, log_path: Path) -> str:
-    errors = [ln for ln in text.splitlines() if ln.startswith("harness: error: ")]
-    if errors:
-        return errors[-1].removeprefix("harness: error: ").removeprefix("the run was not carried out: ")
-    return f"`harness run` exited with status {status}; see {log_path}"
 
 
 # -- the record file

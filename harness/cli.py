@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cluster": ("harness.cluster", "bring a cluster up, show it, take it down (local namespaces, docker containers, ssh hosts, vagrant VMs)"),
     "scenarios": ("harness.scenarios", "list the named scenarios (scenarios/*.toml) and what each should show"),
     "calibrate": ("harness.calibrate", "run scenarios several times each and tally how often the verdict is right"),
+    "nightly": ("harness.nightly", "run a matrix of scenarios one after another; summary.json, JUnit XML, nightly and trend pages"),
     "serve": ("harness.serve", "a read-only web server on 127.0.0.1 over the results: index with filters, reports, compare two runs"),
     "clean": ("harness.clean", "remove everything harness runs left on this machine (namespaces, rules, daemons, mounts, keys)"),
 }

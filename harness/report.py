@@ -20,6 +20,7 @@ from pathlib import Path
 import orjson
 
 from checkers.anomalies import MEANING
+from checkers.explain import leaves
 from checkers.summary import describe, run_seconds
 from core.errors import HistoryError, UserError
 from core.history.files import HistorySource, iter_source_jsonl, load_run_json, resolve
@@ -133,7 +134,7 @@ def _link(i) -> str:
 
 
 def _example_html(name: str, e: dict, clock) -> str:
-    refs = sorted({v for k, v in _flat(e) if k.endswith("index") and isinstance(v, int)})
+    refs = sorted({v for k, v in leaves(e) if k.endswith("index") and isinstance(v, int)})
     return f"<li>{esc(describe(name, e, clock))} — events {', '.join(_link(i) for i in refs)}</li>"
 
 
@@ -146,17 +147,6 @@ def wall_clock(run: dict):
     except (KeyError, TypeError, ValueError):
         return run_seconds
     return lambda ns: (origin + timedelta(microseconds=ns // 1000)).strftime("%H:%M:%S UTC")
-
-
-def _flat(x, prefix=""):
-    if isinstance(x, dict):
-        for k, v in x.items():
-            yield from _flat(v, k)
-    elif isinstance(x, list):
-        for v in x:
-            yield from _flat(v, prefix)
-    else:
-        yield prefix, x
 
 
 STYLE = """

@@ -8,6 +8,7 @@ this module is only the command and the HTTP.
     /                 every run, newest first; ?system=&scenario=&verdict=&date=
     /compare?a=RUN&b=RUN   two runs side by side (RUN: NAME/TIMESTAMP)
     /NAME/TIMESTAMP/  a run's files; report.html among them
+    /trends.html, /nightly/NIGHT/nightly.html   `harness nightly`'s pages (linked from /)
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ class Handler(BaseHTTPRequestHandler):
         if raw in ("/", "/index.html"):
             entries = store.runs(root)
             wanted = {k: filters.get(k, "") for k in browse.FILTERS}
-            return self._html(browse.index(entries, wanted), body)
+            return self._html(browse.index(entries, wanted, root), body)
         if raw == "/compare":
             entries = {r.rel: r for r in store.runs(root)}
             a, b = entries.get(filters.get("a", "")), entries.get(filters.get("b", ""))

@@ -66,26 +66,27 @@ def sweep(ctx: Context) -> dict:
     return done
 
 
-def describe_kill(value: dict, stopping: bool) -> tuple[str, str]:
-    """`n1 n3`, `verified: process gone on n1 n3` (its end: `running on ...`)."""
-    what, _ = describe_nodes(value, stopping)
-    v = value.get("verified") if isinstance(value, dict) else None
-    if not isinstance(v, dict):
-        return what, ""
-    if stopping:
-        return what, verdict(value, per_node(v.get("running"), "running", "not running"))
-    return what, verdict(value, per_node(v.get("process_gone"), "process gone", "process still running"))
+def _describe_probe(start: tuple[str, str, str], stop: tuple[str, str, str]):
+    """A describe function for a fault on a node list whose probe reports, per
+    node, (its verified key, what yes says, what no says) at its start and end."""
+
+    def describe(value: dict, stopping: bool) -> tuple[str, str]:
+        what, _ = describe_nodes(value, stopping)
+        v = value.get("verified") if isinstance(value, dict) else None
+        if not isinstance(v, dict):
+            return what, ""
+        key, yes, no = stop if stopping else start
+        return what, verdict(value, per_node(v.get(key), yes, no))
+
+    return describe
 
 
-def describe_pause(value: dict, stopping: bool) -> tuple[str, str]:
-    """`n2`, `verified: stopped (state T) on n2` (its end: `resumed on ...`)."""
-    what, _ = describe_nodes(value, stopping)
-    v = value.get("verified") if isinstance(value, dict) else None
-    if not isinstance(v, dict):
-        return what, ""
-    if stopping:
-        return what, verdict(value, per_node(v.get("resumed"), "resumed", "still stopped"))
-    return what, verdict(value, per_node(v.get("stopped"), "stopped (state T)", "not stopped"))
+# `n1 n3`, `verified: process gone on n1 n3` (its end: `running on ...`)
+describe_kill = _describe_probe(("process_gone", "process gone", "process still running"),
+                                ("running", "running", "not running"))
+# `n2`, `verified: stopped (state T) on n2` (its end: `resumed on ...`)
+describe_pause = _describe_probe(("stopped", "stopped (state T)", "not stopped"),
+                                 ("resumed", "resumed", "still stopped"))
 
 
 KILL = Fault(

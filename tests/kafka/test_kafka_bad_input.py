@@ -34,7 +34,7 @@ def test_bad_kafka_input_is_one_line_and_exit_2(results, argv, env, words):
 
 def test_kafka_flags_without_the_kafka_system_are_refused(results):
     proc = harness("run", "--results", str(results), "--kafka-mode", "kraft")
-    assert proc.returncode == 2 and "need --system kafka" in one_error_line(proc.stderr)
+    assert proc.returncode == 2 and "--kafka-mode is a setting of --system kafka; it needs --system kafka" in one_error_line(proc.stderr)
 
 
 @pytest.mark.integration
