@@ -322,7 +322,8 @@ def liveness(results: dict) -> tuple[float | None, list | None, str | None]:
     verdict = lv.get("verdict")
     if verdict is None and lv.get("hang") is True:
         verdict = "HANG"
-    return final, per_fault, (str(verdict) if verdict is not None else None)
+    # checkers/liveness.py writes "ok" / "hang": compared here in capitals.
+    return final, per_fault, (str(verdict).upper() if verdict is not None else None)
 
 
 @dataclass

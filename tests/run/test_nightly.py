@@ -87,6 +87,8 @@ def test_an_attempt_reads_verdict_top_anomaly_throughput_and_liveness():
                                                               "faults": [{"recovery_s": 3.0}]}), "valid"),
                       {"valid": True})
     assert (hung.status, hung.recovery_s, hung.recovery_per_fault_s) == ("hang", 41.5, [3.0])
+    # As checkers/liveness.py writes it.
+    assert mx.liveness({"liveness": {"verdict": "hang", "recovery_s": None, "faults": []}}) == (None, [], "HANG")
     assert mx.attempt(outcome(results_with({}, True, liveness={"recovery_s": 2.5}), "valid"),
                       {"valid": True}).recovery_s == 2.5
     err = mx.attempt(outcome(None, "could not run", "no ZooKeeper"), {"valid": True})
