@@ -224,6 +224,10 @@ def test_a_planted_bug_replays_with_its_anomaly_every_time(tmp_path):
     assert first.returncode == 1, first.stderr
     original = json.loads((run_dir / "run.json").read_text())["schedule"]
     assert original and json.loads((run_dir / "results.json").read_text())["anomalies"]["duplicate"]["count"] > 0
+    # Seed 2 plans no fault in 10 s: with it in the spec, the replays can only follow the schedule given.
+    info = json.loads((run_dir / "run.json").read_text())
+    assert not plan(("pause",), "leaders", 3, 4.0, 10.0, 2, 3)
+    (run_dir / "run.json").write_text(json.dumps({**info, "spec": {**info["spec"], "seed": 2}}))
     proc = harness("replay", str(run_dir), "--times", "2", timeout=1200)
     assert proc.returncode == 0, proc.stderr
     data = json.loads((run_dir / "replay.json").read_text())
@@ -233,3 +237,19 @@ def test_a_planted_bug_replays_with_its_anomaly_every_time(tmp_path):
         replayed = json.loads((Path(r["run_dir"]) / "run.json").read_text())
         assert replayed["schedule"] == original  # the same steps, not a plan of the seed's
         assert replayed["spec"]["schedule"] == original
+
+
+def test_the_shrunk_scenario_file_runs_as_a_spec_and_says_how_it_was_found(tmp_path):
+    original = many_faults()
+    result = shrink.search(original, lambda v: len(shrink.pairs(v["schedule"])) >= 1, budget=4)
+    text = shrink.scenario_text(dict(original, name="kafka-x"), result, "results/kafka-x/T", ["lost-write"],
+                                2, 3, 4, 125.0)
+    path = tmp_path / "shrunk.toml"
+    path.write_text(text)
+    header = [ln for ln in text.splitlines() if ln.startswith("#")]
+    assert "# reproduces lost-write: 2 of 2 replays (accepted at 2 of 3)" in header
+    assert "# search: 4 replays of a budget of 4, 2 candidates, 2 min; ended: budget" in header
+    spec = build(load_file(str(path)))
+    assert spec.name == "kafka-x-shrunk" and spec.expect == {"valid": False, "lost-write": "present"}
+    assert to_records(from_records(spec.schedule, spec.nodes, spec.partitions)) == result.values["schedule"]
+    assert len(shrink.pairs(spec.schedule)) == 2
