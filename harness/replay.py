@@ -175,8 +175,8 @@ def run_config(config: Path, out: Path, label: str, lock: str | None = None) -> 
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"{label}.log"
     argv = [sys.executable, "-m", "harness.cli", "run", "--config", str(config), "--results", str(out / "runs")]
-    started = time.monotonic()
     with held(lock), open(log_path, "w") as log:
+        started = time.monotonic()  # the run's own time, not the wait for the lock
         child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  start_new_session=True)
         try:
