@@ -267,7 +267,8 @@ def targets_of(results: dict | None, chosen: list[str] | None, where: str) -> li
 
 def summary(values: dict) -> str:
     """A spec's size in words: faults, nodes, partitions, rate, time."""
-    return (f"{len(pairs(values['schedule']))} faults, {values.get('nodes')} nodes, "
+    faults = len(pairs(values["schedule"]))
+    return (f"{faults} fault{'' if faults == 1 else 's'}, {values.get('nodes')} nodes, "
             f"{values.get('partitions')} partitions, rate {values.get('rate'):g}/s, "
             f"time limit {values.get('time_limit'):g} s")
 
