@@ -30,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "scenarios": ("harness.scenarios", "list the named scenarios (scenarios/*.toml) and what each should show"),
     "calibrate": ("harness.calibrate", "run scenarios several times each and tally how often the verdict is right"),
     "nightly": ("harness.nightly", "run a matrix of scenarios one after another; summary.json, JUnit XML, nightly and trend pages"),
+    "replay": ("harness.replay", "run a run again N times with its exact spec and fault schedule; the reproduction rate of each anomaly"),
+    "shrink": ("harness.shrink", "search a failing run for a smaller fault schedule that still fails; write it as a scenario"),
     "serve": ("harness.serve", "a read-only web server on 127.0.0.1 over the results: index with filters, reports, compare two runs"),
     "clean": ("harness.clean", "remove everything harness runs left on this machine (namespaces, rules, daemons, mounts, keys)"),
 }

@@ -44,7 +44,7 @@ from infra.systems import SYSTEMS
 from infra.zookeeper import ZooKeeper, ZooKeeperOptions
 from nemesis.fault import Context
 from nemesis.injector import Nemesis
-from nemesis.schedule import plan
+from nemesis.schedule import from_records, plan, to_records
 from workloads.config import WorkloadConfig
 from workloads.observer import STATES_FILE, Observer, append_truncations, origin_seconds
 from workloads.topic import create_topic, wait_settled
@@ -167,9 +167,10 @@ def _phase(name: str) -> None:
 
 def _execute(r: Run) -> None:
     s = r.spec
-    steps = plan(s.nemesis, s.nemesis_targets, s.nodes, s.nemesis_interval, s.time_limit, s.seed, s.partitions)
-    r.info["schedule"] = [{"delay": round(x.delay, 3), "action": x.action, "fault": x.fault, "mode": x.mode,
-                           "picks": list(x.picks), **x.extra} for x in steps]
+    # An explicit schedule (a replay, a shrunk scenario) instead of the seed's plan.
+    steps = (from_records(s.schedule, s.nodes, s.partitions) if s.schedule else
+             plan(s.nemesis, s.nemesis_targets, s.nodes, s.nemesis_interval, s.time_limit, s.seed, s.partitions))
+    r.info["schedule"] = to_records(steps)
     workload_config = WorkloadConfig(
         topic="harness", partitions=s.partitions, replication_factor=s.replication_factor, rate=s.rate,
         producers=s.producers, consumers=s.consumers, consumer_mode=s.consumer_mode, acks=s.acks,

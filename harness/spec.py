@@ -24,6 +24,7 @@ from infra.faultfs import validate_settings
 from infra.nodes import DEFAULT_NODES, DEFAULT_REMOTE_DIR, DEFAULT_VAGRANT_SUBNET, ProvisionOptions
 from infra.systems import SYSTEM_OPTIONS, SYSTEMS, system_named
 from nemesis.registry import FAULT_GROUPS, FAULTS, needs_faultfs
+from nemesis.schedule import from_records
 from nemesis.targets import TARGETS
 from workloads.config import ACKS, CONSUMER_MODES
 
@@ -88,6 +89,10 @@ class TestSpec:
     scenario: str = ""
     description: str = ""
     expect: dict = field(default_factory=dict)
+    # An explicit fault schedule (steps as run.json's "schedule" holds them:
+    # delay, action, fault, mode, picks, partition), run instead of the one
+    # the seed plans; `harness replay` and `harness shrink` write it.
+    schedule: list = field(default_factory=list)
 
     @property
     def uses_faultfs(self) -> bool:
@@ -203,6 +208,11 @@ def build(values: dict[str, Any]) -> TestSpec:
                                           (FAULT_GROUPS.get(f, (f,)) if isinstance(f, str) else (f,))))
     if "nemesis" in v:
         v["nemesis"] = _names("nemesis", v["nemesis"])
+    elif isinstance(v.get("schedule"), (list, tuple)):  # a schedule alone names its faults
+        v["nemesis"] = tuple(dict.fromkeys(r.get("fault") for r in v["schedule"]
+                                           if isinstance(r, dict) and isinstance(r.get("fault"), str)))
+    if "schedule" in v and isinstance(v["schedule"], (list, tuple)):
+        v["schedule"] = [dict(r) if isinstance(r, dict) else r for r in v["schedule"]]
     for name in TABLES:
         if name in v and not isinstance(v[name], dict):
             raise UserError(f"[{name}] must be a table of settings")
@@ -248,8 +258,8 @@ def _system_options(v: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_type(name: str, value: Any, default: Any = dataclasses.MISSING) -> None:
-    if name in TABLES:
-        return  # checked as tables above
+    if name in TABLES or name == "schedule":
+        return  # checked as tables above; the schedule by validate()
     if default is dataclasses.MISSING:
         default = FIELDS[name].default if FIELDS[name].default is not dataclasses.MISSING else None
     flag = "--" + name.replace("_", "-")
@@ -274,6 +284,11 @@ def validate(s: TestSpec) -> None:
     if s.name and not _NAME_RE.match(s.name):
         bad(f"--name {s.name!r}: use letters, digits, '.', '_', '-' (at most 100)")
     system = system_named(s.system)
+    if s.schedule or not isinstance(s.schedule, list):
+        from_records(s.schedule, s.nodes, s.partitions)  # one line naming the step
+        for i, step in enumerate(s.schedule, 1):
+            if step["fault"] not in s.nemesis:
+                bad(f"schedule step {i}: fault {step['fault']} is not in --nemesis ({','.join(s.nemesis) or 'none'})")
     for fault in s.nemesis:
         if fault not in FAULTS:
             bad(f"--nemesis {fault!r}: expected a comma list of {', '.join(FAULTS)} or {' or '.join(FAULT_GROUPS)}")

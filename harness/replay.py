@@ -1,0 +1,279 @@
+"""harness replay RUN: run a run again with its exact spec and fault schedule, N times.
+
+The run folder's run.json holds the spec (flat settings) and the schedule
+as it was planned; the replay writes both into one spec file (the schedule
+as `[[schedule]]` tables, which the runner follows instead of planning from
+the seed) and runs `harness run --config` on it N times, each in a process
+of its own (like `harness calibrate`). Then it tallies, per anomaly, how many
+replays showed it: the reproduction rate. replay.json (beside the run,
+or in --out) holds every replay's record and the rates.
+
+A replay repeats the schedule's intent, not every node: steps aimed at a
+role (a partition's leader or replicas, the controller) hit whichever node
+holds that role when the step runs, as in the first run; steps with
+explicit node picks hit the same nodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from core.errors import UserError
+from harness import calibrate
+from harness import spec as specs
+from infra.systems import SYSTEM_OPTIONS
+
+DEFAULT_TIMES = 3
+# Always written, default or not, so that a spec file reads as a whole scenario.
+ALWAYS = ("system", "nodes", "zk_nodes", "partitions", "replication_factor", "acks", "min_insync", "nemesis",
+          "time_limit", "final_time_limit", "rate", "seed")
+NEVER = ("results", "schedule", "description", "expect", "scenario")  # written apart, or not at all
+
+
+def configure(parser) -> None:
+    parser.add_argument("run_dir", metavar="RUN", help="a run folder (holding run.json)")
+    parser.add_argument("--times", type=int, default=DEFAULT_TIMES, metavar="N",
+                        help=f"how many replays (default {DEFAULT_TIMES})")
+    parser.add_argument("--out", metavar="DIR", help="where replay.json and the replays go (default: RUN)")
+    parser.add_argument("--lock", metavar="FILE",
+                        help="hold this lock file (flock) around each replay, for a machine shared with other runs")
+
+
+# -- the run's spec, as a spec file
+
+
+def load_run(run_dir: str | Path) -> tuple[dict, dict]:
+    """A run folder -> (spec values with its schedule, run.json); a one-line UserError if it is not one."""
+    path = Path(run_dir)
+    try:
+        info = json.loads((path / "run.json").read_text())
+    except OSError:
+        raise UserError(f"{run_dir}: no run.json (not a run folder)") from None
+    except ValueError as e:
+        raise UserError(f"{run_dir}/run.json: not JSON ({e})") from None
+    if not isinstance(info, dict) or not isinstance(info.get("spec"), dict):
+        raise UserError(f"{run_dir}/run.json: holds no spec")
+    if not isinstance(info.get("schedule"), list):
+        raise UserError(f"{run_dir}/run.json: holds no schedule (the run never got to plan one)")
+    values = {k: v for k, v in info["spec"].items() if v is not None and k != "results"}
+    values["schedule"] = info["schedule"]
+    if not values["schedule"]:  # an empty list means "plan from the seed"; no faults were planned
+        values["nemesis"] = []
+    build(values, f"{run_dir}/run.json")
+    return values, info
+
+
+def build(values: dict, where: str) -> specs.TestSpec:
+    """The spec these values make; a UserError naming `where` if they do not make one."""
+    try:
+        return specs.build(values)
+    except UserError as e:
+        raise UserError(f"{where}: {e}") from None
+
+
+def _default(name: str):
+    if name in SYSTEM_OPTIONS:
+        return SYSTEM_OPTIONS[name][1].default
+    f = specs.FIELDS[name]
+    return f.default if f.default is not dataclasses.MISSING else f.default_factory()
+
+
+def _same(a, b) -> bool:
+    norm = (lambda x: list(x) if isinstance(x, tuple) else x)
+    return norm(a) == norm(b)
+
+
+def spec_toml(values: dict, header: str = "") -> str:
+    """A spec file (TOML) holding these values: the settings that differ from
+    the defaults (and ALWAYS), the description, the tables, then the schedule
+    as [[schedule]] tables. `specs.load_file` reads it back to the same values."""
+    lines = [f"# {ln}".rstrip() for ln in header.strip().splitlines()] if header.strip() else []
+    if lines:
+        lines.append("")
+    if values.get("description"):
+        lines.append(f"description = {_string(values['description'], multiline=True)}")
+    tables = {}
+    for name, value in values.items():
+        if name in NEVER:
+            continue
+        if name in specs.TABLES:
+            if value:
+                tables[name] = value
+            continue
+        if name not in ALWAYS and name != "name" and _same(value, _default(name)):
+            continue
+        lines.append(f"{name.replace('_', '-')} = {_value(value)}")
+    for name, table in list(tables.items()) + ([("expect", values["expect"])] if values.get("expect") else []):
+        lines += ["", f"[{name}]"] + [f"{_key(k)} = {_value(v)}" for k, v in table.items()]
+    for step in values.get("schedule") or []:  # a stop's mode and picks are empty: not written
+        lines += ["", "[[schedule]]"] + [f"{_key(k)} = {_value(v)}" for k, v in step.items()
+                                         if step.get("action") == "start" or k in ("delay", "action", "fault")]
+    return "\n".join(lines) + "\n"
+
+
+def _key(k: str) -> str:
+    return k if k.replace("-", "").replace("_", "").isalnum() else json.dumps(k)
+
+
+def _string(s: str, multiline: bool = False) -> str:
+    if multiline and "\n" in s.strip() and '"""' not in s and "\\" not in s:
+        return '"""\n' + s.strip() + '\n"""'
+    return json.dumps(s, ensure_ascii=False)  # a JSON string is a TOML basic string
+
+
+def _value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return _string(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_key(k)} = {_value(x)}" for k, x in v.items()) + "}"
+    raise ValueError(f"cannot write {v!r} to a spec file")
+
+
+# -- one run of a spec file
+
+
+@contextmanager
+def held(lock: str | None):
+    """flock(2) on `lock` while the body runs (the same lock as flock(1) takes); nothing without one."""
+    if not lock:
+        yield
+        return
+    try:
+        f = open(lock, "a")
+    except OSError as e:
+        raise UserError(f"--lock {lock}: cannot open: {e.strerror}") from None
+    with f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def run_config(config: Path, out: Path, label: str, lock: str | None = None) -> calibrate.RunRecord:
+    """`harness run --config CONFIG --results OUT/runs` in a process of its own; its record.
+
+    calibrate.run_one runs a named scenario and a seed; this runs a spec
+    file, with the same child handling (own process group, exactly one
+    SIGINT passed on at Ctrl-C, then waiting for the clean-up) and the same
+    reading of the outcome (calibrate's helpers, as they are)."""
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"{label}.log"
+    argv = [sys.executable, "-m", "harness.cli", "run", "--config", str(config), "--results", str(out / "runs")]
+    with held(lock), open(log_path, "w") as log:
+        started = time.monotonic()  # the run's own time, not the wait for the lock
+        child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 start_new_session=True)
+        try:
+            status = child.wait()
+        except KeyboardInterrupt:
+            child.send_signal(signal.SIGINT)
+            calibrate._wait_out(child)
+            raise
+    text = log_path.read_text(errors="replace")
+    match = calibrate.RUN_LINE_RE.search(text)
+    run_dir = Path(match.group(1)) if match else None
+    record = calibrate.RunRecord(scenario=label, system="", seed=0, expect={},
+                                 verdict=calibrate.VERDICTS.get(status, calibrate.NOT_RUN), met=False,
+                                 run_dir=str(run_dir) if run_dir else None,
+                                 seconds=round(time.monotonic() - started, 1))
+    results = calibrate._read_json(run_dir / "results.json") if run_dir else None
+    if record.verdict != calibrate.NOT_RUN and results is None:
+        record.verdict = calibrate.NOT_RUN
+    if record.verdict == calibrate.NOT_RUN:
+        record.problem = calibrate._problem(text, status, log_path)
+        return record
+    record.counts = anomaly_counts(results)
+    return record
+
+
+def anomaly_counts(results: dict) -> dict[str, int]:
+    """anomaly -> count, those a results.json found only."""
+    return {a: v.get("count", 0) for a, v in sorted((results or {}).get("anomalies", {}).items())
+            if isinstance(v, dict) and v.get("count", 0) > 0}
+
+
+def rates(records: list) -> dict[str, list[int]]:
+    """anomaly -> [replays showing it, replays carried out]."""
+    done = [r for r in records if r.verdict != calibrate.NOT_RUN]
+    names = sorted({a for r in done for a in r.counts})
+    return {a: [sum(a in r.counts for r in done), len(done)] for a in names}
+
+
+def table(original: dict[str, int], records: list) -> str:
+    done = [r for r in records if r.verdict != calibrate.NOT_RUN]
+    shown = rates(records)
+    rows = ["| anomaly | in the run | replays showing it | rate |", "| --- | --- | --- | --- |"]
+    for a in sorted(set(original) | set(shown)):
+        k = shown.get(a, [0, len(done)])[0]
+        rows.append(f"| {a} | {original.get(a, 0)} | {k} of {len(done)} | "
+                    + (f"{k / len(done):.0%}" if done else "-") + " |")
+    if len(rows) == 2:
+        rows.append(f"| (none) | 0 | 0 of {len(done)} | - |")
+    invalid = sum(r.verdict == "invalid" for r in done)
+    rows.append(f"\n{len(records)} replays: {invalid} invalid, {len(done) - invalid} valid"
+                + (f", {len(records) - len(done)} could not run" if len(done) < len(records) else ""))
+    return "\n".join(rows)
+
+
+# -- the command
+
+
+def run(args) -> int:
+    if args.times < 1:
+        raise UserError(f"--times {args.times}: expected 1 or more")
+    values, info = load_run(args.run_dir)
+    original = anomaly_counts(calibrate._read_json(Path(args.run_dir) / "results.json"))
+    out = Path(args.out or args.run_dir)
+    try:
+        (out / "replay").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"--out {out}: cannot create: {e.strerror}") from None
+    config = out / "replay" / "spec.toml"
+    config.write_text(spec_toml(values, f"harness replay of {args.run_dir}: its spec and fault schedule"))
+    records: list = []
+    started = time.monotonic()
+    interrupted = False
+    previous = signal.signal(signal.SIGTERM, calibrate._raise_interrupt)
+    try:
+        for i in range(1, args.times + 1):
+            print(f"[{i}/{args.times}] replaying {args.run_dir} ...", file=sys.stderr, flush=True)
+            record = run_config(config, out / "replay", f"replay-{i}", args.lock)
+            records.append(record)
+            _save(out, args.run_dir, original, records, started)
+            print(f"    {record.verdict} ({record.seconds:.0f} s) "
+                  f"{', '.join(record.counts) or record.problem or 'no anomalies'}  {record.run_dir or ''}",
+                  file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    _save(out, args.run_dir, original, records, started)
+    print(table(original, records))
+    print(f"\nrecords: {out / 'replay.json'}")
+    if interrupted:
+        print(f"harness replay: interrupted after {len(records)} replays", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _save(out: Path, run_dir: str, original: dict, records: list, started: float) -> None:
+    data = {"run": str(run_dir), "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "seconds": round(time.monotonic() - started, 1), "original": original,
+            "rates": rates(records), "replays": [dataclasses.asdict(r) for r in records]}
+    calibrate._replace(out / "replay.json", json.dumps(data, indent=1) + "\n")
