@@ -20,15 +20,15 @@ import dataclasses
 import fcntl
 import json
 import signal
-import subprocess
 import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 from core.errors import UserError
-from harness import calibrate
+from harness import calibrate, subrun
 from harness import spec as specs
+from harness.subrun import NOT_RUN
 from infra.systems import SYSTEM_OPTIONS
 
 DEFAULT_TIMES = 3
@@ -165,40 +165,19 @@ def held(lock: str | None):
 
 
 def run_config(config: Path, out: Path, label: str, lock: str | None = None) -> calibrate.RunRecord:
-    """`harness run --config CONFIG --results OUT/runs` in a process of its own; its record.
-
-    calibrate.run_one runs a named scenario and a seed; this runs a spec
-    file, with the same child handling (own process group, exactly one
-    SIGINT passed on at Ctrl-C, then waiting for the clean-up) and the same
-    reading of the outcome (calibrate's helpers, as they are)."""
-    logs = out / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    log_path = logs / f"{label}.log"
-    argv = [sys.executable, "-m", "harness.cli", "run", "--config", str(config), "--results", str(out / "runs")]
-    with held(lock), open(log_path, "w") as log:
-        started = time.monotonic()  # the run's own time, not the wait for the lock
-        child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 start_new_session=True)
-        try:
-            status = child.wait()
-        except KeyboardInterrupt:
-            child.send_signal(signal.SIGINT)
-            calibrate._wait_out(child)
-            raise
-    text = log_path.read_text(errors="replace")
-    match = calibrate.RUN_LINE_RE.search(text)
-    run_dir = Path(match.group(1)) if match else None
-    record = calibrate.RunRecord(scenario=label, system="", seed=0, expect={},
-                                 verdict=calibrate.VERDICTS.get(status, calibrate.NOT_RUN), met=False,
-                                 run_dir=str(run_dir) if run_dir else None,
-                                 seconds=round(time.monotonic() - started, 1))
-    results = calibrate._read_json(run_dir / "results.json") if run_dir else None
-    if record.verdict != calibrate.NOT_RUN and results is None:
-        record.verdict = calibrate.NOT_RUN
-    if record.verdict == calibrate.NOT_RUN:
-        record.problem = calibrate._problem(text, status, log_path)
+    """`harness run --config CONFIG --results OUT/runs` in a process of its own
+    (`harness.subrun`, as calibrate and nightly run theirs), holding `lock`
+    around it; its record. Its seconds are the run's own, not the wait for
+    the lock. A Ctrl-C lets the run heal and tear down, then goes on up."""
+    with held(lock):
+        o = subrun.run(["run", "--config", str(config), "--results", str(out / "runs")],
+                       out / "logs" / f"{label}.log")
+    record = calibrate.RunRecord(scenario=label, system="", seed=0, expect={}, verdict=o.verdict, met=False,
+                                 run_dir=o.run_dir, seconds=o.seconds)
+    if record.verdict == NOT_RUN:
+        record.problem = o.problem
         return record
-    record.counts = anomaly_counts(results)
+    record.counts = anomaly_counts(o.results)
     return record
 
 
@@ -210,13 +189,13 @@ def anomaly_counts(results: dict) -> dict[str, int]:
 
 def rates(records: list) -> dict[str, list[int]]:
     """anomaly -> [replays showing it, replays carried out]."""
-    done = [r for r in records if r.verdict != calibrate.NOT_RUN]
+    done = [r for r in records if r.verdict != NOT_RUN]
     names = sorted({a for r in done for a in r.counts})
     return {a: [sum(a in r.counts for r in done), len(done)] for a in names}
 
 
 def table(original: dict[str, int], records: list) -> str:
-    done = [r for r in records if r.verdict != calibrate.NOT_RUN]
+    done = [r for r in records if r.verdict != NOT_RUN]
     shown = rates(records)
     rows = ["| anomaly | in the run | replays showing it | rate |", "| --- | --- | --- | --- |"]
     for a in sorted(set(original) | set(shown)):
@@ -238,7 +217,7 @@ def run(args) -> int:
     if args.times < 1:
         raise UserError(f"--times {args.times}: expected 1 or more")
     values, info = load_run(args.run_dir)
-    original = anomaly_counts(calibrate._read_json(Path(args.run_dir) / "results.json"))
+    original = anomaly_counts(subrun.read_json(Path(args.run_dir) / "results.json"))
     out = Path(args.out or args.run_dir)
     try:
         (out / "replay").mkdir(parents=True, exist_ok=True)

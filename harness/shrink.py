@@ -40,7 +40,8 @@ from typing import Callable, Iterator
 
 from checkers.anomalies import ANOMALIES
 from core.errors import UserError
-from harness import calibrate, replay
+from harness import calibrate, replay, subrun
+from harness.subrun import NOT_RUN
 from nemesis.schedule import ROLE_MODES
 
 DEFAULT_K, DEFAULT_N, DEFAULT_BUDGET = 2, 3, 30
@@ -304,7 +305,7 @@ def run(args) -> int:
     if args.budget < 1:
         raise UserError(f"--budget {args.budget}: expected 1 or more")
     values, info = replay.load_run(args.run_dir)
-    targets = targets_of(calibrate._read_json(Path(args.run_dir) / "results.json"), args.anomaly, args.run_dir)
+    targets = targets_of(subrun.read_json(Path(args.run_dir) / "results.json"), args.anomaly, args.run_dir)
     if not pairs(values["schedule"]):
         raise UserError(f"{args.run_dir}: the run injected no faults; nothing to shrink")
     out = Path(args.out or Path(args.run_dir) / "shrunk.toml")
@@ -322,7 +323,7 @@ def run(args) -> int:
         config = work / "candidates" / f"replay-{i:03d}.toml"
         config.write_text(replay.spec_toml(candidate, f"harness shrink candidate, replay {i}"))
         record = replay.run_config(config, work, f"replay-{i:03d}", args.lock)
-        hit = record.verdict != calibrate.NOT_RUN and all(a in record.counts for a in targets)
+        hit = record.verdict != NOT_RUN and all(a in record.counts for a in targets)
         runs.append({"config": str(config), "failed": hit, **asdict(record)})
         print(f"      {record.verdict} ({record.seconds:.0f} s): {', '.join(record.counts) or record.problem or 'none'}",
               file=sys.stderr, flush=True)
