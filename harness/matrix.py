@@ -39,7 +39,6 @@ A cell is one (entry, system, seed, repeat): one run, re-run under
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import time
@@ -217,37 +216,6 @@ def _checked(values: dict, where: str) -> specs.TestSpec:
         return specs.build({**values, "seed": 0})
     except UserError as e:
         raise UserError(f"{where}: {e}") from None
-
-
-# -- a spec file for the child
-
-
-def spec_toml(values: dict) -> str:
-    """The settings as a spec file `harness run -c` reads (flat keys, then tables)."""
-    lines, tables = [], []
-    for key, value in values.items():
-        if isinstance(value, dict):
-            tables.append((key, value))
-        else:
-            lines.append(f"{key.replace('_', '-')} = {_toml(value)}")
-    for key, table in tables:
-        lines.append(f"\n[{key}]")
-        lines.extend(f"{json.dumps(str(k))} = {_toml(v)}" for k, v in table.items())
-    return "\n".join(lines) + "\n"
-
-
-def _toml(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a TOML basic string
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml(v)}" for k, v in value.items()) + "}"
-    raise UserError(f"cannot write {value!r} into a spec file")
 
 
 # -- the record of a run

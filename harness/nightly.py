@@ -27,6 +27,7 @@ from pathlib import Path
 
 from core.errors import UserError
 from harness import matrix as mx, subrun, trends
+from harness import spec as specs
 
 _NIGHT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
@@ -161,7 +162,7 @@ def _write_specs(night: Path, cells: list[mx.Cell]) -> dict[str, Path]:
     for cell in cells:
         if cell.label not in files:
             files[cell.label] = folder / f"{cell.label}.toml"
-            files[cell.label].write_text(mx.spec_toml(cell.values))
+            files[cell.label].write_text(specs.spec_file(cell.values))
     return files
 
 

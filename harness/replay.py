@@ -29,13 +29,8 @@ from core.errors import UserError
 from harness import calibrate, subrun
 from harness import spec as specs
 from harness.subrun import NOT_RUN
-from infra.systems import SYSTEM_OPTIONS
 
 DEFAULT_TIMES = 3
-# Always written, default or not, so that a spec file reads as a whole scenario.
-ALWAYS = ("system", "nodes", "zk_nodes", "partitions", "replication_factor", "acks", "min_insync", "nemesis",
-          "time_limit", "final_time_limit", "rate", "seed")
-NEVER = ("results", "schedule", "description", "expect", "scenario")  # written apart, or not at all
 
 
 def configure(parser) -> None:
@@ -77,70 +72,6 @@ def build(values: dict, where: str) -> specs.TestSpec:
         return specs.build(values)
     except UserError as e:
         raise UserError(f"{where}: {e}") from None
-
-
-def _default(name: str):
-    if name in SYSTEM_OPTIONS:
-        return SYSTEM_OPTIONS[name][1].default
-    f = specs.FIELDS[name]
-    return f.default if f.default is not dataclasses.MISSING else f.default_factory()
-
-
-def _same(a, b) -> bool:
-    norm = (lambda x: list(x) if isinstance(x, tuple) else x)
-    return norm(a) == norm(b)
-
-
-def spec_toml(values: dict, header: str = "") -> str:
-    """A spec file (TOML) holding these values: the settings that differ from
-    the defaults (and ALWAYS), the description, the tables, then the schedule
-    as [[schedule]] tables. `specs.load_file` reads it back to the same values."""
-    lines = [f"# {ln}".rstrip() for ln in header.strip().splitlines()] if header.strip() else []
-    if lines:
-        lines.append("")
-    if values.get("description"):
-        lines.append(f"description = {_string(values['description'], multiline=True)}")
-    tables = {}
-    for name, value in values.items():
-        if name in NEVER:
-            continue
-        if name in specs.TABLES:
-            if value:
-                tables[name] = value
-            continue
-        if name not in ALWAYS and name != "name" and _same(value, _default(name)):
-            continue
-        lines.append(f"{name.replace('_', '-')} = {_value(value)}")
-    for name, table in list(tables.items()) + ([("expect", values["expect"])] if values.get("expect") else []):
-        lines += ["", f"[{name}]"] + [f"{_key(k)} = {_value(v)}" for k, v in table.items()]
-    for step in values.get("schedule") or []:  # a stop's mode and picks are empty: not written
-        lines += ["", "[[schedule]]"] + [f"{_key(k)} = {_value(v)}" for k, v in step.items()
-                                         if step.get("action") == "start" or k in ("delay", "action", "fault")]
-    return "\n".join(lines) + "\n"
-
-
-def _key(k: str) -> str:
-    return k if k.replace("-", "").replace("_", "").isalnum() else json.dumps(k)
-
-
-def _string(s: str, multiline: bool = False) -> str:
-    if multiline and "\n" in s.strip() and '"""' not in s and "\\" not in s:
-        return '"""\n' + s.strip() + '\n"""'
-    return json.dumps(s, ensure_ascii=False)  # a JSON string is a TOML basic string
-
-
-def _value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return _string(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{_key(k)} = {_value(x)}" for k, x in v.items()) + "}"
-    raise ValueError(f"cannot write {v!r} to a spec file")
 
 
 # -- one run of a spec file
@@ -224,7 +155,7 @@ def run(args) -> int:
     except OSError as e:
         raise UserError(f"--out {out}: cannot create: {e.strerror}") from None
     config = out / "replay" / "spec.toml"
-    config.write_text(spec_toml(values, f"harness replay of {args.run_dir}: its spec and fault schedule"))
+    config.write_text(specs.spec_file(values, f"harness replay of {args.run_dir}: its spec and fault schedule"))
     records: list = []
     started = time.monotonic()
     interrupted = False

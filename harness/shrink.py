@@ -41,6 +41,7 @@ from typing import Callable, Iterator
 from checkers.anomalies import ANOMALIES
 from core.errors import UserError
 from harness import calibrate, replay, subrun
+from harness import spec as specs
 from harness.subrun import NOT_RUN
 from nemesis.schedule import ROLE_MODES
 
@@ -296,7 +297,7 @@ def scenario_text(original: dict, result: Result, run_dir: str, targets: list[st
         "accepted: " + ("; ".join(result.changes) or "none"),
         "run it: harness run --config THIS-FILE",
     ])
-    return replay.spec_toml(best, header)
+    return specs.spec_file(best, header)
 
 
 def run(args) -> int:
@@ -321,7 +322,7 @@ def run(args) -> int:
     def fails(candidate: dict) -> bool:
         i = len(runs) + 1
         config = work / "candidates" / f"replay-{i:03d}.toml"
-        config.write_text(replay.spec_toml(candidate, f"harness shrink candidate, replay {i}"))
+        config.write_text(specs.spec_file(candidate, f"harness shrink candidate, replay {i}"))
         record = replay.run_config(config, work, f"replay-{i:03d}", args.lock)
         hit = record.verdict != NOT_RUN and all(a in record.counts for a in targets)
         runs.append({"config": str(config), "failed": hit, **asdict(record)})

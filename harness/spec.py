@@ -10,6 +10,7 @@ Anything unknown or out of range is a one-line UserError.
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import re
 import tomllib
@@ -402,3 +403,75 @@ def liveness_failed(expect: dict, results: dict) -> list[str]:
         out.insert(0, "HANG: nothing acknowledged for more than "
                       f"{live.get('hang_after_s', 0):g} s after the final heal")
     return out
+
+
+# -- writing a spec file (replay, shrink and nightly hand their runs one)
+
+# Always written, default or not, so that a spec file reads as a whole scenario.
+ALWAYS = ("system", "nodes", "zk_nodes", "partitions", "replication_factor", "acks", "min_insync", "nemesis",
+          "time_limit", "final_time_limit", "rate", "seed")
+NEVER = ("results", "schedule", "description", "expect")  # written apart, or not at all
+
+
+def _default(name: str):
+    if name in SYSTEM_OPTIONS:
+        return SYSTEM_OPTIONS[name][1].default
+    f = FIELDS[name]
+    return f.default if f.default is not dataclasses.MISSING else f.default_factory()
+
+
+def _same(a, b) -> bool:
+    norm = (lambda x: list(x) if isinstance(x, tuple) else x)
+    return norm(a) == norm(b)
+
+
+def spec_file(values: dict, header: str = "") -> str:
+    """A spec file (TOML) holding these values: the settings that differ from
+    the defaults (and ALWAYS), the description, the tables, then the schedule
+    as [[schedule]] tables. `specs.load_file` reads it back to the same values."""
+    lines = [f"# {ln}".rstrip() for ln in header.strip().splitlines()] if header.strip() else []
+    if lines:
+        lines.append("")
+    if values.get("description"):
+        lines.append(f"description = {_string(values['description'], multiline=True)}")
+    tables = {}
+    for name, value in values.items():
+        if name in NEVER:
+            continue
+        if name in TABLES:
+            if value:
+                tables[name] = value
+            continue
+        if name not in ALWAYS and name != "name" and _same(value, _default(name)):
+            continue
+        lines.append(f"{name.replace('_', '-')} = {_value(value)}")
+    for name, table in list(tables.items()) + ([("expect", values["expect"])] if values.get("expect") else []):
+        lines += ["", f"[{name}]"] + [f"{_key(k)} = {_value(v)}" for k, v in table.items()]
+    for step in values.get("schedule") or []:  # a stop's mode and picks are empty: not written
+        lines += ["", "[[schedule]]"] + [f"{_key(k)} = {_value(v)}" for k, v in step.items()
+                                         if step.get("action") == "start" or k in ("delay", "action", "fault")]
+    return "\n".join(lines) + "\n"
+
+
+def _key(k: str) -> str:
+    return k if k.replace("-", "").replace("_", "").isalnum() else json.dumps(k)
+
+
+def _string(s: str, multiline: bool = False) -> str:
+    if multiline and "\n" in s.strip() and '"""' not in s and "\\" not in s:
+        return '"""\n' + s.strip() + '\n"""'
+    return json.dumps(s, ensure_ascii=False)  # a JSON string is a TOML basic string
+
+
+def _value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return _string(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_key(k)} = {_value(x)}" for k, x in v.items()) + "}"
+    raise UserError(f"cannot write {v!r} into a spec file")

@@ -20,6 +20,7 @@ import pytest
 
 from core.errors import UserError
 from harness import matrix as mx, subrun, trends
+from harness import spec as specs
 from harness.browse import index
 from harness.spec import build, load_file
 from harness.subrun import Outcome
@@ -209,7 +210,7 @@ def test_a_matrix_crosses_scenarios_specs_systems_seeds_and_repeats(tmp_path):
     # The spec file the child runs is the same spec.
     for cell in (dedup, inline):
         path = tmp_path / f"{cell.label}.toml"
-        path.write_text(mx.spec_toml(cell.values))
+        path.write_text(specs.spec_file(cell.values))
         assert build({**load_file(str(path)), "seed": 3}) == build({**cell.values, "seed": 3})
     assert mx.load(write(tmp_path, '[[run]]\nscenario = "own-power-loss"'), repeat=3).cells[2].key == \
         "own-power-loss seed 1 repeat 3"

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from core.errors import UserError
-from harness import replay, shrink
+from harness import shrink
+from harness import spec as specs
 from harness.spec import build, load_file
 from nemesis.schedule import from_records, plan, to_records
 from tests.support import harness
@@ -40,7 +41,7 @@ def test_a_run_json_schedule_goes_through_a_spec_file_to_the_same_steps(tmp_path
     values = {"name": "t", "nodes": 5, "partitions": 4, "nemesis": ["partition", "kill", "pause"],
               "seed": 99, "schedule": records, "expect": {"valid": False}}
     path = tmp_path / "spec.toml"
-    path.write_text(replay.spec_toml(values, "a header\nof two lines"))
+    path.write_text(specs.spec_file(values, "a header\nof two lines"))
     assert path.read_text().startswith("# a header\n# of two lines\n")
     spec = build(load_file(str(path)))
     # The steps the runner takes from the spec: the planned ones, whatever the (other) seed plans.
