@@ -47,7 +47,8 @@ from typing import TYPE_CHECKING
 from core.errors import UserError
 from infra import hostops
 from infra import state as st
-from infra.nodes import (Cluster, Node, Provider, ProvisionOptions, Say, check_named_nodes, local_node_address, parallel,
+from infra.nodes import (Cluster, Node, Provider, ProvisionOptions, Say, built_or_removed, check_named_nodes,
+                         local_node_address, parallel,
                          parse_subnet)
 from infra.remote import NodeShell, RemoteError, short_cmd
 
@@ -376,16 +377,8 @@ def provision_docker(o: ProvisionOptions) -> Cluster:
             raise UserError(f"the docker node image {image} is not built: run `make setup` "
                             "(or `python -m infra.docker image`)")
         cid = st.reserve_cluster_id(lambda slot: _slot_is_free(api, slot, explicit_net is None), o.cluster_id)
-        try:
-            net = explicit_net or ipaddress.IPv4Network(f"{SUBNET_BASE}.{st.slot_of(cid)}.0/24")
-            return _bring_up(api, image, cid, names, net)
-        except BaseException:
-            # No half-built cluster: whatever failed (or Ctrl-C), remove what exists.
-            try:
-                remove_docker_cluster(cid)
-            except Exception as e:  # the original error matters more
-                log.warning("cleaning up cluster %s failed: %s", cid, e)
-            raise
+        net = explicit_net or ipaddress.IPv4Network(f"{SUBNET_BASE}.{st.slot_of(cid)}.0/24")
+        return built_or_removed(cid, lambda: _bring_up(api, image, cid, names, net), remove_docker_cluster)
     finally:
         api.close()
 

@@ -31,7 +31,8 @@ from pathlib import Path
 from core.errors import UserError
 from infra import hostops
 from infra import state as st
-from infra.nodes import (Cluster, Node, Provider, ProvisionOptions, Say, check_named_nodes, local_node_address, parallel,
+from infra.nodes import (Cluster, Node, Provider, ProvisionOptions, Say, built_or_removed, check_named_nodes,
+                         local_node_address, parallel,
                          parse_subnet)
 from infra.remote import Remote
 
@@ -109,15 +110,8 @@ def provision_local(o: ProvisionOptions) -> Cluster:
             raise UserError(f"--subnet {o.subnet} overlaps {clash}, which this machine already routes")
 
     cid = st.reserve_cluster_id(lambda slot: _slot_is_free(slot, explicit_net is None), o.cluster_id)
-    try:
-        return _bring_up(cid, names, explicit_net or ipaddress.IPv4Network(f"10.213.{st.slot_of(cid)}.0/24"))
-    except BaseException:
-        # No half-built cluster: whatever failed (or Ctrl-C), remove what exists.
-        try:
-            remove_local_cluster(cid)
-        except Exception as e:  # the original error matters more
-            log.warning("cleaning up cluster %s failed: %s", cid, e)
-        raise
+    net = explicit_net or ipaddress.IPv4Network(f"10.213.{st.slot_of(cid)}.0/24")
+    return built_or_removed(cid, lambda: _bring_up(cid, names, net), remove_local_cluster)
 
 
 def _bring_up(cid: str, names: list[str], net: ipaddress.IPv4Network) -> Cluster:

@@ -15,6 +15,7 @@ A cluster's state is saved under the state root (see infra.state), so
 from __future__ import annotations
 
 import ipaddress
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -286,3 +287,15 @@ def check_named_nodes(o: ProvisionOptions) -> None:
     if o.hosts:
         raise UserError("--hosts is for --provider ssh")
 
+
+def built_or_removed(cluster_id: str, build: Callable[[], "Cluster"], remove: Callable[[str], object]) -> "Cluster":
+    """`build()`; if anything fails (or Ctrl-C), `remove(cluster_id)` first, so
+    that no half-built cluster is left, then the original error goes on up."""
+    try:
+        return build()
+    except BaseException:
+        try:
+            remove(cluster_id)
+        except Exception as e:  # the original error matters more
+            logging.getLogger(__name__).warning("cleaning up cluster %s failed: %s", cluster_id, e)
+        raise
