@@ -16,7 +16,7 @@ import time
 
 from broker import protocol as P
 from broker import records
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, coin_heads
 from broker.metadata import Metadata, allocate_producer_id
 from broker.partition import ProduceError
 from broker.replica_manager import ReplicaManager
@@ -34,6 +34,8 @@ class LogApis:
         self.stalled = cfg.bug("stall-after-restart") and bool(replicas.partitions)
         if self.stalled:
             log.warning("planted bug stall-after-restart: this restarted broker acknowledges no produce")
+        # Planted bug forget-acked-sometimes: whether this broker still has its one batch to forget.
+        self.forget_pending = cfg.bug("forget-acked-sometimes")
 
     def handlers(self) -> dict:
         return {P.PRODUCE: self.handle_produce, P.FETCH: self.handle_fetch,
@@ -74,6 +76,15 @@ class LogApis:
                             raise ProduceError(P.NOT_ENOUGH_REPLICAS,
                                                f"isr {p.isr} is smaller than min.insync.replicas "
                                                f"{self.cfg.min_insync_replicas}")
+                        if self._forget(h):
+                            # Acknowledged at the log end without being written: the next batch takes its offset.
+                            log.warning("planted bug forget-acked-sometimes: acknowledging %d record(s) of %s "
+                                        "at offset %d without appending them", h.last_offset_delta + 1, p.name,
+                                        p.leo)
+                            parts.append(R.TopicProduceResponse.PartitionProduceResponse(
+                                index=pd.index, error_code=P.NONE, base_offset=p.leo, log_append_time_ms=-1,
+                                log_start_offset=0, record_errors=[], error_message=None))
+                            continue
                         base, last, dup = p.append_as_leader(pd.records, h, check_sequences)
                         if acks == -1 and not bug_ack_early:
                             waits.append((len(responses), len(parts), p, last + 1))
@@ -110,6 +121,15 @@ class LogApis:
                 if pr.error_code != P.NONE:
                     pr.base_offset = -1
         return R(responses=responses, throttle_time_ms=0)
+
+    def _forget(self, h) -> bool:
+        """Whether the planted forget-acked-sometimes bug swallows this batch: the
+        first plain batch (no producer id: its loss leaves no sequence gap) this
+        broker leads, in a cluster whose coin came up heads."""
+        if not self.forget_pending or h.producer_id >= 0:
+            return False
+        self.forget_pending = False
+        return coin_heads(self.metadata.cluster_id)
 
     async def _stalled_produce(self, req):
         """The planted stall: wait out the request's timeout, then REQUEST_TIMED_OUT everywhere."""

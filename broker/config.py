@@ -11,6 +11,7 @@ line; a config file cannot turn them on.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 
@@ -31,7 +32,18 @@ PLANTED_BUGS = {
     "no-dedup": "idempotent producers' sequence numbers are not checked (retries duplicate)",
     "stall-after-restart": "a broker restarted on its old logs never acknowledges a produce again "
                            "(each times out, nothing appended): a cluster that does not recover",
+    "forget-acked-sometimes": "in about half of all clusters (a coin flipped from the cluster id, which is "
+                              "random per cluster), each broker acknowledges the first plain (non-idempotent) "
+                              "batch it leads without appending it: a failure that shows in some runs of one "
+                              "seed and not in others",
 }
+
+
+def coin_heads(cluster_id: str) -> bool:
+    """The forget-acked-sometimes coin: one fair flip per cluster, the same on
+    every broker of it (they share the cluster id ZooKeeper holds), and
+    independent of the harness's seed (the id is a random UUID)."""
+    return hashlib.sha256(cluster_id.encode()).digest()[0] & 1 == 1
 
 
 def _bool(v: str) -> bool:

@@ -5,13 +5,16 @@ harness must catch; here we prove they are really planted.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
 from broker.client import SyncConnection
+from broker.config import coin_heads
 from broker.testing import wait_for
 from tests.broker.conftest import batch_values, make_batch
 from tests.broker.helpers import log_values, produce, read_all
@@ -179,3 +182,60 @@ def test_elect_any_replica_elects_an_empty_replica(make_cluster, bug):
         wait_for(lambda: cluster.leader("anyone", 0) == 1, 20, 0.1, "the returning ISR member elected")
         recs = read_all(cluster.bootstrap_of(1, 2), "anyone", 1, expected=50)
         assert sorted(v for _, _, v in recs) == list(range(50))
+
+
+ONE = {"default.replication.factor": "1"}
+# One record per batch, one batch in flight, no producer id: the first batch is the value 0.
+PLAIN_ONE_BY_ONE = {"acks": "all", "enable.idempotence": False, "linger.ms": 0, "batch.num.messages": 1,
+                    "max.in.flight": 1}
+
+
+def test_the_forget_coin_is_fair_over_random_cluster_ids():
+    heads = sum(coin_heads(str(uuid.uuid4())) for _ in range(4000))
+    assert 1800 < heads < 2200  # 2000 +- 6.3 standard deviations
+    cid = str(uuid.uuid4())
+    assert coin_heads(cid) == coin_heads(cid)
+
+
+@pytest.mark.parametrize("heads", [False, True], ids=["tails", "heads"])
+def test_forget_acked_sometimes_follows_the_clusters_coin(make_cluster, heads):
+    """The cluster id is written before the broker starts, so the coin is known:
+    heads, the first plain batch is acknowledged and never written (its offset
+    goes to the next batch); tails, the bug does nothing."""
+    cluster = make_cluster(1, settings=ONE, bugs=["forget-acked-sometimes"], start=False)
+    cid = next(c for c in (str(uuid.UUID(int=i)) for i in range(1, 100)) if coin_heads(c) == heads)
+    cluster.zk.create("/cluster/id", json.dumps({"version": "1", "id": cid}).encode(), makepath=True)
+    cluster.start()
+    cluster.create_topic("coin", partitions=1, replication_factor=1)
+    acked, failed = produce(cluster.bootstrap, "coin", range(20), PLAIN_ONE_BY_ONE)
+    assert sorted(acked) == list(range(20)) and not failed
+    got = [v for _, _, v in read_all(cluster.bootstrap, "coin", 1, expected=20 - heads, idle=2)]
+    if heads:
+        assert got == list(range(1, 20)), "the first acknowledged record is gone, the rest are there"
+        assert acked[0] == acked[1] == (0, 0), "the forgotten record's offset went to the next one"
+    else:
+        assert got == list(range(20))
+    assert ("forget-acked-sometimes: acknowledging 1 record(s) of coin-0" in cluster.log_text(1)) == heads
+    # Idempotent producers' batches are never forgotten (the broker has no batch left to forget anyway).
+    acked, _ = produce(cluster.bootstrap, "coin", range(100, 110), {"acks": "all", "enable.idempotence": True})
+    assert len(acked) == 10
+
+
+@pytest.mark.parametrize("bug", [False, True], ids=["correct", "stall-after-restart"])
+def test_stall_after_restart_acknowledges_nothing_once_restarted(make_cluster, bug):
+    cluster = make_cluster(1, settings=ONE, bugs=["stall-after-restart"] if bug else [])
+    cluster.create_topic("stall", partitions=1, replication_factor=1)
+    acked, failed = produce(cluster.bootstrap, "stall", range(10), {"acks": "all"})
+    assert len(acked) == 10, "a first start (no logs on disk yet) is not a restart"
+    cluster.stop_broker(1)
+    cluster.start_broker(1)
+    cluster.wait_registered([1], new_pid=True)
+    wait_for(lambda: cluster.leader("stall", 0) == 1, 30, 0.1, "the restarted broker leading again")
+    acked, failed = produce(cluster.bootstrap, "stall", range(10, 20),
+                            {"acks": "all", "request.timeout.ms": 1500, "message.timeout.ms": 5000}, timeout=30)
+    if bug:
+        assert not acked and sorted(failed) == list(range(10, 20))
+        assert "planted bug stall-after-restart" in cluster.log_text(1)
+    else:
+        assert sorted(acked) == list(range(10, 20)) and not failed
+    assert [v for _, _, v in read_all(cluster.bootstrap, "stall", 1, idle=2)][:10] == list(range(10))
