@@ -125,11 +125,11 @@ def _json_or_empty(path: Path) -> dict:
 
 
 def runs(root: Path) -> list[RunEntry]:
-    """Every run under `root` (a folder <name>/<timestamp>/ holding run.json),
-    newest first."""
+    """Every run under `root` (a folder <name>/<timestamp>/ holding run.json,
+    and the nightly's nightly/<night>/runs/<name>/<timestamp>/), newest first."""
     root = Path(root)
     found = []
-    for run_json in root.glob("*/*/run.json"):
+    for run_json in [*root.glob("*/*/run.json"), *root.glob("nightly/*/runs/*/*/run.json")]:
         run = _json_or_empty(run_json)
         if not run:
             continue

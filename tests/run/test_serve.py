@@ -88,6 +88,7 @@ def folder(tmp_path):
     write_run(root, "kafka-acks1/20261203T100000Z", "2026-12-03T10:00:00Z", "kafka", "kafka-acks1-leader-isolate",
               False)
     write_run(root, "evil/20261204T100000Z", "2026-12-04T10:00:00Z", "own", "", None, name=EVIL)
+    write_run(root, "nightly/n1/runs/own-tiny/20261205T100000Z", "2026-12-05T10:00:00Z", "own", "", True)
     (root / "latest").symlink_to("own-partition/20261101T100000Z")
     (tmp_path / "secret.txt").write_text(SECRET)
     (root / "out").symlink_to(tmp_path / "secret.txt")
@@ -106,7 +107,8 @@ def served(folder, tmp_path):
 def test_runs_and_their_files_are_served(served, folder):
     status, page = served.get("/")
     assert status == 200
-    for rel in ("own-partition/20261101T100000Z", "own-hw/20261102T100000Z", "kafka-acks1/20261203T100000Z"):
+    for rel in ("own-partition/20261101T100000Z", "own-hw/20261102T100000Z", "kafka-acks1/20261203T100000Z",
+                "nightly/n1/runs/own-tiny/20261205T100000Z"):  # a nightly's runs are runs too
         assert f"href='{rel}/report.html'" in page
     assert served.get("/own-hw/20261102T100000Z/report.html") == (200, "<html>report of own-hw/20261102T100000Z</html>")
     status, listing = served.get("/own-hw/20261102T100000Z/")
@@ -173,14 +175,15 @@ def test_the_index_filters(served):
         return set(re.findall(r"<td><a href='([^']+)/'>", page))
 
     everything = {"own-partition/20261101T100000Z", "own-hw/20261102T100000Z", "kafka-acks1/20261203T100000Z",
-                  "evil/20261204T100000Z"}
+                  "evil/20261204T100000Z", "nightly/n1/runs/own-tiny/20261205T100000Z"}
     assert rows("") == everything
     assert rows("system=kafka") == {"kafka-acks1/20261203T100000Z"}
     assert rows("system=own&verdict=INVALID") == {"own-hw/20261102T100000Z"}
-    assert rows("verdict=VALID") == {"own-partition/20261101T100000Z"}
+    assert rows("verdict=VALID") == {"own-partition/20261101T100000Z", "nightly/n1/runs/own-tiny/20261205T100000Z"}
     assert rows("verdict=no+results") == {"evil/20261204T100000Z"}
     assert rows("scenario=own-hw-truncation") == {"own-hw/20261102T100000Z"}
-    assert rows("date=2026-12") == {"kafka-acks1/20261203T100000Z", "evil/20261204T100000Z"}
+    assert rows("date=2026-12") == {"kafka-acks1/20261203T100000Z", "evil/20261204T100000Z",
+                                    "nightly/n1/runs/own-tiny/20261205T100000Z"}
     assert rows("date=2026-11-02") == {"own-hw/20261102T100000Z"}
     assert rows("system=nothing") == set()
 
