@@ -7,22 +7,19 @@ atomically, an unwritable folder a one-line UserError.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import orjson
 
 from core.errors import UserError
+from core.files import write_whole
 
 
 def write_results(results: dict, out_dir: Path) -> Path:
     """Write `results` to `out_dir`/results.json (made if missing); return its path."""
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        path = out_dir / "results.json"
-        tmp = path.with_name(".results.json.tmp")
-        tmp.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2) + b"\n")
-        os.replace(tmp, path)
+        path = write_whole(out_dir / "results.json", orjson.dumps(results, option=orjson.OPT_INDENT_2) + b"\n")
     except OSError as e:
         raise UserError(f"cannot write results to {out_dir}: {e.strerror}") from None
     return path

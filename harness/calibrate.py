@@ -16,7 +16,6 @@ a run cut short by Ctrl-C is not recorded at all.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 import time
@@ -27,6 +26,7 @@ from harness import scenarios, subrun
 from harness import spec as specs
 from harness.subrun import NOT_RUN
 from core.errors import UserError
+from core.files import write_whole
 
 DEFAULT_RUNS = 5
 DEFAULT_OUT = "results/calibration"
@@ -124,14 +124,8 @@ def save(out: Path, records: list[RunRecord]) -> None:
     data = {"written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "command": "harness calibrate " + " ".join(sys.argv[2:]),
             "runs": [asdict(r) for r in records]}
-    _replace(out / "calibration.json", json.dumps(data, indent=1) + "\n")
-    _replace(out / "calibration.md", table(records) + "\n")
-
-
-def _replace(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_whole(out / "calibration.json", json.dumps(data, indent=1) + "\n")
+    write_whole(out / "calibration.md", table(records) + "\n")
 
 
 def expected_words(expect: dict) -> str:

@@ -383,14 +383,6 @@ def summary(name: str, matrix_path: str, night: str, started: str, records: list
             "runs": [r.to_dict() for r in records]}
 
 
-def replace(path: Path, text: str) -> None:
-    """Writes the file whole: a tmp file renamed over it, so a kill leaves the old or the new one."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 # -- JUnit XML

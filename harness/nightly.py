@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from core.errors import UserError
+from core.files import write_whole
 from harness import matrix as mx, subrun, trends
 from harness import spec as specs
 
@@ -71,8 +72,8 @@ def run(args) -> int:
     def save(complete: bool = False, interrupted: bool = False) -> None:
         data = mx.summary(matrix.name, matrix.path, night.name, started, records, planned, complete, interrupted,
                           options)
-        mx.replace(night / "junit.xml", mx.junit(matrix.name, records, started))
-        mx.replace(night / "summary.json", json.dumps(data, indent=1) + "\n")
+        write_whole(night / "junit.xml", mx.junit(matrix.name, records, started), fsync=True)
+        write_whole(night / "summary.json", json.dumps(data, indent=1) + "\n", fsync=True)
         trends.write_pages(results, night)
 
     print(f"nightly {matrix.name}: {len(matrix.cells)} runs"
@@ -173,7 +174,7 @@ def _attempt(night: Path, cell: mx.Cell, spec_file: Path, index: int) -> mx.Atte
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
     def note(child) -> None:
-        mx.replace(night / "current.json", json.dumps({"pid": child.pid, "test": cell.key, "attempt": index,
+        write_whole(night / "current.json", json.dumps({"pid": child.pid, "test": cell.key, "attempt": index,
                                                        "started": started, "log": str(night / "logs" / f"{name}.log")}))
 
     argv = ["run", "-c", str(spec_file), "--seed", str(cell.seed), "--results", str(night / "runs")]

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from core.errors import UserError
+from core.files import write_whole
 from harness import calibrate, subrun
 from harness import spec as specs
 from harness.subrun import NOT_RUN
@@ -186,4 +187,4 @@ def _save(out: Path, run_dir: str, original: dict, records: list, started: float
     data = {"run": str(run_dir), "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "seconds": round(time.monotonic() - started, 1), "original": original,
             "rates": rates(records), "replays": [dataclasses.asdict(r) for r in records]}
-    calibrate._replace(out / "replay.json", json.dumps(data, indent=1) + "\n")
+    write_whole(out / "replay.json", json.dumps(data, indent=1) + "\n")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import html
 import logging
-import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from checkers.anomalies import MEANING
 from checkers.explain import leaves
 from checkers.summary import describe, run_seconds
 from core.errors import HistoryError, UserError
+from core.files import write_whole
 from core.history.files import HistorySource, iter_source_jsonl, load_run_json, resolve
 from core.history.format import NEMESIS
 from core.history.jsonl import ReadReport
@@ -228,11 +228,7 @@ def render(run_dir: Path, results: dict) -> Path:
     checker = results.get("checker", {})
     parts.append(f"<p class='muted'>Checked by {esc(checker.get('engine'))} on {esc(checker.get('master'))} "
                  f"in {esc(checker.get('seconds'))} s.</p></body></html>")
-    path = run_dir / "report.html"
-    tmp = path.with_name(".report.html.tmp")
-    tmp.write_text("\n".join(parts), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_whole(run_dir / "report.html", "\n".join(parts))
 
 
 def _counts_html(results: dict) -> str:

@@ -40,6 +40,7 @@ from typing import Callable, Iterator
 
 from checkers.anomalies import ANOMALIES
 from core.errors import UserError
+from core.files import write_whole
 from harness import calibrate, replay, subrun
 from harness import spec as specs
 from harness.subrun import NOT_RUN
@@ -332,9 +333,9 @@ def run(args) -> int:
 
     def save(result: Result) -> None:
         seconds = time.monotonic() - started
-        calibrate._replace(out, scenario_text(values, result, args.run_dir, targets, args.k, args.n,
+        write_whole(out, scenario_text(values, result, args.run_dir, targets, args.k, args.n,
                                               args.budget, seconds))
-        calibrate._replace(work / "shrink.json", json.dumps({
+        write_whole(work / "shrink.json", json.dumps({
             "run": str(args.run_dir), "targets": targets, "k": args.k, "n": args.n, "budget": args.budget,
             "seconds": round(seconds, 1), "stop": result.stop, "accepted": result.changes,
             "failed": result.failed, "replays": result.replays, "used": result.used,

@@ -18,6 +18,7 @@ from pathlib import Path
 import orjson
 
 from core.errors import UserError
+from core.files import write_whole
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +33,8 @@ class RunDir:
         return self.path / "nodes"
 
     def write_json(self, name: str, data: dict) -> Path:
-        target = self.path / name
-        tmp = target.with_name(f".{name}.tmp")
-        tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str))
-        os.replace(tmp, target)
-        return target
+        return write_whole(self.path / name, orjson.dumps(
+            data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str))
 
 
 def create(results: str | os.PathLike, name: str) -> RunDir:
@@ -178,9 +176,4 @@ def index_page(entries: list[RunEntry], before: str = "", compare: bool = False)
 
 def write_index(root: Path) -> Path:
     """results/index.html: every run under `root`, newest first."""
-    page = index_page(runs(root))
-    path = root / "index.html"
-    tmp = root / ".index.html.tmp"
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_whole(root / "index.html", index_page(runs(root)))

@@ -22,7 +22,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.matrix import CLASSES, ERROR, FAIL, HANG, INTERRUPTED, PASS, replace
+from core.files import write_whole
+from harness.matrix import CLASSES, ERROR, FAIL, HANG, INTERRUPTED, PASS
 from harness.report import esc
 
 LOOKBACK = 3  # nights compared with tonight
@@ -264,6 +265,6 @@ def write_pages(results: Path, night_dir: Path) -> tuple[Path, Path]:
     night = next((n for n in all_nights if n.dir.resolve() == night_dir.resolve()), None)
     if night is None:
         night = Night(night_dir, json.loads((night_dir / "summary.json").read_text()))
-    replace(night_dir / "nightly.html", nightly_page(night))
-    replace(results / "trends.html", trends_page(all_nights))
+    write_whole(night_dir / "nightly.html", nightly_page(night))
+    write_whole(results / "trends.html", trends_page(all_nights))
     return night_dir / "nightly.html", results / "trends.html"

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Iterator
 
 from core.errors import UserError
+from core.files import write_whole
 
 NETNS_PREFIX = "harness-"
 NODE_RULE_TAG = "harness-partition"
@@ -125,9 +126,7 @@ def write_state(cluster_id: str, state: dict) -> None:
     """Atomically replaces state.json, so a kill -9 leaves the old or the new one."""
     d = cluster_dir(cluster_id)
     d.mkdir(parents=True, exist_ok=True)
-    tmp = d / f".state.json.{os.getpid()}"
-    tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
-    os.replace(tmp, d / "state.json")
+    write_whole(d / "state.json", json.dumps(state, indent=1, sort_keys=True))
 
 
 def reserve_cluster_id(slot_is_free, wanted: str | None = None) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import UserError
+from core.files import write_whole
 from harness import matrix as mx, subrun, trends
 from harness import spec as specs
 from harness.browse import index
@@ -149,7 +150,7 @@ def test_junit_one_testcase_per_run_failure_says_verdict_and_story(tmp_path):
         record("own-stopped", mx.INTERRUPTED, [att("interrupted", problem="interrupted")]),
     ]
     path = tmp_path / "junit.xml"
-    mx.replace(path, mx.junit("smoke", records, "2026-11-23T01:00:00Z"))
+    write_whole(path, mx.junit("smoke", records, "2026-11-23T01:00:00Z"))
     assert not list(tmp_path.glob(".*.tmp"))
     suite = check_junit(path.read_text())
     cases = {c.get("name"): c for c in suite.findall("testcase")}
@@ -367,10 +368,11 @@ def test_two_real_nights_a_planted_regression_and_a_kill_9(tmp_path):
     assert len(check_junit((n1 / "junit.xml").read_text()).findall("testcase")) == 1
     assert "href='runs/own-tiny/" in (n1 / "nightly.html").read_text()
 
-    # Night 2: the same test with the planted duplicate bug (no-dedup), then a second run killed with -9.
+    # Night 2, with --deflake 1: the same test with the planted duplicate bug (no-dedup), re-run once, then a
+    # second run killed with -9.
     planted = tmp_path / "planted.toml"
     planted.write_text(TINY.format(planted='debug-bug = ["no-dedup"]') + '\n[[run]]\nscenario = "own-power-loss"\n')
-    proc = nightly(results, planted, "--night", "n2")
+    proc = nightly(results, planted, "--night", "n2", "--deflake", "1")
     n2 = results / "nightly" / "n2"
 
     def second_run_started():
@@ -395,6 +397,8 @@ def test_two_real_nights_a_planted_regression_and_a_kill_9(tmp_path):
                                                                       "top anomaly duplicate (")
     summary = json.loads((n2 / "summary.json").read_text())
     assert not summary["complete"] and summary["runs"][0]["outcome"] == "FAIL"
+    # --deflake 1: the duplicates came back in the re-run, a steady failure.
+    assert [a["status"] for a in summary["runs"][0]["attempts"]] == ["fail", "fail"]
     # The orphaned run was told (SIGTERM, its parent's death signal) to heal and tear down.
     wait_for(lambda: not Path(f"/proc/{child}").exists(), timeout=300, interval=1, what="the orphaned run to end")
     clean = harness("clean", "--cluster", cluster, timeout=120)
@@ -405,6 +409,37 @@ def test_two_real_nights_a_planted_regression_and_a_kill_9(tmp_path):
     trends.write_pages(results, n2)
     page = (results / "trends.html").read_text()
     assert "regressions tonight" in page and "own-tiny (own): met its expectation in the last 1 night(s)" in page
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_deflake_calls_a_bug_that_shows_in_some_runs_flaky(tmp_path):
+    """nightly/deflake-demo.toml: a safe spec on a broker that loses one
+    acknowledged batch per broker in about half of all clusters (the planted
+    forget-acked-sometimes, its coin flipped from the random cluster id, not
+    the seed). --until-fail runs it until a run fails; --deflake 8 re-runs that
+    cell until a run passes: FLAKY. A steady failure under --deflake is FAIL
+    (night 2 of test_two_real_nights_...). Wrongly FAIL only if 8 re-runs in a
+    row come up heads: 1 in 256."""
+    results = tmp_path / "results"
+    proc = nightly(results, REPO / "nightly" / "deflake-demo.toml", "--night", "demo", "--until-fail", "--deflake", "8")
+    out, err = proc.communicate(timeout=1400)
+    assert proc.returncode == 0, out + err  # FLAKY exits 0
+    summary = json.loads((results / "nightly" / "demo" / "summary.json").read_text())
+    outcomes = [r["outcome"] for r in summary["runs"]]
+    assert outcomes[:-1] == ["PASS"] * (len(outcomes) - 1) and outcomes[-1] == "FLAKY", outcomes
+    flaky = summary["runs"][-1]
+    first, *reruns = flaky["attempts"]
+    assert first["status"] == "fail" and first["verdict"] == "invalid"
+    assert first["counts"].get("lost-write", 0) + first["counts"].get("lost-acked", 0) >= 1, first["counts"]
+    assert [a["status"] for a in reruns][-1] == "pass" and all(a["status"] == "fail" for a in reruns[:-1])
+    # The failing run's brokers said what they did; the passing run's did not (its coin came up tails).
+    said = "planted bug forget-acked-sometimes: acknowledging"
+    assert any(said in f.read_text(errors="replace") for f in Path(first["run_dir"]).rglob("*.log"))
+    assert not any(said in f.read_text(errors="replace") for f in Path(reruns[-1]["run_dir"]).rglob("*.log"))
+    case = check_junit((results / "nightly" / "demo" / "junit.xml").read_text()).findall("testcase")[-1]
+    assert case.find("failure") is None and "FLAKY" in case.find("system-out").text
 
 
 def test_a_run_that_cannot_start_is_recorded_with_its_reason(tmp_path):
