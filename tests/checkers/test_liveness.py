@@ -116,14 +116,19 @@ def test_nothing_acknowledged_after_the_heal_is_a_hang_with_the_measured_unavail
     assert out["faults"][0]["recovery_s"] is None
 
 
-def test_a_first_acknowledgement_later_than_the_limit_is_a_hang_too(check, timed):
-    h = timed
+def _healed_then_one_send_acked_at(h, t: float):
+    """A steady second, the heal at 1 s, then one send at 1.1 s acknowledged at `t`."""
     v, o = _steady(h, 0, 1, 0, 0)
     h.at(1.0).nemesis("heal")
     h.at(1.1)
     h.add(0, "invoke", "send", key=0, value=v)
-    h.at(36.0)
+    h.at(t)
     h.add(0, "ok", "send", value=v, partition=0, offset=o)
+    return h
+
+
+def test_a_first_acknowledgement_later_than_the_limit_is_a_hang_too(check, timed):
+    h = _healed_then_one_send_acked_at(timed, 36.0)
     out = live(check, h)
     assert out["verdict"] == "hang" and out["recovery_s"] == pytest.approx(35.0, abs=0.01)
     assert live(check, h, hang_s=40)["verdict"] == "ok"
@@ -198,13 +203,7 @@ def test_final_reads_do_not_end_a_consumer_wait(check, timed):
 
 
 def test_expect_limits_and_hang_judge_the_measured_values(check, timed):
-    h = timed
-    v, o = _steady(h, 0, 1, 0, 0)
-    h.at(1.0).nemesis("heal")
-    h.at(1.1)
-    h.add(0, "invoke", "send", key=0, value=v)
-    h.at(13.1)
-    h.add(0, "ok", "send", value=v, partition=0, offset=o)
+    h = _healed_then_one_send_acked_at(timed, 13.1)
     results = check(h, fault_ends=ENDS)
     assert results["liveness"]["recovery_s"] == pytest.approx(12.1, abs=0.01)
     met, misses = expectation({"valid": True, "max-recovery-s": 10, "max-unavailable-s": 30, "hang": "absent"},
