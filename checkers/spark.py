@@ -2,17 +2,18 @@
 
 Spark is loud by default (a banner, INFO lines, progress bars); a checker's
 terminal output should be its verdict, so the JVM's log level is set to ERROR
-before the session starts and the console progress bar is off.
+before the session starts, the console progress bar is off, and the JVM's
+own output goes to a file. `warm_up` starts the session in the background
+so that a check later in the process does not wait for the JVM.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
-import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from core.errors import UserError
@@ -41,38 +42,51 @@ def default_master() -> str:
     return os.environ.get("HARNESS_SPARK_MASTER", "local[*]")
 
 
+# One JVM start at a time: a warm-up in the background and the check that
+# follows it must end with one session, not two JVMs.
+_START = threading.Lock()
+
+
 def get_session(master: str | None = None, conf: dict[str, str] | None = None, memory: str | None = None):
     """Start (or reuse) a SparkSession on `master`.
 
     Local masters get settings sized for one machine: few shuffle partitions
-    (the default 200 is for clusters) and driver memory from `memory`.
+    (the default 200 is for clusters) and driver memory from `memory`. The
+    JVM's own output goes to `jvm_log_path()`, never to the terminal: it is
+    launched with its stdout and stderr there (no redirection of this
+    process's descriptors, so other threads keep printing where they did).
     """
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise UserError("Spark needs Java: none found on PATH (run `make setup`)")
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
     master = master or default_master()
     log_conf = _quiet_log_config()
     java_opts = f"-Dlog4j2.configurationFile=file:{log_conf} -Dlog4j.configurationFile=file:{log_conf}"
-    builder = (SparkSession.builder.master(master).appName("harness-check")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.extraJavaOptions", java_opts)
-               .config("spark.executor.extraJavaOptions", java_opts)
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-               .config("spark.sql.adaptive.enabled", "true"))
+    options = {"spark.ui.enabled": "false",
+               "spark.ui.showConsoleProgress": "false",
+               "spark.driver.extraJavaOptions": java_opts,
+               "spark.executor.extraJavaOptions": java_opts,
+               "spark.sql.session.timeZone": "UTC",
+               "spark.sql.execution.arrow.pyspark.enabled": "true",
+               "spark.sql.adaptive.enabled": "true"}
     if master.startswith("local"):
         cores = os.cpu_count() or 2
-        builder = (builder.config("spark.sql.shuffle.partitions", str(max(4, 2 * cores)))
-                   .config("spark.driver.memory", memory or os.environ.get("HARNESS_SPARK_MEMORY", "4g"))
-                   .config("spark.driver.bindAddress", "127.0.0.1")
-                   .config("spark.driver.host", "127.0.0.1"))
-    for key, value in (conf or {}).items():
-        builder = builder.config(key, value)
+        options.update({"spark.sql.shuffle.partitions": str(max(4, 2 * cores)),
+                        "spark.driver.memory": memory or os.environ.get("HARNESS_SPARK_MEMORY", "4g"),
+                        "spark.driver.bindAddress": "127.0.0.1",
+                        "spark.driver.host": "127.0.0.1"})
+    options.update(conf or {})
     try:
-        with _jvm_output_to(jvm_log_path()):
-            session = builder.getOrCreate()
+        with _START:
+            if SparkContext._active_spark_context is None:
+                spark_conf = SparkConf().setMaster(master).setAppName("harness-check").setAll(list(options.items()))
+                with open(jvm_log_path(), "wb") as out:
+                    gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": out, "stderr": out})
+                SparkContext(conf=spark_conf, gateway=gateway)
+            session = SparkSession.builder.master(master).appName("harness-check").config(map=options).getOrCreate()
     except Exception as e:  # a master that does not answer, a JVM that cannot start
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"cannot start Spark on {master}: {first} (JVM output in {jvm_log_path()})") from None
@@ -80,25 +94,21 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None, m
     return session
 
 
+def warm_up(master: str | None = None, conf: dict[str, str] | None = None) -> threading.Thread:
+    """Start the session in a background thread, so that a check later in this
+    process finds the JVM running (`harness run` calls it while the cluster
+    settles and the final reads run). A failure here is only logged: the
+    check's own `get_session` meets it again and reports it."""
+    def start() -> None:
+        try:
+            get_session(master, conf)
+        except Exception as e:
+            log.info("Spark warm-up failed (the check will say why): %s", e)
+
+    thread = threading.Thread(target=start, name="spark-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
 def jvm_log_path() -> Path:
     return Path(tempfile.gettempdir()) / "harness-spark.log"
-
-
-@contextlib.contextmanager
-def _jvm_output_to(path: Path):
-    """Point fds 1 and 2 at `path` while the JVM starts, so that it inherits
-    them: the JVM's own start-up lines and Spark's stray console output land
-    in a file, not on the user's terminal."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        yield
-    finally:
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for x in (fd, *saved):
-            os.close(x)

@@ -5,7 +5,8 @@ reverse order, also on Ctrl-C, SIGTERM or an error:
 
   spec -> run directory -> cluster -> ZooKeeper -> system -> topic ->
   history + cluster-state observer -> workload + nemesis for --time-limit ->
-  heal -> await recovery -> stop clients -> settle -> final reads -> stop the observer ->
+  heal -> await recovery -> (Spark starts in the background) -> stop clients -> settle ->
+  final reads -> stop the observer ->
   close history -> collect logs (and their truncations into states.jsonl) -> tear down ->
   history.parquet -> check (Spark) -> results.json -> report.html
 
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from checkers.check import check_history, Options
 from checkers.liveness import HANG_S, verdict_words
 from checkers.results import write_results
+from checkers.spark import warm_up
 from checkers.summary import render as summary, top_anomaly, verdict_line
 from core.errors import UserError
 from core.history.parquet import jsonl_to_parquet
@@ -232,6 +234,10 @@ def _execute(r: Run) -> None:
     if r.nemesis.error is not None:
         raise UserError(f"the nemesis failed: {r.nemesis.error}")
     _await_recovery(r)
+    # The checker's JVM starts while the cluster settles and the final reads
+    # run (waits, mostly), not after them; not earlier, so that its start does
+    # not compete with the faults and the recovery the history measures.
+    warm_up()
     r.workload.stop(timeout=15)
     _phase("waiting for the cluster to settle")
     observed("settle")

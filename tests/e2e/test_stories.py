@@ -10,16 +10,14 @@ import json
 
 import pytest
 
-from tests.support import harness, harness_run, history_events
+from tests.support import harness, history_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def test_a_planted_bug_run_leaves_disk_evidence_and_stories(tmp_path):
-    # Seed 10 cuts a leader off from 8.5 s to 25.3 s: far past the ZooKeeper session, so the
-    # planted bug acknowledges writes the new leader never gets.
-    proc, run_dir = harness_run(tmp_path, "--scenario", "own-bug-ack-before-replication", "--seed", "10",
-                                timeout=900)
+def test_a_planted_bug_run_leaves_disk_evidence_and_stories(ack_before_replication_run):
+    # The planted bug acknowledges writes the new leader never gets (tests/e2e/conftest.py).
+    proc, run_dir = ack_before_replication_run
     assert proc.returncode == 1, proc.stderr[-2000:]
     results = json.loads((run_dir / "results.json").read_text())
     run = json.loads((run_dir / "run.json").read_text())

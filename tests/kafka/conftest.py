@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from infra import state as st
-from tests.support import harness
+from tests.support import harness, harness_run
 
 def _cluster_of(run_dir: Path) -> str | None:
     run_json = run_dir / "run.json"
@@ -46,16 +46,33 @@ def left_behind(run_dir: Path) -> dict:
     return {"processes": mine, "namespaces": [ns for ns in listed if ns.startswith(f"harness-{cid}-")]}
 
 
+def _clean_left_clusters(folder: Path) -> None:
+    """A cluster that one of the folder's runs left (the run died) is removed by its
+    id (a bare `harness clean` would take other developers' clusters)."""
+    for run_json in folder.glob("*/*/run.json"):
+        cid = _cluster_of(run_json.parent)
+        if cid and st.cluster_dir(cid).exists() and not _taken_by_another_run(cid):
+            harness("clean", "--cluster", cid, timeout=120)
+
+
 @pytest.fixture
 def results(tmp_path):
-    """A results folder; a cluster that one of its runs left (the run died) is removed
-    by its id afterwards (a bare `harness clean` would take other developers' clusters)."""
+    """A results folder, cleaned of what its runs left afterwards."""
     folder = tmp_path / "results"
     try:
         yield folder
     finally:
-        for run_json in folder.glob("*/*/run.json"):
-            cid = _cluster_of(run_json.parent)
-            if cid and st.cluster_dir(cid).exists() and not _taken_by_another_run(cid):
-                harness("clean", "--cluster", cid, timeout=120)
+        _clean_left_clusters(folder)
+
+
+@pytest.fixture(scope="session")
+def acks1_leader_kill(tmp_path_factory):
+    """One run of kafka-acks1-leader-kill (30 s, seed 7), which the run test
+    (its verdict, its kills) and the states test (its timeline) both read:
+    (the completed process, its run folder)."""
+    folder = tmp_path_factory.mktemp("kafka-leader-kill") / "results"
+    try:
+        yield harness_run(folder, "--scenario", "kafka-acks1-leader-kill", "--time-limit", "30", "--seed", "7")
+    finally:
+        _clean_left_clusters(folder)
 

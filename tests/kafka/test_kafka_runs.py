@@ -41,9 +41,8 @@ def test_a_partition_run_with_safe_settings_is_valid(results):
     assert left_behind(run_dir) == {"processes": [], "namespaces": []}
 
 
-def test_acks1_with_leaders_killed_loses_writes(results):
-    proc, run_dir = harness_run(results, "--scenario", "kafka-acks1-leader-kill",
-                                "--time-limit", "30", "--seed", "7")
+def test_acks1_with_leaders_killed_loses_writes(acks1_leader_kill):
+    proc, run_dir = acks1_leader_kill
     assert proc.returncode == 1, proc.stdout + proc.stderr
     results = json.loads((run_dir / "results.json").read_text())
     assert results["anomalies"]["lost-write"]["count"] > 0, proc.stdout

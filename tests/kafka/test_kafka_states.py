@@ -8,14 +8,13 @@ import pytest
 
 from infra.kafka import KafkaSystem
 from tests.kafka.conftest import left_behind
-from tests.support import check_kill_timeline, harness_run
+from tests.support import check_kill_timeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def test_killing_kafka_leaders_shows_in_the_timeline(results):
-    proc, run_dir = harness_run(results, "--scenario", "kafka-acks1-leader-kill", "--time-limit", "30",
-                                "--seed", "7")
+def test_killing_kafka_leaders_shows_in_the_timeline(acks1_leader_kill):
+    proc, run_dir = acks1_leader_kill
     assert proc.returncode == 1, proc.stdout + proc.stderr
     logged = [(node.name, t["partition"], t["offset"]) for node in sorted((run_dir / "nodes").iterdir())
               if (node / "server.log").is_file()

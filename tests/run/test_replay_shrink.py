@@ -10,6 +10,7 @@ replays are tested by the integration test (a planted bug replayed twice).
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -215,23 +216,26 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, command, argv, words):
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_a_planted_bug_replays_with_its_anomaly_every_time(tmp_path):
-    """A short run of the own broker's no-dedup bug (duplicates on retries), replayed twice from its
-    run folder: both replays follow its schedule and show the duplicates."""
-    results = tmp_path / "results"
-    first = harness("run", "--scenario", "own-bug-no-dedup", "--time-limit", "10", "--seed", "3",
-                    "--results", str(results), timeout=600)
-    run_dir = next(results.glob("*/*/run.json")).parent
-    assert first.returncode == 1, first.stderr
+def test_a_planted_bug_replays_with_its_anomaly_every_time(real_runs, tmp_path):
+    """The session's short run of the own broker's no-dedup bug (duplicates on retries,
+    tests/conftest.py), replayed twice from a copy of its run folder: both replays
+    follow its schedule and show the duplicates."""
+    _, _, buggy = real_runs
+    assert buggy.proc.returncode == 1, buggy.proc.stderr
+    run_dir = tmp_path / "run"
+    shutil.copytree(buggy.dir, run_dir)
     original = json.loads((run_dir / "run.json").read_text())["schedule"]
     assert original and json.loads((run_dir / "results.json").read_text())["anomalies"]["duplicate"]["count"] > 0
-    # Seed 2 plans no fault in 10 s: with it in the spec, the replays can only follow the schedule given.
+    # Another seed in the spec, one that plans other faults: the replays can only follow the schedule given.
     info = json.loads((run_dir / "run.json").read_text())
-    assert not plan(("pause",), "leaders", 3, 4.0, 10.0, 2, 3)
-    (run_dir / "run.json").write_text(json.dumps({**info, "spec": {**info["spec"], "seed": 2}}))
-    proc = harness("replay", str(run_dir), "--times", "2", timeout=1200)
+    spec = info["spec"]
+    other = 2 if spec["seed"] != 2 else 3
+    assert to_records(plan(tuple(spec["nemesis"]), spec["nemesis_targets"], spec["nodes"], spec["nemesis_interval"],
+                           spec["time_limit"], other, spec["partitions"])) != original
+    (run_dir / "run.json").write_text(json.dumps({**info, "spec": {**spec, "seed": other}}))
+    proc = harness("replay", str(run_dir), "--times", "2", "--out", str(tmp_path / "replays"), timeout=1200)
     assert proc.returncode == 0, proc.stderr
-    data = json.loads((run_dir / "replay.json").read_text())
+    data = json.loads((tmp_path / "replays" / "replay.json").read_text())
     assert data["rates"]["duplicate"] == [2, 2], data["rates"]
     assert "| duplicate |" in proc.stdout and "| 2 of 2 | 100% |" in proc.stdout, proc.stdout
     for r in data["replays"]:

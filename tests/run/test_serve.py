@@ -241,8 +241,9 @@ def test_compare_two_real_runs(real_runs, tmp_path):
         assert _row(page, "scenario") == ("", "own-bug-no-dedup")
         assert _row(page, "idempotent") == ("False", "True")
         assert _row(page, "debug_bug") == ("[]", "[&quot;no-dedup&quot;]")
-        assert _row(page, "time_limit") == ("10.0", "16.0")
-        assert _row(page, "nemesis") == ("[&quot;kill&quot;]", "[&quot;pause&quot;]")
+        assert _row(page, "time_limit") == ("12.0", "16.0")
+        assert _row(page, "nemesis") == ("[&quot;partition&quot;, &quot;kill&quot;, &quot;pause&quot;]",
+                                         "[&quot;pause&quot;]")
         assert "<tr class=differ><th>scenario</th>" in page
         assert "<tr><th>nodes</th><td>3</td><td>3</td></tr>" in page
         # Anomaly counts as each run's results.json has them.

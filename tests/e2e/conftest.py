@@ -1,0 +1,18 @@
+"""One real run that two end-to-end tests read: the own broker's planted
+ack-before-replication bug with a partition's leader cut off
+(`own-bug-ack-before-replication`, seed 10: the leader cut off from 8.5 s to
+25.3 s, far past the ZooKeeper session). tests/e2e/test_run.py checks the
+loss it shows, tests/e2e/test_stories.py its disk evidence and stories."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support import harness_run
+
+
+@pytest.fixture(scope="session")
+def ack_before_replication_run(tmp_path_factory):
+    """(the completed `harness run`, its run folder)."""
+    return harness_run(tmp_path_factory.mktemp("ack-before-replication"), "--scenario",
+                       "own-bug-ack-before-replication", "--seed", "10", timeout=900)
