@@ -6,6 +6,13 @@ and a probe file, written with a synced part and an unsynced part before the
 kill, holds exactly its synced part after the drop. Its end restarts the
 brokers (power-restore), verified as a kill's end is.
 
+With `[disk] power-loss = "torn"` (a setting of the mounts, not a draw of
+the schedule: a new draw would shift every later choice of existing seeds),
+each file's last unsynced write keeps a prefix instead (a torn write, drawn
+from a seed made of the step and the node); the probe then holds its synced
+part and a proper prefix of its unsynced part, as long as the faultfs
+reports it kept.
+
 Targets are chosen as for kill and pause (nemesis.targets).
 """
 
@@ -15,12 +22,12 @@ import shlex
 
 from infra import faultfs
 from infra.nodes import parallel
-from nemesis.disk import probe_path, target_of
+from nemesis.disk import probe_path, step_seed, target_of
 from nemesis.fault import PROCESSES, Context, Fault, Step, describe_nodes, per_node, process_state, verdict, wait_for
 from nemesis.process import describe_kill, restart, sweep
 from nemesis.targets import TARGETS, draw_nodes, resolve
 
-SYNCED, UNSYNCED = "synced\n", "unsynced\n"
+SYNCED, UNSYNCED = "synced\n", "unsynced " * 16 + "\n"  # the unsynced part written in one write
 
 
 def start(ctx: Context, step: Step) -> tuple[dict, dict]:
@@ -42,16 +49,21 @@ def start(ctx: Context, step: Step) -> tuple[dict, dict]:
 
     def drop(name):
         node, target = target_of(ctx, name)
-        answer = faultfs.lose_unfsynced(node, target)
+        answer = faultfs.lose_unfsynced(node, target, seed=step_seed(step, name))
         d = answer.get("dropped", {})
         res = node.remote.run(f"cat {shlex.quote(probes[name])}", check=False, timeout=30)
         node.remote.run(f"rm -f {shlex.quote(probes[name])}", check=False, timeout=30)
         held = res.stdout if res.exit_status == 0 else None
-        ok = held == SYNCED
-        words = ("probe kept its fsynced part only" if ok else
-                 f"probe holds {held!r}, expected {SYNCED!r}" if held is not None else "probe unreadable")
+        if d.get("mode") == "torn":
+            ok, words = _check_torn(held, probes[name][len(target):], d)
+        else:
+            ok = held == SYNCED
+            words = ("probe kept its fsynced part only" if ok else
+                     f"probe holds {held!r}, expected {SYNCED!r}" if held is not None else "probe unreadable")
         lost = {"files": d.get("files", 0), "bytes_cut": d.get("bytes_cut", 0),
-                "bytes_restored": d.get("bytes_restored", 0)}
+                "bytes_restored": d.get("bytes_restored", 0),
+                **({"torn": d.get("torn", 0), "bytes_torn_kept": d.get("bytes_torn_kept", 0)}
+                   if d.get("mode") == "torn" else {})}
         return ok, words, lost
 
     results = dict(zip(names, parallel(drop, names)))
@@ -60,6 +72,21 @@ def start(ctx: Context, step: Step) -> tuple[dict, dict]:
              "verified": {"ok": all(gone.values()) and all(ok for ok, _, _ in results.values()),
                           "process_gone": gone, "probe": {n: words for n, (_, words, _) in results.items()}}}
     return value, {"nodes": names}
+
+
+def _check_torn(held: str | None, path: str, dropped: dict) -> tuple[bool, str]:
+    """A torn drop: the probe holds its synced part and a proper prefix of
+    its unsynced write, as long as the faultfs says it kept."""
+    if held is None:
+        return False, "probe unreadable"
+    kept = len(held) - len(SYNCED)
+    said = [t.get("kept") for t in dropped.get("torn_examples", []) if t.get("path") == path]
+    ok = held.startswith(SYNCED) and 0 < kept < len(UNSYNCED) and held[len(SYNCED):] == UNSYNCED[:kept]
+    if ok and said and said[0] != kept:
+        return False, f"probe kept {kept} bytes of its unsynced write, the faultfs says {said[0]}"
+    if ok:
+        return True, f"probe kept its fsynced part and {kept} of {len(UNSYNCED)} bytes of its unsynced write (torn)"
+    return False, f"probe holds {held!r}, expected {SYNCED!r} and a proper prefix of its unsynced write"
 
 
 def stop(ctx: Context, state: dict) -> dict:
@@ -76,6 +103,9 @@ def describe(value: dict, stopping: bool) -> tuple[str, str]:
     if isinstance(lost, dict) and lost:
         files = sum(x.get("files", 0) for x in lost.values() if isinstance(x, dict))
         what += f"; unsynced writes dropped in {files} files"
+        torn = sum(x.get("torn", 0) for x in lost.values() if isinstance(x, dict))
+        if torn:
+            what += f", the last one torn in {torn}"
     v = value.get("verified")
     if not isinstance(v, dict):
         return what, ""

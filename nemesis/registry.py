@@ -31,6 +31,7 @@ FAULTS: dict[str, Fault] = _table(
     disk.STALL,
     disk.SLOW,
     disk.FAIL,
+    disk.CORRUPT,  # not in the "disk" group: that would change what every seed draws for --nemesis disk
     power.POWER_LOSS,
 )
 

@@ -11,6 +11,10 @@ are handled alike:
     set_mode(node, m.target, "fail", ops="write")        # EIO on writes
     set_mode(node, m.target, "passthrough")
     lose_unfsynced(node, m.target)                       # as a power loss would
+    lose_unfsynced(node, m.target, torn=True, seed=7)    # ... tearing each file's last write
+    corrupt(node, m.target, seed=7, direction="writes", files=("segments",), fraction=0.01)
+    flips(node, m.target, "/p-0/00000000000000000000.log")  # the flips made, (path,) offset, bit
+    corrupt_off(node, m.target)                          # no more flips (flipped writes stay)
     unmount(node, m.target)
 
 On the node, the daemon is `<run_dir>/faultfs.py` (copied there at mount, so
@@ -41,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import UserError
+from infra.faultfs.fs import DIRECTIONS, FILE_KINDS, FRACTIONS, POWER_LOSS, check_fraction, parse_files
 from infra.nodes import parallel
 from infra.system import DataDir
 
@@ -52,7 +57,13 @@ OPS = ("all", "write", "fsync")
 FSTYPE = "fuse.faultfs"
 RAW_SUFFIX = ".raw"
 SETTINGS = {"slow-ms": "added latency of a slow disk, ms (default 100)",
-            "ops": "what a disk fault hits: all, write or fsync (default all)"}
+            "ops": "what a disk fault hits: all, write or fsync (default all)",
+            "corrupt": "what disk-corrupt flips bits in: reads or writes (default reads)",
+            "corrupt-files": f"the files it flips bits in: some of {', '.join(FILE_KINDS)} (default segments)",
+            "corrupt-fraction": f"the fraction of their reads or writes flipped (default: drawn by the seed "
+                                f"from {', '.join(map(str, FRACTIONS))})",
+            "power-loss": "what power-loss does to each file's last unsynced write: drop it or tear it "
+                          "(torn: a prefix survives) (default drop)"}
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,24 @@ def validate_settings(settings: dict) -> dict:
             if value not in OPS:
                 raise UserError(f"disk.ops {value!r}: expected one of {', '.join(OPS)}")
             out[k] = value
+        elif k == "corrupt":
+            if value not in DIRECTIONS:
+                raise UserError(f"disk.corrupt {value!r}: expected one of {', '.join(DIRECTIONS)}")
+            out[k] = value
+        elif k == "corrupt-files":
+            try:
+                out[k] = parse_files(value)
+            except ValueError as e:
+                raise UserError(f"disk.corrupt-{e}") from None
+        elif k == "corrupt-fraction":
+            try:
+                out[k] = check_fraction(value)
+            except ValueError as e:
+                raise UserError(f"disk.corrupt-{e}") from None
+        elif k == "power-loss":
+            if value not in POWER_LOSS:
+                raise UserError(f"disk.power-loss {value!r}: expected one of {', '.join(POWER_LOSS)}")
+            out[k] = value
         else:
             raise UserError(f"disk.{key}: unknown setting (known: {', '.join(SETTINGS)})")
     return out
@@ -132,13 +161,17 @@ def _pick_python(node) -> str:
 
 
 def mount(node, source: str, target: str, *, slow_ms: float = 100.0, ops: str = "all",
-          timeout: float = 20.0) -> Mount:
+          corrupt: str = "reads", corrupt_files=("segments",), corrupt_fraction: float | None = None,
+          power_loss: str = "drop", timeout: float = 20.0) -> Mount:
     """Mounts a faultfs of `source` at `target` on the node (both made if
-    missing), in passthrough; returns when it serves."""
+    missing), in passthrough; returns when it serves. `corrupt*` and
+    `power_loss` are the defaults of its bit flips and drops (SETTINGS)."""
     _check_path("source", source)
     _check_path("target", target)
     if ops not in OPS:
         raise UserError(f"faultfs: ops {ops!r}: expected one of {', '.join(OPS)}")
+    checked = validate_settings({"corrupt": corrupt, "corrupt-files": corrupt_files, "power-loss": power_loss,
+                                 **({} if corrupt_fraction is None else {"corrupt-fraction": corrupt_fraction})})
     r = node.remote
     q = shlex.quote
     res = r.run("test -c /dev/fuse || { echo 'no /dev/fuse'; exit 3; }; "
@@ -155,7 +188,10 @@ def mount(node, source: str, target: str, *, slow_ms: float = 100.0, ops: str = 
     r.run(f"mkdir -p {q(source)} {q(target)} {q(node.run_dir)} {q(node.log_dir)}")
     r.write_file(_script(node), SCRIPT.read_bytes())
     argv = [python, _script(node), source, target, "--control", _socket(target),
-            "--slow-ms", f"{slow_ms:g}", "--ops", ops]
+            "--slow-ms", f"{slow_ms:g}", "--ops", ops, "--corrupt", checked["corrupt"],
+            "--corrupt-files", ",".join(checked["corrupt-files"]), "--power-loss", checked["power-loss"]]
+    if "corrupt-fraction" in checked:
+        argv += ["--corrupt-fraction", repr(checked["corrupt-fraction"])]
     log_file = f"{node.log_dir}/{name}.log"
     pid = r.start_daemon(name, argv, log_file, cwd=node.run_dir)
     deadline = time.monotonic() + timeout
@@ -217,10 +253,40 @@ def set_mode(node, target: str, mode: str, **params) -> dict:
     return request(node, target, {"op": "mode", "mode": mode, **params})
 
 
-def lose_unfsynced(node, target: str) -> dict:
+def lose_unfsynced(node, target: str, *, torn: bool | None = None, seed: int = 0) -> dict:
     """Puts every file under `target` back to its last fsync; the answer's
-    `dropped` says how much was lost (files, bytes cut and restored)."""
-    return request(node, target, {"op": "lose-unfsynced"}, timeout=120)
+    `dropped` says how much was lost (files, bytes cut and restored) and
+    its `mode`: with `torn` (default: the mount's power-loss setting) each
+    file's last unsynced write keeps a prefix drawn from `seed` (`torn`,
+    `torn_examples`: path, offset, kept, of)."""
+    req = {"op": "lose-unfsynced", "seed": seed, **({} if torn is None else {"torn": torn})}
+    return request(node, target, req, timeout=120)
+
+
+def corrupt(node, target: str, *, seed: int, **params) -> dict:
+    """Arms bit flips in the faultfs at `target`: `direction` (reads or
+    writes), `files` (FILE_KINDS), `fraction`; missing ones from the
+    mount's settings, the fraction then drawn by `seed`. The answer's
+    `armed` says what was armed."""
+    unknown = set(params) - {"direction", "files", "fraction"}
+    if unknown:
+        raise UserError(f"faultfs corrupt: unknown parameter(s) {', '.join(sorted(unknown))} "
+                        "(direction, files, fraction)")
+    if "files" in params and not isinstance(params["files"], str):
+        params["files"] = list(params["files"])
+    return request(node, target, {"op": "corrupt", "seed": seed, **params})
+
+
+def corrupt_off(node, target: str) -> dict:
+    """No more flips; `disarmed` counts the matching operations and the flips
+    since the arm. Flipped writes stay on the disk."""
+    return request(node, target, {"op": "corrupt-off"})
+
+
+def flips(node, target: str, path: str | None = None) -> list[dict]:
+    """The flips the faultfs made (of one file, by its path under the mount,
+    like `/p-0/0.log`): op, path, offset, bit; the newest 1000."""
+    return request(node, target, {"op": "flips", **({} if path is None else {"path": path})})["flips"]
 
 
 def _kill(node, name: str) -> None:
@@ -300,7 +366,9 @@ def mount_system(cluster, system, settings: dict | None = None) -> SystemMounts:
 
     def one(node):
         target = data_dir_of(system, node)
-        m = mount(node, target + RAW_SUFFIX, target, slow_ms=s.get("slow-ms", 100.0), ops=s.get("ops", "all"))
+        m = mount(node, target + RAW_SUFFIX, target, slow_ms=s.get("slow-ms", 100.0), ops=s.get("ops", "all"),
+                  corrupt=s.get("corrupt", "reads"), corrupt_files=s.get("corrupt-files", ("segments",)),
+                  corrupt_fraction=s.get("corrupt-fraction"), power_loss=s.get("power-loss", "drop"))
         mounts.mounts[node.name] = m
         return m
 
@@ -331,15 +399,23 @@ def unmount_system(cluster, mounts: SystemMounts) -> dict:
 
 
 def release_all(cluster, system) -> dict:
-    """Every node's faultfs back to passthrough (heal); node -> what it was,
+    """Every node's faultfs back to passthrough and its bit flips off (heal);
+    node -> what it was (`stall`, `corrupt-reads`, `slow, corrupt-writes`),
     for those that were faulty. Nodes without a faultfs are skipped."""
     def one(node):
         target = data_dir_of(system, node)
         st = status(node, target)
-        if st is None or st.get("mode") == "passthrough":
+        if st is None:
             return None
-        set_mode(node, target, "passthrough")
-        return st.get("mode")
+        was = []
+        if st.get("mode") != "passthrough":
+            set_mode(node, target, "passthrough")
+            was.append(st.get("mode"))
+        armed = (st.get("corrupt") or {}).get("armed")
+        if armed:
+            corrupt_off(node, target)
+            was.append(f"corrupt-{armed.get('direction')}")
+        return ", ".join(was) or None
 
     if not isinstance(system, DataDir):
         return {}

@@ -1,5 +1,6 @@
-"""faultfs: a passthrough FUSE filesystem that can stall, slow down, fail and
-forget unsynced writes, switched at run time through a control socket.
+"""faultfs: a passthrough FUSE filesystem that can stall, slow down, fail,
+flip bits and forget (or tear) unsynced writes, switched at run time through
+a control socket.
 
     python fs.py SOURCE MOUNTPOINT --control SOCKET [--slow-ms N] [--ops all|write|fsync]
         mounts SOURCE at MOUNTPOINT and serves it in the foreground
@@ -24,6 +25,25 @@ cost nothing to track. Metadata (create, rename, unlink, mkdir) is taken as
 durable at once, as a journaling filesystem would soon make it; a file
 created and never fsynced comes back empty.
 
+With the mount's `--power-loss torn` (or `"torn": true` in the request) a
+drop tears instead: each file's last write since its fsync keeps a prefix
+(1 to all but one of its bytes, drawn from the request's `seed`) at its
+offset, as a write in flight when the power went (LazyFS's torn writes);
+bytes between the synced size and that write, if any, read as zeros.
+
+`corrupt` arms bit flips, beside whatever mode is in force: a fraction of
+the reads or of the writes (`direction`) of files whose names match one of
+the FILE_KINDS patterns get one bit flipped, at an offset and bit drawn
+from the arm's `seed` (one random stream, so one sequence of operations
+gives the same flips). Flipped reads leave the stored bytes intact (the
+kernel's cache of matching files is dropped at arm and disarm, so reads
+come here, and the flipped pages do not outlive the fault); flipped writes
+store wrong bytes, which stay wrong after `corrupt-off`. Every flip is
+logged (`flip read|write PATH offset=N bit=B`) and kept for `flips`. Probe
+files (names starting `.faultfs-probe-`) that match flip on every
+operation, from a stream of their own: a probe sees a flip at once, and the
+system's stream stays as the seed drew it.
+
 Only the standard library and mfusepy (for serving), so that this one file
 can be copied to a remote node and run there.
 """
@@ -33,14 +53,18 @@ from __future__ import annotations
 import argparse
 import ctypes
 import errno
+import fnmatch
+import hashlib
 import json
 import logging
 import os
+import posixpath
+import random
 import socket
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 log = logging.getLogger("faultfs")
@@ -53,6 +77,14 @@ STRIPES = 64  # locks over files, so writes to different files do not wait for e
 MAX_REPORTED = 20  # files named in a drop's answer
 REQUEST_LIMIT = 64 * 1024
 UTIME_NOW, UTIME_OMIT = (1 << 30) - 1, (1 << 30) - 2
+# Bit flips: which files (one vocabulary of patterns, on the file's name),
+# which operations, and how often when the arm does not say.
+FILE_KINDS = {"segments": ("*.log",), "indexes": ("*.index", "*.timeindex"), "checkpoints": ("*checkpoint*",)}
+DIRECTIONS = ("reads", "writes")
+FRACTIONS = (0.01, 0.1, 0.3)  # drawn by the arm's seed when no fraction is set
+POWER_LOSS = ("drop", "torn")  # what lose-unfsynced does to the last unsynced write of a file
+PROBE_PREFIX = ".faultfs-probe-"
+MAX_FLIPS_KEPT = 10_000  # flips kept for `flips` answers (all are logged)
 
 
 # ----------------------------------------------------------------------------
@@ -113,6 +145,120 @@ class Gate:
 
 
 # ----------------------------------------------------------------------------
+# Bit flips
+
+
+def parse_files(value) -> tuple[str, ...]:
+    """`segments`, `segments,indexes` or a list of FILE_KINDS -> a tuple of them."""
+    kinds = value.split(",") if isinstance(value, str) else value
+    if not isinstance(kinds, (list, tuple)) or not kinds or not all(isinstance(k, str) for k in kinds):
+        raise ValueError(f"files {value!r}: expected some of {', '.join(FILE_KINDS)}")
+    kinds = tuple(dict.fromkeys(k.strip() for k in kinds))
+    bad = [k for k in kinds if k not in FILE_KINDS]
+    if bad:
+        raise ValueError(f"files {bad[0]!r}: expected some of {', '.join(FILE_KINDS)}")
+    return kinds
+
+
+def check_fraction(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError(f"fraction {value!r}: expected more than 0, at most 1")
+    return float(value)
+
+
+def draw_fraction(seed: int) -> float:
+    """The fraction an arm without one uses: from FRACTIONS, by its seed."""
+    return FRACTIONS[int.from_bytes(hashlib.sha256(f"fraction {seed}".encode()).digest()[:4], "big") % len(FRACTIONS)]
+
+
+@dataclass(frozen=True)
+class Corrupt:
+    """What an armed corruption flips."""
+
+    direction: str  # reads or writes
+    files: tuple[str, ...]  # FILE_KINDS
+    fraction: float
+    seed: int
+
+    def matches(self, path: str) -> bool:
+        name = posixpath.basename(path)
+        return any(fnmatch.fnmatchcase(name, pat) for kind in self.files for pat in FILE_KINDS[kind])
+
+    def to_dict(self) -> dict:
+        return {"direction": self.direction, "files": list(self.files), "fraction": self.fraction, "seed": self.seed}
+
+
+class Corruptor:
+    """Flips one bit in a seeded fraction of the matching reads or writes."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.spec: Corrupt | None = None
+        self._rng = random.Random(0)
+        self._probe_rng = random.Random(0)
+        self.matched = 0  # matching operations since the arm (probes not counted)
+        self.flipped = 0  # of them, flipped
+        self.probe_flips = 0
+        self.flips: deque = deque(maxlen=MAX_FLIPS_KEPT)  # every flip since the mount, newest last
+
+    def arm(self, spec: Corrupt) -> None:
+        with self._lock:
+            self.spec = spec
+            self._rng = random.Random(spec.seed)
+            self._probe_rng = random.Random(spec.seed ^ 0x5EED)
+            self.matched = self.flipped = self.probe_flips = 0
+        log.info("corrupt armed: %s", spec.to_dict())
+
+    def disarm(self) -> dict:
+        with self._lock:
+            spec, self.spec = self.spec, None
+            summary = {"was": spec.to_dict() if spec else None, "matched": self.matched, "flipped": self.flipped,
+                       "probe_flips": self.probe_flips}
+        log.info("corrupt off: %s", summary)
+        return summary
+
+    def state(self) -> dict:
+        with self._lock:
+            return {"armed": self.spec.to_dict() if self.spec else None, "matched": self.matched,
+                    "flipped": self.flipped, "probe_flips": self.probe_flips, "flips_total": len(self.flips)}
+
+    def flips_of(self, path: str | None, limit: int = 1000) -> list[dict]:
+        with self._lock:
+            found = [f for f in self.flips if path is None or f["path"] == path]
+        return found[-limit:]
+
+    def apply(self, direction: str, path: str | None, data: bytes, offset: int) -> bytes:
+        """`data`, read from or about to be written to `path` at `offset`, perhaps with one bit flipped."""
+        spec = self.spec
+        if spec is None or spec.direction != direction or not path or not spec.matches(path):
+            return data
+        probe = posixpath.basename(path).startswith(PROBE_PREFIX)
+        with self._lock:
+            if self.spec is not spec:
+                return data
+            if probe:
+                rng = self._probe_rng
+            else:
+                rng = self._rng
+                self.matched += 1
+                if rng.random() >= spec.fraction:
+                    return data
+            if not data:
+                return data
+            i, bit = rng.randrange(len(data)), rng.randrange(8)
+            if probe:
+                self.probe_flips += 1
+            else:
+                self.flipped += 1
+            flip = {"op": direction[:-1], "path": path, "offset": offset + i, "bit": bit}
+            self.flips.append(flip)
+        buf = bytearray(data)
+        buf[i] ^= 1 << bit
+        log.info("flip %s %s offset=%d bit=%d", flip["op"], path, flip["offset"], bit)
+        return bytes(buf)
+
+
+# ----------------------------------------------------------------------------
 # Durability: what a power loss would take back
 
 
@@ -125,6 +271,7 @@ class Unsynced:
     path: str | None  # where it was last written, for reports and cache invalidation
     undo: list = field(default_factory=list)  # (offset, old bytes), oldest first
     written: int = 0  # bytes written since the last fsync
+    last: tuple | None = None  # (offset, bytes) of the last write, if no truncation came after it: what a tear keeps a prefix of
 
 
 class Durability:
@@ -165,6 +312,7 @@ class Durability:
                     u.undo.append((offset, old))
             n = os.pwrite(fd, data, offset)
             u.written += n
+            u.last = (offset, bytes(data[:n]))
             if synced:  # O_SYNC / O_DSYNC: durable when write returns
                 self._forget(u, key)
             return n
@@ -178,6 +326,7 @@ class Durability:
                 if old:
                     u.undo.append((length, old))
             os.ftruncate(fd, length)
+            u.last = None
 
     def extend(self, fd: int, path: str | None, grow) -> None:
         """A change that only adds bytes past the end (fallocate)."""
@@ -217,8 +366,11 @@ class Durability:
         with self._files_lock:
             return [u.path for u in self._files.values() if u.path]
 
-    def drop(self) -> dict:
-        """Puts every changed file back to its last fsync; what was lost."""
+    def drop(self, torn_seed: int | None = None) -> dict:
+        """Puts every changed file back to its last fsync; what was lost.
+        With `torn_seed`, each file's last write then keeps a prefix drawn
+        from that seed (files in path order): a torn write."""
+        rng = random.Random(torn_seed) if torn_seed is not None else None
         for lock in self._stripes:
             lock.acquire()
         try:
@@ -226,7 +378,9 @@ class Durability:
                 files = list(self._files.values())
                 self._files.clear()
             report = {"files": len(files), "bytes_written": 0, "bytes_cut": 0, "bytes_restored": 0,
-                      "examples": []}
+                      "examples": [], "mode": "torn" if rng else "drop"}
+            if rng:
+                report.update(torn=0, bytes_torn_kept=0, torn_examples=[])
             for u in sorted(files, key=lambda u: u.path or ""):
                 try:
                     size = os.fstat(u.fd).st_size
@@ -235,6 +389,16 @@ class Durability:
                         os.pwrite(u.fd, old, offset)
                         restored += len(old)
                     os.ftruncate(u.fd, u.synced_size)
+                    if rng and u.last and len(u.last[1]) >= 2:
+                        offset, data = u.last
+                        kept = rng.randrange(1, len(data))
+                        os.pwrite(u.fd, data[:kept], offset)
+                        report["torn"] += 1
+                        report["bytes_torn_kept"] += kept
+                        if len(report["torn_examples"]) < MAX_REPORTED:
+                            report["torn_examples"].append({"path": u.path, "offset": offset, "kept": kept,
+                                                            "of": len(data)})
+                        log.info("torn write %s offset=%d kept %d of %d bytes", u.path, offset, kept, len(data))
                     report["bytes_written"] += u.written
                     report["bytes_cut"] += max(0, size - u.synced_size)
                     report["bytes_restored"] += restored
@@ -265,6 +429,7 @@ def make_filesystem(source: str):
             self.root = os.path.realpath(root)
             self.gate = Gate()
             self.durability = Durability()
+            self.corruptor = Corruptor()
             self.sync_fds: set[int] = set()  # opened O_SYNC / O_DSYNC
             # Paths by descriptor, for reports: with nullpath_ok libfuse passes none to writes.
             self.fd_paths: dict[int, str] = {}
@@ -443,11 +608,17 @@ def make_filesystem(source: str):
 
         def read(self, path, size, offset, fh):
             self.gate.enter("read")
-            return os.pread(fh, size, offset)
+            data = os.pread(fh, size, offset)
+            if self.corruptor.spec is not None:
+                data = self.corruptor.apply("reads", path or self.fd_paths.get(fh), data, offset)
+            return data
 
         def write(self, path, data, offset, fh):
             self.gate.enter("write")
-            return self.durability.write(fh, data, offset, path or self.fd_paths.get(fh), fh in self.sync_fds)
+            path = path or self.fd_paths.get(fh)
+            if self.corruptor.spec is not None:
+                data = self.corruptor.apply("writes", path, data, offset)
+            return self.durability.write(fh, data, offset, path, fh in self.sync_fds)
 
         def truncate(self, path, length, fh=None):
             self.gate.enter("write")
@@ -552,11 +723,14 @@ def parse_fault(req: dict, defaults: Fault) -> Fault:
 class Control:
     """Answers one JSON request per connection on a Unix socket."""
 
-    def __init__(self, fs, socket_path: str, defaults: Fault, info: dict):
+    def __init__(self, fs, socket_path: str, defaults: Fault, info: dict, options: dict | None = None):
         self.fs = fs
         self.path = socket_path
         self.defaults = defaults
         self.info = info
+        # The mount's defaults for corruption and power loss: direction, files, fraction (None: drawn), power_loss.
+        self.options = {"direction": "reads", "files": ("segments",), "fraction": None, "power_loss": "drop",
+                        **(options or {})}
         self.drops = 0
         if os.path.exists(socket_path):
             os.unlink(socket_path)  # left by a killed daemon
@@ -600,7 +774,9 @@ class Control:
         gate = self.fs.gate
         return {**self.info, **gate.fault.to_dict(), "blocked": gate.blocked, "ops_seen": dict(gate.counts),
                 "ops_faulted": dict(gate.faulted), "unsynced": self.fs.durability.unsynced(),
-                "defaults": self.defaults.to_dict(), "drops": self.drops, "pid": os.getpid()}
+                "corrupt": self.fs.corruptor.state(),
+                "defaults": {**self.defaults.to_dict(), **self.options, "files": list(self.options["files"])},
+                "drops": self.drops, "pid": os.getpid()}
 
     def handle(self, req: dict) -> dict:
         op = req.get("op")
@@ -612,22 +788,76 @@ class Control:
             log.info("mode %s", fault.to_dict())
             return self.status()
         if op == "lose-unfsynced":
-            return {"dropped": self.lose_unfsynced(), **self.status()}
-        raise ValueError(f"op {op!r}: expected status, mode or lose-unfsynced")
+            torn = req.get("torn", self.options["power_loss"] == "torn")
+            if not isinstance(torn, bool):
+                raise ValueError(f"torn {torn!r}: expected true or false")
+            return {"dropped": self.lose_unfsynced(_seed(req) if torn else None), **self.status()}
+        if op == "corrupt":
+            return {"armed": self.corrupt(req), **self.status()}
+        if op == "corrupt-off":
+            return {"disarmed": self.corrupt_off(), **self.status()}
+        if op == "flips":
+            path = req.get("path")
+            if path is not None and not isinstance(path, str):
+                raise ValueError(f"path {path!r}: expected a path under the mount, like /dir/file")
+            return {"flips": self.fs.corruptor.flips_of(path)}
+        raise ValueError(f"op {op!r}: expected status, mode, lose-unfsynced, corrupt, corrupt-off or flips")
 
-    def lose_unfsynced(self) -> dict:
+    def corrupt(self, req: dict) -> dict:
+        """Arms bit flips; missing parameters from the mount's defaults (a
+        fraction, when none is set, drawn by the seed from FRACTIONS)."""
+        direction = req.get("direction", self.options["direction"])
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction {direction!r}: expected one of {', '.join(DIRECTIONS)}")
+        files = parse_files(req.get("files", self.options["files"]))
+        seed = _seed(req)
+        fraction = req.get("fraction", self.options["fraction"])
+        fraction = draw_fraction(seed) if fraction is None else check_fraction(fraction)
+        spec = Corrupt(direction, files, fraction, seed)
+        self.fs.corruptor.arm(spec)
+        if direction == "reads":
+            # Reads of cached pages never reach us: drop them, so that the files are read here again.
+            self.fs.invalidate(self._matching(spec))
+        return spec.to_dict()
+
+    def corrupt_off(self) -> dict:
+        summary = self.fs.corruptor.disarm()
+        was = summary["was"]
+        if was and was["direction"] == "reads":
+            # The kernel caches what a flipped read returned: drop it, so that reads are clean again.
+            # (Flipped writes are on the disk: they stay.)
+            self.fs.invalidate(self._matching(Corrupt("reads", tuple(was["files"]), 1.0, 0)))
+        return summary
+
+    def _matching(self, spec: Corrupt) -> list[str]:
+        """The matching files, whose cached pages an arm or disarm of read flips
+        drops; none in a stall: dropping them writes dirty mmap pages back
+        first, which the stall would hold (and this request with it)."""
+        if self.fs.gate.fault.mode == "stall":
+            log.info("in a stall: the kernel's cache of the matching files is left as it is")
+            return []
+        return [p for p in _all_paths(self.fs.root) if spec.matches(p)]
+
+    def lose_unfsynced(self, torn_seed: int | None = None) -> dict:
         fs = self.fs
         # Pages dirtied through mmap reach us only when the kernel writes them
         # back: have it do so now, so they are dropped with the rest.
         if fs.gate.fault.mode != "stall":
             fs.invalidate(fs.durability.paths())
-        report = fs.durability.drop()
+        report = fs.durability.drop(torn_seed)
         # What the kernel still caches of these files is what was just taken back.
         if fs.gate.fault.mode != "stall":
             report["invalidated"] = fs.invalidate(_all_paths(fs.root))
         self.drops += 1
         log.info("lost unsynced writes: %s", {k: v for k, v in report.items() if k != "examples"})
         return report
+
+
+def _seed(req: dict) -> int:
+    seed = req.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise ValueError(f"seed {seed!r}: expected an integer, 0 to 2^63-1")
+    return seed
 
 
 def _all_paths(root: str) -> list[str]:
@@ -665,7 +895,20 @@ def serve(argv: list[str]) -> int:
     p.add_argument("--slow-ms", type=float, default=100.0, help="default added latency of mode slow (100)")
     p.add_argument("--ops", choices=OPS, default="all", help="default kinds of operation a mode hits (all)")
     p.add_argument("--name", default="faultfs", help="filesystem name shown in mount tables")
+    p.add_argument("--corrupt", choices=DIRECTIONS, default="reads", help="default of what a corrupt arm flips (reads)")
+    p.add_argument("--corrupt-files", default="segments", metavar="KINDS",
+                   help=f"default files a corrupt arm hits, some of {','.join(FILE_KINDS)} (segments)")
+    p.add_argument("--corrupt-fraction", type=float, default=None, metavar="F",
+                   help=f"default fraction of operations flipped (drawn by the seed from {FRACTIONS})")
+    p.add_argument("--power-loss", choices=POWER_LOSS, default="drop",
+                   help="what lose-unfsynced does to each file's last unsynced write: drop or torn (drop)")
     args = p.parse_args(argv)
+    try:
+        files = parse_files(args.corrupt_files)
+        fraction = None if args.corrupt_fraction is None else check_fraction(args.corrupt_fraction)
+    except ValueError as e:
+        print(f"faultfs: {e}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s faultfs: %(message)s", stream=sys.stderr)
     for d in (args.source, args.mountpoint):
         if not os.path.isdir(d):
@@ -676,7 +919,8 @@ def serve(argv: list[str]) -> int:
     fs = make_filesystem(args.source)
     defaults = Fault("passthrough", args.ops, args.slow_ms)
     control = Control(fs, args.control, defaults,
-                      {"source": os.path.realpath(args.source), "mountpoint": os.path.realpath(args.mountpoint)})
+                      {"source": os.path.realpath(args.source), "mountpoint": os.path.realpath(args.mountpoint)},
+                      {"direction": args.corrupt, "files": files, "fraction": fraction, "power_loss": args.power_loss})
     threading.Thread(target=control.serve_forever, name="control", daemon=True).start()
     log.info("mounting %s at %s (control %s)", args.source, args.mountpoint, args.control)
     # SIGTERM: libfuse leaves its loop (its handler, installed because ours is the default).

@@ -36,7 +36,7 @@ def faultfs_mounts(root: Path) -> list[str]:
 class Mounted:
     """A faultfs daemon serving `source` at `mount`, run as a child process."""
 
-    def __init__(self, base: Path, slow_ms: float = 100.0):
+    def __init__(self, base: Path, slow_ms: float = 100.0, args: tuple[str, ...] = ()):
         self.base = base
         self.source = base / "source"
         self.mount = base / "mnt"
@@ -47,7 +47,7 @@ class Mounted:
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, str(SCRIPT), str(self.source), str(self.mount), "--control", self.control,
-                 "--slow-ms", str(slow_ms)], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                 "--slow-ms", str(slow_ms), *args], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             wait_for(lambda: self.is_mounted() and os.path.exists(self.control), what="the faultfs mount")
         except AssertionError:

@@ -261,3 +261,234 @@ def test_kill_9_of_the_daemon_leaves_no_mount(tmp_path):
         assert (m.source / "x").read_bytes() == b"x"
     finally:
         m.close()
+
+
+# ----------------------------------------------------------------------------
+# Bit flips and torn writes
+
+
+def flipped_bits(expected: bytes, got: bytes) -> set[tuple[int, int]]:
+    """The (offset, bit)s where two byte strings of one length differ."""
+    assert len(expected) == len(got)
+    return {(i, b) for i, (x, y) in enumerate(zip(expected, got)) if x != y for b in range(8) if (x ^ y) >> b & 1}
+
+
+def within_binomial(k: int, n: int, p: float) -> bool:
+    """k successes of n at probability p, within 5 standard deviations (a
+    false alarm about once in 3 million runs)."""
+    return abs(k - n * p) <= 5 * (n * p * (1 - p)) ** 0.5 + 1
+
+
+def logged_flips(mounted, op: str) -> list[tuple[str, int, int]]:
+    """The flips in the faultfs's own log: (path, offset, bit)."""
+    out = []
+    for line in mounted.log.read_text().splitlines():
+        words = line.split()
+        if "flip" in words and words[words.index("flip") + 1] == op:
+            i = words.index("flip")
+            out.append((words[i + 2], int(words[i + 3].split("=")[1]), int(words[i + 4].split("=")[1])))
+    return out
+
+
+def test_the_file_kinds_match_kafka_and_own_broker_names():
+    from infra.faultfs.fs import Corrupt
+    names = {"segments": ["/t-0/00000000000000000000.log", "/x.log"],
+             "indexes": ["/t-0/00000000000000000000.index", "/t-0/00000000000000000000.timeindex"],
+             "checkpoints": ["/replication-offset-checkpoint", "/t-0/leader-epoch-checkpoint",
+                             "/recovery-point-offset-checkpoint.tmp"]}
+    others = ["/meta.properties", "/t-0/partition.metadata", "/t-0/00000000000000000000.snapshot", "/x.log.bak"]
+    for kind, paths in names.items():
+        c = Corrupt("writes", (kind,), 1.0, 0)
+        assert all(c.matches(p) for p in paths), kind
+        assert not any(c.matches(p) for k, ps in names.items() if k != kind for p in ps), kind
+        assert not any(c.matches(p) for p in others), kind
+
+
+def test_write_flips_hit_the_set_fraction_of_matching_writes_only_and_are_logged(mounted):
+    n, size, fraction = 2000, 64, 0.1
+    chunks = [bytes((i * 7 + j) % 251 for j in range(size)) for i in range(n)]
+    expected = b"".join(chunks)
+    armed = mounted.ctl(op="corrupt", direction="writes", files="segments", fraction=fraction, seed=42)
+    assert armed["armed"] == {"direction": "writes", "files": ["segments"], "fraction": fraction, "seed": 42}
+    for name in ("a.log", "b.index", "c.txt"):
+        fd = os.open(mounted.mount / name, os.O_CREAT | os.O_WRONLY, 0o644)
+        try:
+            for i, chunk in enumerate(chunks):  # one write request each
+                assert os.pwrite(fd, chunk, i * size) == size
+        finally:
+            os.close(fd)
+    state = mounted.ctl(op="status")["corrupt"]
+    flips = mounted.ctl(op="flips", path="/a.log")["flips"]
+    # The stored bytes differ from what was written exactly where the faultfs says it flipped.
+    stored = (mounted.source / "a.log").read_bytes()
+    assert flipped_bits(expected, stored) == {(f["offset"], f["bit"]) for f in flips}
+    assert state["matched"] == n and state["flipped"] == len(flips) > 0
+    assert within_binomial(len(flips), n, fraction), len(flips)
+    # ... and its own log says so, flip for flip.
+    assert sorted(logged_flips(mounted, "write")) == sorted(("/a.log", f["offset"], f["bit"]) for f in flips)
+    # No other kind of file was touched.
+    assert (mounted.source / "b.index").read_bytes() == expected
+    assert (mounted.source / "c.txt").read_bytes() == expected
+    assert mounted.ctl(op="flips")["flips"] == flips
+    # A flipped write stays flipped: the stop ends the flips, not their damage.
+    off = mounted.ctl(op="corrupt-off")["disarmed"]
+    assert off["flipped"] == len(flips) and off["matched"] == n
+    assert (mounted.mount / "a.log").read_bytes() == stored
+    (mounted.mount / "d.log").write_bytes(expected)
+    assert (mounted.source / "d.log").read_bytes() == expected
+
+    # The same seed and the same writes: the same flips.
+    mounted.ctl(op="corrupt", direction="writes", fraction=fraction, seed=42)
+    fd = os.open(mounted.mount / "again.log", os.O_CREAT | os.O_WRONLY, 0o644)
+    try:
+        for i, chunk in enumerate(chunks):
+            os.pwrite(fd, chunk, i * size)
+    finally:
+        os.close(fd)
+    again = mounted.ctl(op="flips", path="/again.log")["flips"]
+    assert [(f["offset"], f["bit"]) for f in again] == [(f["offset"], f["bit"]) for f in flips]
+    mounted.ctl(op="corrupt-off")
+
+
+def test_read_flips_hit_the_set_fraction_of_reads_and_leave_the_disk_alone(mounted):
+    data = bytes(range(256)) * 16  # 4 KiB: one read request per open
+    for name in ("s.log", "s.txt"):
+        with open(mounted.mount / name, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    held = os.open(mounted.mount / "s.log", os.O_RDONLY)  # open across the arm: its cached pages are dropped
+    try:
+        assert os.pread(held, len(data), 0) == data
+        mounted.ctl(op="corrupt", direction="reads", files=["segments"], fraction=0.3, seed=7)
+        seen = set()
+        for _ in range(400):
+            got = (mounted.mount / "s.log").read_bytes()  # each open drops FUSE's cache: read here again
+            assert len(got) == len(data)
+            bits = flipped_bits(data, got)
+            assert len(bits) <= 1
+            seen |= bits
+            assert (mounted.mount / "s.txt").read_bytes() == data
+        state = mounted.ctl(op="status")["corrupt"]
+        flips = mounted.ctl(op="flips", path="/s.log")["flips"]
+        assert state["matched"] >= 400 and state["flipped"] == len(flips)
+        assert within_binomial(state["flipped"], state["matched"], 0.3), state
+        assert seen and seen <= {(f["offset"], f["bit"]) for f in flips}
+        assert len(logged_flips(mounted, "read")) == len(flips)
+        assert (mounted.source / "s.log").read_bytes() == data  # the disk holds what was written
+        # A page read flipped stays in the kernel's cache while the fault lasts ...
+        cached = os.pread(held, len(data), 0)
+        # ... and is dropped at the stop: the open descriptor reads clean data again.
+        mounted.ctl(op="corrupt-off")
+        assert os.pread(held, len(data), 0) == data
+        assert flipped_bits(data, cached) <= {(f["offset"], f["bit"]) for f in flips}
+    finally:
+        os.close(held)
+    assert (mounted.mount / "s.log").read_bytes() == data
+
+
+def test_probe_files_that_match_flip_every_time_without_moving_the_seeded_stream(mounted):
+    mounted.ctl(op="corrupt", direction="writes", fraction=0.01, seed=3)
+    for i in range(5):
+        (mounted.mount / f".faultfs-probe-x-{i}.log").write_bytes(b"p" * 100)
+        (mounted.mount / f".faultfs-probe-x-{i}.clean").write_bytes(b"p" * 100)
+    state = mounted.ctl(op="corrupt-off")["disarmed"]
+    assert state["probe_flips"] == 5 and state["matched"] == 0
+    for i in range(5):
+        assert len(flipped_bits(b"p" * 100, (mounted.source / f".faultfs-probe-x-{i}.log").read_bytes())) == 1
+        assert (mounted.source / f".faultfs-probe-x-{i}.clean").read_bytes() == b"p" * 100
+
+
+def write_history(m, name: str) -> bytes:
+    """A synced part, then two unsynced appends; the second is what a tear cuts."""
+    with open(m / name, "wb") as f:
+        f.write(b"synced|")
+        f.flush()
+        os.fsync(f.fileno())
+        f.write(b"first unsynced|")
+        f.flush()
+        f.write(b"the last unsynced write")
+        f.flush()
+    return b"the last unsynced write"
+
+
+def test_a_torn_power_loss_keeps_a_prefix_of_each_files_last_unsynced_write(mounted):
+    m = mounted.mount
+    last = write_history(m, "seg.log")
+    # An overwrite below the synced size, torn: new bytes over the old, then the old.
+    with open(m / "over", "wb") as f:
+        f.write(b"A" * 40)
+        f.flush()
+        os.fsync(f.fileno())
+    with open(m / "over", "r+b") as f:
+        f.seek(10)
+        f.write(b"b" * 20)
+    # A truncation after the last write: nothing to tear, dropped as before.
+    with open(m / "cut", "wb") as f:
+        f.write(b"keep")
+        f.flush()
+        os.fsync(f.fileno())
+        f.write(b"+gone")
+        f.flush()
+        f.truncate(2)
+    (m / "synced").write_bytes(b"")  # created, never written: comes back empty
+
+    dropped = mounted.ctl(op="lose-unfsynced", torn=True, seed=99)["dropped"]
+    assert dropped["mode"] == "torn" and dropped["torn"] == 2
+    kept = {t["path"]: t for t in dropped["torn_examples"]}
+    k = kept["/seg.log"]["kept"]
+    assert 0 < k < len(last) and kept["/seg.log"]["of"] == len(last)
+    # The synced part, a hole where the earlier unsynced write was, a prefix of the last one, nothing after.
+    assert (m / "seg.log").read_bytes() == b"synced|" + b"\0" * len(b"first unsynced|") + last[:k]
+    assert (mounted.source / "seg.log").read_bytes() == (m / "seg.log").read_bytes()
+    j = kept["/over"]["kept"]
+    assert 0 < j < 20 and (m / "over").read_bytes() == b"A" * 10 + b"b" * j + b"A" * (30 - j)
+    assert (m / "cut").read_bytes() == b"keep"
+    assert dropped["bytes_torn_kept"] == k + j
+
+    # The same history and seed tear the same way; a plain drop tears nothing.
+    (m / "seg.log").unlink()
+    write_history(m, "seg.log")
+    again = mounted.ctl(op="lose-unfsynced", torn=True, seed=99)["dropped"]
+    assert [t["kept"] for t in again["torn_examples"]] == [k]
+    write_history(m, "plain.log")
+    plain = mounted.drop()
+    assert plain["mode"] == "drop" and "torn" not in plain
+    assert (m / "plain.log").read_bytes() == b"synced|"
+
+
+def test_a_mount_can_tear_by_default_and_set_the_flips_it_arms(tmp_path):
+    need_fuse()
+    m = Mounted(tmp_path, args=("--power-loss", "torn", "--corrupt", "writes", "--corrupt-files",
+                                "indexes,checkpoints", "--corrupt-fraction", "0.5"))
+    try:
+        last = write_history(m.mount, "seg.log")
+        dropped = m.drop()
+        k = dropped["torn_examples"][0]["kept"]
+        assert dropped["mode"] == "torn" and (m.mount / "seg.log").read_bytes().endswith(last[:k])
+        assert m.ctl(op="lose-unfsynced", torn=False)["dropped"]["mode"] == "drop"
+        assert m.ctl(op="corrupt", seed=1)["armed"] == {"direction": "writes", "files": ["indexes", "checkpoints"],
+                                                        "fraction": 0.5, "seed": 1}
+        st = m.ctl(op="status")
+        assert st["defaults"]["power_loss"] == "torn" and st["corrupt"]["armed"]["fraction"] == 0.5
+    finally:
+        m.close()
+
+
+def test_an_arm_without_a_fraction_draws_one_by_its_seed(mounted):
+    from infra.faultfs.fs import FRACTIONS
+    drawn = {mounted.ctl(op="corrupt", seed=s)["armed"]["fraction"] for s in range(40)}
+    assert drawn == set(FRACTIONS)
+    assert mounted.ctl(op="corrupt", seed=5)["armed"] == mounted.ctl(op="corrupt", seed=5)["armed"]
+    mounted.ctl(op="corrupt-off")
+
+
+def test_bad_corrupt_requests_are_answered_not_crashed_on(mounted):
+    assert "direction 'sideways'" in mounted.ctl(op="corrupt", direction="sideways")["error"]
+    assert "files 'movies'" in mounted.ctl(op="corrupt", files="segments,movies")["error"]
+    assert "fraction 0" in mounted.ctl(op="corrupt", fraction=0)["error"]
+    assert "fraction 1.5" in mounted.ctl(op="corrupt", fraction=1.5)["error"]
+    assert "seed -1" in mounted.ctl(op="corrupt", seed=-1)["error"]
+    assert "torn 'yes'" in mounted.ctl(op="lose-unfsynced", torn="yes")["error"]
+    assert "path 3" in mounted.ctl(op="flips", path=3)["error"]
+    assert mounted.ctl(op="status")["corrupt"]["armed"] is None  # nothing armed by a refused request

@@ -1,5 +1,6 @@
 """The faultfs driven through a node (a local namespace reached over SSH, the
-path VMs take too): mount, modes, probes, drops, heal, unmount, bad input."""
+path VMs take too): mount, modes, probes, drops, bit flips, torn writes,
+heal, unmount, bad input."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import pytest
 
 from core.errors import UserError
 from infra import faultfs
-from nemesis import disk
-from nemesis.fault import Context
+from nemesis import disk, power
+from nemesis.fault import Context, Step
 
 pytestmark = pytest.mark.integration
 
@@ -117,3 +118,63 @@ def test_bad_input_is_one_line(node_mount):
             call()
         assert words in str(e.value) and "\n" not in str(e.value), str(e.value)
     assert faultfs.status(node, m.target)["mode"] == "passthrough"
+
+
+class NoProcess(DataDirOnly):
+    """A system with a data dir and no process: power-loss kills nothing, and
+    what it verifies is the faultfs's drop and its probe."""
+
+    name = "no-process"
+
+    @staticmethod
+    def kill(node) -> None:
+        pass
+
+    @staticmethod
+    def process_state(node):
+        return None
+
+
+def one_node(node):
+    return type("OneNode", (), {"nodes": [node], "names": ["n1"], "node": lambda self, n: node})()
+
+
+@pytest.mark.parametrize("direction", ["reads", "writes"])
+def test_disk_corrupt_verifies_its_flips_and_its_stop_through_the_node(node1, direction):
+    system, cluster = DataDirOnly(), one_node(node1)
+    mounts = faultfs.mount_system(cluster, system, {"corrupt": direction, "corrupt-fraction": 0.5})
+    try:
+        target = system.data_dir(node1)
+        ctx = Context(cluster, system, "topic", names=["n1"])
+        step = Step(2.5, "start", "disk-corrupt", "one", (0,))
+        value, state = disk.CORRUPT.start(ctx, step)
+        assert value["verified"]["ok"], value
+        assert (value["direction"], value["files"], value["fraction"]) == (direction, ["segments"], 0.5)
+        assert value["seeds"] == {"n1": disk.step_seed(step, "n1")}
+        what, verified = disk.CORRUPT.describe(value, False)
+        assert what == f"n1, bit flips in 50% of {direction} of segments" and verified.startswith("verified: ")
+        # The probe's flips are in the faultfs's own log, with file, offset and bit.
+        log_text = node1.remote.run(f"cat {node1.log_dir}/{faultfs.label_of(target)}.log").stdout
+        assert f"flip {direction[:-1]} /.faultfs-probe-corrupt-" in log_text and " bit=" in log_text
+        stopped = disk.CORRUPT.stop(ctx, state)
+        assert stopped["verified"]["ok"] and stopped["flips"] == {"n1": {"matched": 0, "flipped": 0}}, stopped
+        assert node1.remote.run(f"ls -A {target}").stdout.strip() == ""  # no probe left behind
+        # heal turns flips off wherever they are armed.
+        faultfs.corrupt(node1, target, seed=1)
+        assert disk.heal_disks(ctx) == {"disks_released": {"n1": f"corrupt-{direction}"}}
+        assert faultfs.status(node1, target)["corrupt"]["armed"] is None
+    finally:
+        faultfs.unmount_system(cluster, mounts)
+
+
+def test_a_torn_power_loss_is_verified_by_its_probe(node1):
+    system, cluster = NoProcess(), one_node(node1)
+    mounts = faultfs.mount_system(cluster, system, {"power-loss": "torn"})
+    try:
+        ctx = Context(cluster, system, "topic", names=["n1"])
+        value, _ = power.POWER_LOSS.start(ctx, Step(1.0, "start", "power-loss", "one", (0,)))
+        assert value["verified"]["ok"], value
+        assert "(torn)" in value["verified"]["probe"]["n1"] and value["lost"]["n1"]["torn"] >= 1
+        assert "the last one torn in" in power.POWER_LOSS.describe(value, False)[0]
+    finally:
+        faultfs.unmount_system(cluster, mounts)

@@ -23,9 +23,10 @@ def test_disk_means_the_three_disk_faults_and_they_need_the_faultfs():
 
 
 def test_every_disk_fault_is_registered_and_shaded_in_reports():
-    for record in (disk.STALL, disk.SLOW, disk.FAIL, power.POWER_LOSS):
+    for record in (disk.STALL, disk.SLOW, disk.FAIL, disk.CORRUPT, power.POWER_LOSS):
         assert FAULTS[record.name] is record and record.needs_faultfs
         assert FAULT_ENDS[record.start_action] == record.stop_action, record.name
+    # disk-corrupt stays out of the group: `--nemesis disk` draws what it drew before, seed for seed.
     assert FAULT_GROUPS == {"disk": ("disk-stall", "disk-slow", "disk-fail")}
 
 
@@ -57,3 +58,32 @@ def test_bad_disk_settings_from_the_command_line_are_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and "disk.slow-ms -3" in err
     assert not (tmp_path / "r").exists()  # nothing started
+
+
+def test_disk_corrupt_and_torn_settings_are_read_and_checked():
+    s = build({"nemesis": "disk-corrupt", "disk": {"corrupt": "writes", "corrupt-files": ["indexes", "checkpoints"],
+                                                   "corrupt-fraction": 0.05, "power-loss": "torn"}})
+    assert s.nemesis == ("disk-corrupt",) and s.uses_faultfs
+    for values, words in [({"corrupt": "sideways"}, "disk.corrupt 'sideways'"),
+                          ({"corrupt-files": "movies"}, "disk.corrupt-files 'movies'"),
+                          ({"corrupt-files": []}, "disk.corrupt-files []"),
+                          ({"corrupt-fraction": 0}, "disk.corrupt-fraction 0"),
+                          ({"corrupt-fraction": "1%"}, "disk.corrupt-fraction '1%'"),
+                          ({"power-loss": "melt"}, "disk.power-loss 'melt'")]:
+        with pytest.raises(UserError) as e:
+            build({"nemesis": "disk-corrupt", "disk": values})
+        assert words in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_the_words_of_corrupt_and_torn_events_survive_odd_values():
+    assert disk.describe_corrupt({"nodes": ["n2"], "direction": "writes", "files": ["segments"], "fraction": 0.01,
+                                  "verified": {"ok": True, "probe": {"n2": "1 flipped bit(s)"}}}, False) == (
+        "n2, bit flips in 1% of writes of segments", "verified: 1 flipped bit(s) on n2")
+    assert disk.describe_corrupt({"nodes": ["n2"], "flips": {"n2": {"matched": 40, "flipped": 3}}}, True)[0] == (
+        "n2, flips off (3 of 40 operations flipped)")
+    for odd in ({"nodes": ["n1"], "direction": "<b>", "files": "x", "fraction": "lots"},
+                {"nodes": ["n1"], "flips": {"n1": "?"}}, {"nodes": None}, "text", {}):
+        for stopping in (False, True):
+            disk.describe_corrupt(odd, stopping)
+            power.describe(odd, stopping)
+    assert "torn in 2" in power.describe({"nodes": ["n1"], "lost": {"n1": {"files": 3, "torn": 2}}}, False)[0]

@@ -25,6 +25,7 @@ def test_names_and_history_actions_are_the_documented_ones():
         "disk-stall": ("stall-disk", "unstall-disk"),
         "disk-slow": ("slow-disk", "unslow-disk"),
         "disk-fail": ("fail-disk", "unfail-disk"),
+        "disk-corrupt": ("corrupt-disk", "uncorrupt-disk"),
         "power-loss": ("power-loss", "power-restore"),
     }
     assert list(FAULTS) == list(spec.FAULTS)  # the order --nemesis lists them in
@@ -54,7 +55,8 @@ def test_two_faults_never_share_a_name_or_an_action():
 
 def test_groups_and_the_faultfs():
     assert FAULT_GROUPS == {"disk": ("disk-stall", "disk-slow", "disk-fail")}
-    assert {n for n, f in FAULTS.items() if f.needs_faultfs} == {"disk-stall", "disk-slow", "disk-fail", "power-loss"}
+    assert {n for n, f in FAULTS.items() if f.needs_faultfs} == {"disk-stall", "disk-slow", "disk-fail", "disk-corrupt",
+                                                                 "power-loss"}
     assert needs_faultfs(["kill", "power-loss"]) and not needs_faultfs(["partition", "kill", "pause", "unknown"])
 
 
