@@ -26,7 +26,9 @@ seconds on the history's clock:
 - the final heal is the completion of the last `heal` event (else of the last
   stop); recovery is the time from it to the first acknowledgement after it;
   HANG: sends were attempted after the final heal (or outstanding at it) and
-  none was acknowledged within `hang_s` seconds of it.
+  none was acknowledged within `hang_s` seconds of it; or the same of one
+  partition's sends (attributed by key), the run having watched for `hang_s`
+  (`hung_partitions`).
 
 The pass reads a few columns of the history's Parquet with Arrow and works
 on sorted NumPy arrays (searchsorted per wait, no Python loop per event), so
@@ -399,20 +401,29 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
         fault_rows.append(row)
 
     recovery = _since(ack_t, heal)
-    attempted_after = heal is not None and len(inv_t) > 0 and (
-        inv_t[-1] > heal or np.searchsorted(inv_t, heal, "right") > np.searchsorted(comp_t, heal, "right"))
-    hang = bool(attempted_after and (recovery is None or recovery > hang_s))
+    hang = bool(_attempted_after(inv_t, comp_t, heal) and (recovery is None or recovery > hang_s))
+    hung_partitions = []
+    comp_order = np.argsort(comp_part_t, kind="stable")
+    comp_part_sorted, comp_part_t_sorted = comp_part[comp_order], comp_part_t[comp_order]
     for p in partitions:
         pa_ = ack_p == p
         lo, hi = np.searchsorted(r_p, p, "left"), np.searchsorted(r_p, p, "right")
+        p_recovery = _since(ack_t[pa_], heal)
         by_partition[str(p)] = {
             "producer_unavailable_s": _s(prod_parts[p].longest_ns()),
             "consumer_unavailable_s": _s(consumer_parts[p].longest_ns()),
-            "recovery_s": _since(ack_t[pa_], heal),
+            "recovery_s": p_recovery,
             "consumer_recovery_s": _since(r_t[lo:hi], heal)}
+        # One partition that never comes back is a hang too, though the others recovered
+        # (a replica marked failed, a leader that never returns); without an acknowledgement
+        # it needs the run to have watched it for hang_s, as the runner does.
+        if _attempted_after(inv_t[inv_part == p], comp_part_t_sorted[comp_part_sorted == p], heal) and (
+                (p_recovery is None and end - heal > hang_s * 1e9) or (p_recovery or 0) > hang_s):
+            hung_partitions.append(p)
     return {
-        "verdict": "hang" if hang else "ok",
+        "verdict": "hang" if hang or hung_partitions else "ok",
         "hang_after_s": hang_s,
+        "hung_partitions": hung_partitions,
         "heal": _s(heal),
         "recovery_s": recovery,
         "consumer_recovery_s": _since(read_t, heal),
@@ -427,8 +438,20 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
     }
 
 
+def _attempted_after(inv_t: np.ndarray, comp_t: np.ndarray, heal: int | None) -> bool:
+    """Whether a send was invoked after the heal, or outstanding at it (sorted times)."""
+    return heal is not None and len(inv_t) > 0 and bool(
+        inv_t[-1] > heal or np.searchsorted(inv_t, heal, "right") > np.searchsorted(comp_t, heal, "right"))
+
+
 def verdict_words(liveness: dict) -> str:
     """One line for the terminal and the report."""
+    hung, rec = liveness.get("hung_partitions") or [], liveness.get("recovery_s")
+    if liveness.get("verdict") == "hang" and hung and rec is not None and rec <= liveness["hang_after_s"]:
+        parts = ", ".join(str(p) for p in hung)
+        return (f"HANG: partition{'s' if len(hung) > 1 else ''} {parts} acknowledged nothing for more than "
+                f"{liveness['hang_after_s']:g} s after the final heal, though the others recovered "
+                f"{liveness['recovery_s']:g} s after it; longest unavailability {liveness['unavailable_s']:g} s")
     if liveness.get("verdict") == "hang":
         got = (f"first acknowledgement {liveness['recovery_s']:g} s after it" if liveness.get("recovery_s") is not None
                else f"none in the {liveness.get('unrecovered_s') or 0:g} s watched")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from checkers.liveness import verdict_words
 from harness.spec import build, expectation, liveness_failed
 from core.errors import UserError
 from tests.checkers.conftest import Hist
@@ -141,6 +142,37 @@ def test_no_send_attempted_after_the_heal_is_no_hang_and_idle_time_is_not_unavai
     out = live(check, h)
     assert out["verdict"] == "ok" and out["recovery_s"] is None
     assert out["producers"]["unavailable_s"] < 0.2
+
+
+@pytest.mark.parametrize("watched_s,hung", [(40, True), (12, False)])
+def test_one_partition_that_never_recovers_is_a_hang_once_watched_long_enough(check, timed, watched_s, hung):
+    """Partition 0 recovers at once after the heal; partition 1's sends (key 1) time
+    out for as long as the history runs: a hang of partition 1 when that is longer
+    than the limit, nothing concluded when the run stopped watching sooner."""
+    h, v = timed, 0
+    for i in range(20):  # both partitions acknowledged until the heal
+        h.at(i * 0.1)
+        h.send(0, v, 0, i, key=0)
+        h.at(i * 0.1 + 0.05)
+        h.send(0, v + 1, 1, i, key=1)
+        v += 2
+    h.at(2.0).nemesis("heal")
+    for i in range(watched_s):  # then partition 0 each second, partition 1 never
+        h.at(2.2 + i)
+        h.send(0, v, 0, 20 + i, key=0)
+        h.at(2.5 + i)
+        h.add(0, "invoke", "send", key=1, value=v + 1)
+        h.at(2.9 + i)
+        h.add(0, "info", "send", value=v + 1, error="_MSG_TIMED_OUT")
+        v += 2
+    out = live(check, h)
+    assert out["recovery_s"] == pytest.approx(0.2, abs=0.01)
+    assert out["by_partition"]["1"]["recovery_s"] is None
+    assert out["hung_partitions"] == ([1] if hung else [])
+    assert out["verdict"] == ("hang" if hung else "ok")
+    if hung:
+        assert verdict_words(out).startswith("HANG: partition 1 acknowledged nothing for more than 30 s after the "
+                                             "final heal, though the others recovered 0.2 s after it")
 
 
 def test_unacknowledged_sends_are_attributed_to_a_partition_by_their_key(check, timed):
