@@ -20,9 +20,12 @@ seconds on the history's clock:
   partition attributes its other sends there (the partitioner hashes keys);
   sends of other keys count overall only;
 - a fault runs from its start action's invocation to the completion of its
-  stop action (or of the heal that ended it); its unavailability is the
-  longest wait overlapping it, its recovery the time from its end to the
-  first acknowledgement after it;
+  stop action (or of the heal that ended it); faults may overlap, and a
+  stop ends the start of the same fault (never two of one name at once),
+  whatever started in between; its unavailability is the longest wait
+  overlapping it (a wait under two faults counts for both: `overlapping`
+  names the others in force meanwhile), its recovery the time from its end
+  to the first acknowledgement after it;
 - the final heal is the completion of the last `heal` event (else of the last
   stop); recovery is the time from it to the first acknowledgement after it;
   HANG: sends were attempted after the final heal (or outstanding at it) and
@@ -249,7 +252,9 @@ def fault_intervals(nemesis: list[dict], ends: dict[str, str]) -> tuple[list[dic
     fault registry, which checkers do not import), and the final heal's time.
 
     A fault: its start's invocation to its stop's completion, or the heal's
-    completion that ended it, or the last event if nothing did."""
+    completion that ended it, or the last event if nothing did. Faults may
+    overlap: a stop ends the open start of its own fault (the registry's
+    pair), not the last start; a stop with no such start is ignored."""
     events = sorted(nemesis, key=lambda e: e["index"])
     stops = set(ends.values())
 
@@ -393,8 +398,10 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
     for fault in faults:
         lo, hi = fault["start_ns"], fault["end_ns"]
         pw, cw = producers.overlapping(lo, hi), consumers.overlapping(lo, hi)
+        # The other faults in force at some time of this one (their start actions, by start).
+        others = [x["fault"] for x in faults if x is not fault and x["start_ns"] < hi and lo < x["end_ns"]]
         row = {"fault": fault["fault"], **({"mode": fault["mode"]} if "mode" in fault else {}),
-               "index": fault["index"], "start": _s(lo), "end": _s(hi),
+               "index": fault["index"], "start": _s(lo), "end": _s(hi), "overlapping": others,
                "unavailable_s": _s(max(pw, cw)), "producer_unavailable_s": _s(pw),
                "consumer_unavailable_s": _s(cw),
                "recovery_s": _since(ack_t, hi), "consumer_recovery_s": _since(read_t, hi)}

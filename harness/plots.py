@@ -61,18 +61,28 @@ def _png(fig) -> str:
 def _shade(ax, intervals: list[dict]) -> None:
     """Each fault interval in its fault's colour, its label once in the legend:
     one collection per fault, spanning the axes' height (a long run has
-    thousands of intervals; one artist each is slow to draw)."""
+    thousands of intervals; one artist each is slow to draw). Where several
+    faults were injected (they may overlap), each also has a solid strip of
+    its own at the top of the axes, so that overlapping faults stay apart
+    where their shades mix."""
     from matplotlib.collections import PolyCollection
 
     by_fault: dict[str, list] = {}
     for i in intervals:
         x0, x1 = i["start"] / 1e9, i["end"] / 1e9
-        by_fault.setdefault(i["f"], []).append([(x0, 0), (x0, 1), (x1, 1), (x1, 0)])
-    for f, verts in by_fault.items():
+        by_fault.setdefault(i["f"], []).append((x0, x1))
+    strip = 0.035  # of the axes' height, per fault
+    for row, (f, spans) in enumerate(by_fault.items()):
         fault = BY_START_ACTION[f]
+        verts = [[(x0, 0), (x0, 1), (x1, 1), (x1, 0)] for x0, x1 in spans]
         ax.add_collection(PolyCollection(verts, transform=ax.get_xaxis_transform(), facecolor=fault.colour,
                                          alpha=0.5, lw=0, label=fault.label), autolim=False)
-        ax.update_datalim([(min(v[0][0] for v in verts), 0), (max(v[2][0] for v in verts), 0)], updatey=False)
+        if len(by_fault) > 1:
+            top, bottom = 1 - row * strip, 1 - (row + 1) * strip
+            ax.add_collection(PolyCollection([[(x0, bottom), (x0, top), (x1, top), (x1, bottom)] for x0, x1 in spans],
+                                             transform=ax.get_xaxis_transform(), facecolor=fault.colour,
+                                             edgecolor="#495057", lw=0.3, zorder=4), autolim=False)
+        ax.update_datalim([(min(x0 for x0, _ in spans), 0), (max(x1 for _, x1 in spans), 0)], updatey=False)
 
 
 def _positions(n: int, k: int, seed: int = 0):
@@ -666,7 +676,8 @@ def liveness_html(live: dict | None, images: dict[str, str]) -> str:
         f"<tr><td><code>{html.escape(f['fault'])}</code> {html.escape(f.get('mode') or '')}</td>"
         f"<td class='num'>{n(f['start'])}</td><td class='num'>{n(f['end'])}</td>"
         f"<td class='num'>{n(f['producer_unavailable_s'])}</td><td class='num'>{n(f['consumer_unavailable_s'])}</td>"
-        f"<td class='num'>{n(f['recovery_s'])}</td><td class='num'>{n(f['consumer_recovery_s'])}</td></tr>"
+        f"<td class='num'>{n(f['recovery_s'])}</td><td class='num'>{n(f['consumer_recovery_s'])}</td>"
+        f"<td>{html.escape(' '.join(x.removeprefix('start-') for x in f.get('overlapping') or []) or '—')}</td></tr>"
         for f in live.get("faults", []))
     cls = "error" if live.get("verdict") == "hang" else ""
     parts = [f"<h2 id='liveness'>Liveness</h2><p class='{cls}'>{html.escape(verdict_words(live))}</p>",
@@ -677,7 +688,8 @@ def liveness_html(live: dict | None, images: dict[str, str]) -> str:
     if rows:
         parts.append("<table class='wide'><tr><th>fault</th><th>start (s)</th><th>end (s)</th>"
                      "<th>producers unavailable (s)</th><th>consumers unavailable (s)</th>"
-                     "<th>recovery after its end (s)</th><th>consumers' recovery (s)</th></tr>" + rows + "</table>")
+                     "<th>recovery after its end (s)</th><th>consumers' recovery (s)</th>"
+                     "<th>in force with (overlapping faults)</th></tr>" + rows + "</table>")
     if "liveness" in images:
         parts.append(f"<img alt='unavailability per fault' src='data:image/png;base64,{images['liveness']}'>")
     return "".join(parts)
@@ -800,7 +812,7 @@ def timeline_ops(table, budget: int | None = None, seed: int = 0):
 TIMELINE_STYLE = """
 body{font-family:system-ui,sans-serif;margin:1em;color:#212529} .muted{color:#868e96}
 .wrap{overflow-x:auto;border:1px solid #dee2e6} svg{display:block}
-.ok{fill:#2b8a3e} .fail{fill:#c92a2a} .info{fill:#e67700} .fault{fill:#ffc9c9;opacity:.6}
+.ok{fill:#2b8a3e} .fail{fill:#c92a2a} .info{fill:#e67700} .fault{opacity:.45}
 text{font-size:11px;font-family:ui-monospace,monospace} .grid{stroke:#e9ecef}
 """
 
@@ -837,11 +849,11 @@ def timeline_html(ops, said: str, intervals: list[dict], title: str = "") -> str
         x = label_w + s * 1e9 * scale
         body.append(f"<line class='grid' x1='{x:.0f}' y1='{top}' x2='{x:.0f}' y2='{height}'/>"
                     f"<text x='{x + 2:.0f}' y='12'>{s}s</text>")
-    for i in intervals:
+    for i in intervals:  # in its fault's colour: overlapping faults mix their shades
         fault = BY_START_ACTION[i["f"]]
         x0, x1 = label_w + i["start"] * scale, label_w + i["end"] * scale
-        body.append(f"<rect class='fault' x='{x0:.1f}' y='{top}' width='{max(x1 - x0, 1):.1f}' "
-                    f"height='{height - top}'><title>{esc(fault.label)} {i['start'] / 1e9:.3f}-"
+        body.append(f"<rect class='fault' fill='{esc(fault.colour)}' x='{x0:.1f}' y='{top}' "
+                    f"width='{max(x1 - x0, 1):.1f}' height='{height - top}'><title>{esc(fault.label)} {i['start'] / 1e9:.3f}-"
                     f"{i['end'] / 1e9:.3f} s {esc(orjson.dumps(i.get('value')).decode())}</title></rect>")
     for p in processes:
         name = NEMESIS if p == NEMESIS_PROCESS_ID else f"process {p}"

@@ -171,7 +171,8 @@ def _execute(r: Run) -> None:
     s = r.spec
     # An explicit schedule (a replay, a shrunk scenario) instead of the seed's plan.
     steps = (from_records(s.schedule, s.nodes, s.partitions) if s.schedule else
-             plan(s.nemesis, s.nemesis_targets, s.nodes, s.nemesis_interval, s.time_limit, s.seed, s.partitions))
+             plan(s.nemesis, s.nemesis_targets, s.nodes, s.nemesis_interval, s.time_limit, s.seed, s.partitions,
+                  overlap=s.nemesis_overlap))
     r.info["schedule"] = to_records(steps)
     workload_config = WorkloadConfig(
         topic="harness", partitions=s.partitions, replication_factor=s.replication_factor, rate=s.rate,

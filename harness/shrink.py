@@ -3,9 +3,12 @@
 From a failing run, a delta-debugging search (after Zeller's ddmin, kept
 simple and bounded) tries smaller versions of the run's spec, in this order:
 
-  1. drop fault steps (a start with its stop): first half of them, then
-     quarters, ... then one at a time; the others keep their times;
-  2. halve every fault's duration (at least 1 s);
+  1. drop fault steps (a start with the stop of the same fault, which need
+     not be the next stop when faults overlap): first half of them, then
+     quarters, ... then one at a time; the others keep their times; await
+     steps stay (alone they inject nothing);
+  2. halve every fault's duration (at least 1 s), each fault keeping its
+     start time, steps re-ordered by time where the stops move;
   3. fewer nodes (5 -> 3; faults whose picked nodes are gone go with them);
   4. fewer topic partitions (halved);
   5. a lower rate (halved);
@@ -74,13 +77,38 @@ def configure(parser) -> None:
 
 
 def pairs(schedule: list[dict]) -> list[list[int]]:
-    """The fault steps as [start index, stop index] (a last start without a stop: [start index])."""
+    """The fault steps as [start index, stop index], in the order they start (a start
+    never stopped: [start index]). A stop goes with the start of the fault it names:
+    faults may overlap, never two of one name. Await steps are in no pair."""
     out: list[list[int]] = []
+    open_: dict[str, list[int]] = {}
     for i, step in enumerate(schedule):
         if step["action"] == "start":
             out.append([i])
-        elif out:
-            out[-1].append(i)
+            open_[step["fault"]] = out[-1]
+        elif step["action"] == "stop" and step.get("fault") in open_:
+            open_.pop(step["fault"]).append(i)
+    return out
+
+
+def halved(schedule: list[dict], ps: list[list[int]]) -> list[dict]:
+    """Every fault half as long (at least 1 s; one already shorter keeps its length), each
+    keeping its start time; the steps in time order again (a stop that moved before other
+    steps goes before them; steps at one time keep their order)."""
+    at, t = [], 0.0
+    for step in schedule:
+        t += step["delay"]
+        at.append(t)
+    when = list(at)
+    for p in ps:
+        if len(p) == 2:
+            length = at[p[1]] - at[p[0]]
+            when[p[1]] = at[p[0]] + max(min(1.0, length), round(length / 2, 3))
+    order = sorted(range(len(schedule)), key=lambda i: (when[i], i))
+    out, last = [], 0.0
+    for i in order:
+        out.append(dict(schedule[i], delay=round(max(0.0, when[i] - last), 3)))
+        last = max(last, when[i])
     return out
 
 
@@ -129,16 +157,8 @@ def reductions(values: dict) -> Iterator[tuple[str, dict]]:
             break
         chunks *= 2
     # 2. Halve every fault's duration; later faults keep their start times.
-    if any(len(p) == 2 and schedule[p[1]]["delay"] > 1.0 for p in ps):
-        halved = copy.deepcopy(schedule)
-        for p in ps:
-            if len(p) == 2:
-                stop = halved[p[1]]
-                cut = stop["delay"] - max(1.0, round(stop["delay"] / 2, 3))
-                stop["delay"] = round(stop["delay"] - cut, 3)
-                if p[1] + 1 < len(halved):
-                    halved[p[1] + 1]["delay"] = round(halved[p[1] + 1]["delay"] + cut, 3)
-        yield "halve fault durations", _with(values, schedule=halved)
+    if any(len(p) == 2 and fault_time(schedule[:p[1] + 1]) - fault_time(schedule[:p[0] + 1]) > 1.0 for p in ps):
+        yield "halve fault durations", _with(values, schedule=halved(schedule, ps))
     # 3. Fewer nodes.
     if values.get("nodes", 5) > 3:
         n = 3

@@ -47,7 +47,8 @@ class TestSpec:
     zk_nodes: int = 3
     nemesis: tuple[str, ...] = ()
     nemesis_targets: str = "random"
-    nemesis_interval: float = 8.0  # mean seconds between fault changes
+    nemesis_interval: float = 8.0  # mean seconds between fault changes (with overlap: a period's length)
+    nemesis_overlap: bool = False  # several faults at once (nemesis.schedule.plan_overlapping)
     time_limit: float = 60.0
     final_time_limit: float = 60.0
     rate: float = 500.0
@@ -91,8 +92,9 @@ class TestSpec:
     description: str = ""
     expect: dict = field(default_factory=dict)
     # An explicit fault schedule (steps as run.json's "schedule" holds them:
-    # delay, action, fault, mode, picks, partition), run instead of the one
-    # the seed plans; `harness replay` and `harness shrink` write it.
+    # delay, action, fault, mode, picks, partition; or an await: delay,
+    # action, until, partition, timeout), run instead of the one the seed
+    # plans; `harness replay` and `harness shrink` write it.
     schedule: list = field(default_factory=list)
 
     @property
@@ -135,6 +137,9 @@ def add_arguments(parser) -> None:
                         + " (default none)")
     a("--nemesis-targets", choices=TARGETS, help="which nodes faults hit (default random)")
     a("--nemesis-interval", type=float, metavar="S", help="mean seconds between fault changes (default 8)")
+    a("--nemesis-overlap", action="store_const", const=True,
+      help="several faults at once: each period of about --nemesis-interval draws a subset of the fault "
+           "families, started staggered and stopped by the period's end")
     a("--time-limit", type=float, metavar="S", help="seconds of workload under faults (default 60)")
     a("--final-time-limit", type=float, metavar="S", help="most seconds for the final reads (default 60)")
     a("--rate", type=float, help="target sends per second, all producers together (default 500)")
@@ -288,7 +293,7 @@ def validate(s: TestSpec) -> None:
     if s.schedule or not isinstance(s.schedule, list):
         from_records(s.schedule, s.nodes, s.partitions)  # one line naming the step
         for i, step in enumerate(s.schedule, 1):
-            if step["fault"] not in s.nemesis:
+            if step["action"] != "await" and step["fault"] not in s.nemesis:
                 bad(f"schedule step {i}: fault {step['fault']} is not in --nemesis ({','.join(s.nemesis) or 'none'})")
     for fault in s.nemesis:
         if fault not in FAULTS:
@@ -449,7 +454,8 @@ def spec_file(values: dict, header: str = "") -> str:
         lines += ["", f"[{name}]"] + [f"{_key(k)} = {_value(v)}" for k, v in table.items()]
     for step in values.get("schedule") or []:  # a stop's mode and picks are empty: not written
         lines += ["", "[[schedule]]"] + [f"{_key(k)} = {_value(v)}" for k, v in step.items()
-                                         if step.get("action") == "start" or k in ("delay", "action", "fault")]
+                                         if step.get("action") in ("start", "await")
+                                         or k in ("delay", "action", "fault")]
     return "\n".join(lines) + "\n"
 
 

@@ -3,7 +3,8 @@
 A small simulation of a Kafka-like run, not a sampler of events: producers
 append unique values to partition logs (pipelined sends completing ok, fail
 or info), consumers poll their partitions in order (with rebalances,
-commits, crashes), the nemesis starts and stops faults, and final reads go
+commits, crashes), the nemesis starts and stops faults (a partition and a
+pause, overlapping and crossing), and final reads go
 through every partition, bracketed by a `final-reads` operation that names
 the end of each partition's log. Anomalies are planted into the logs and
 reads on purpose, a known number of each, and the simulation counts every
@@ -266,7 +267,7 @@ def generate(plan: Plan) -> Synthetic:
     consumers = [_Consumer(sim, parts[i::plan.consumers]) for i in range(min(plan.consumers, plan.partitions))]
     read_plants = ["skip"] * plan.skips + ["rewind"] * plan.nonmonotonic_polls
     rng.shuffle(read_plants)
-    fault_open = False
+    fault_open = pause_open = False  # a partition and a pause, which overlap
     fixed_tail = 4 * plan.unseen + 8 * plan.inconsistent + 8 * tails + 4 * plan.partitions + 22
     tick = 0
     # Stop the fault phase when what is left (catch-up and final reads, about
@@ -295,6 +296,13 @@ def generate(plan: Plan) -> Synthetic:
                 c.crash()
         if plan.nemesis and tick % 500 == 0:
             fault_open = _nemesis(sim, fault_open)
+        if plan.nemesis and tick % 500 == 350:
+            pause_open = _pause(sim, pause_open)
+    # The heal ends what is in force, the last started first.
+    if fault_open and pause_open:
+        fault_open = _nemesis(sim, True)
+    if pause_open:
+        _pause(sim, True)
     if fault_open:
         _nemesis(sim, True)
     # Sends still held back for a reordering go in now, with nothing after them.
@@ -445,6 +453,18 @@ def _append_held(sim: _Sim, pid: int, partition: int) -> None:
     value = sim.held.pop((pid, partition))
     offset = sim.append(partition, value)
     sim.later(sim.rng.randint(1, 8) * MS, pid, "ok", "send", value=value, partition=partition, offset=offset)
+
+
+def _pause(sim: _Sim, paused: bool) -> bool:
+    """A pause of n2, started or stopped: 350 ticks into each partition's cycle of 1000,
+    so that pauses and partitions overlap and cross (a pause starts before a partition
+    and stops while it is in force; the next pause starts in it and outlives it)."""
+    pause = FAULTS["pause"]
+    f = pause.stop_action if paused else pause.start_action
+    value = {"nodes": ["n2"]}
+    sim.emit("nemesis", "invoke", f, value=value)
+    sim.emit("nemesis", "ok", f, value={**value, "verified": {"ok": True}})
+    return not paused
 
 
 def _nemesis(sim: _Sim, fault_open: bool) -> bool:

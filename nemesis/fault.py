@@ -62,14 +62,17 @@ class Context:
 
 @dataclass(frozen=True)
 class Step:
-    """Wait `delay` seconds, then start a fault (or stop the current one)."""
+    """Wait `delay` seconds, then start a fault, stop the named one, or await
+    a condition on the cluster's state (nemesis.conditions)."""
 
     delay: float
-    action: str  # "start" or "stop"
-    fault: str  # a registered fault's name: partition, kill, ...
+    action: str  # "start", "stop" or "await"
+    fault: str  # a registered fault's name: partition, kill, ... ("" for an await)
     mode: str = ""  # partition mode, or how targets are picked
     picks: tuple[int, ...] = ()  # indexes into the sorted node list
-    extra: dict = field(default_factory=dict)  # e.g. which topic partition's leader
+    extra: dict = field(default_factory=dict)  # e.g. which topic partition's leader (an await's partition)
+    until: str = ""  # an await's condition (nemesis.conditions.CONDITIONS)
+    timeout: float = 0.0  # an await's most seconds
 
 
 class FaultError(UserError):

@@ -3,17 +3,24 @@
 Each step writes an `invoke` event before the fault is applied and an `ok`
 after (with the exact targets and the probe's verdict), or `info` with the
 error when applying or verifying failed; the events' `f` are the records'
-start and stop actions (nemesis.registry). `heal()` stops whatever fault is
-active and then sweeps the cluster clean (`heal_everything`); it is safe to
-call more than once, from any thread, also after Ctrl-C.
+start and stop actions (nemesis.registry). Several faults may be in force at
+once, at most one of each name; a stop step undoes the fault it names. An
+await step polls a topic partition's metadata until its condition holds
+(nemesis.conditions) and records `await` (invoke, then ok with what it saw,
+or info "timed out"); the schedule goes on either way. `heal()` stops every
+fault in force, the last started first, and then sweeps the cluster clean
+(`heal_everything`); it is safe to call more than once, from any thread,
+also after Ctrl-C.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from core.history.format import NEMESIS
+from nemesis import conditions
 from nemesis.fault import Context, Step
 from nemesis.registry import FAULTS
 
@@ -31,6 +38,9 @@ def heal_everything(ctx: Context) -> dict:
     return done
 
 
+AWAIT = "await"  # the history's `f` of an await step
+
+
 class Nemesis:
     """Follows the steps in a thread of its own; `heal()` ends it all."""
 
@@ -40,26 +50,30 @@ class Nemesis:
         self.history = history
         self._stop = threading.Event()
         self._lock = threading.Lock()  # one fault change at a time, heal included
-        self._active: tuple[str, dict] | None = None  # (fault, state)
+        self._active: dict[str, dict] = {}  # fault name -> state, in the order they started
         self._healed = False  # nothing started since the last heal()
         self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
         self.error: BaseException | None = None
 
     @property
     def current(self) -> str:
-        """The fault in force, for progress displays."""
-        active = self._active
-        if active is None:
+        """The faults in force, for progress displays: `partition halves n1,n2; pause n3`."""
+        active = dict(self._active)
+        if not active:
             return "none"
-        fault, state = active
-        return f"{fault} {state.get('label', '')}".strip()
+        return "; ".join(f"{fault} {state.get('label', '')}".strip() for fault, state in active.items())
+
+    @property
+    def in_force(self) -> list[str]:
+        """The names of the faults in force, in the order they started."""
+        return list(self._active)
 
     def start(self) -> None:
         if self.steps:
             self._thread.start()
 
     def stop(self) -> None:
-        """Stop following the schedule (the fault in force stays until heal())."""
+        """Stop following the schedule (the faults in force stay until heal())."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
@@ -69,13 +83,16 @@ class Nemesis:
             for step in self.steps:
                 if self._stop.wait(step.delay):
                     return
+                if step.action == "await":  # polls without the lock: heal() must not wait for it
+                    self._await(step)
+                    continue
                 with self._lock:
                     if self._stop.is_set():
                         return
                     if step.action == "start":
                         self._start(step)
                     else:
-                        self._end()
+                        self._end(step.fault)
         except BaseException as e:  # recorded; the runner heals and reports
             log.exception("nemesis failed")
             self.error = e
@@ -87,6 +104,9 @@ class Nemesis:
             log.warning("nemesis %s %s not recorded: history closed", type_, f)
 
     def _start(self, step: Step) -> None:
+        if step.fault in self._active:  # schedules never ask it (from_records refuses it)
+            log.warning("nemesis: %s is already in force; start skipped", step.fault)
+            return
         self._healed = False
         fault = FAULTS[step.fault]
         start_f = fault.start_action
@@ -97,44 +117,82 @@ class Nemesis:
         except Exception as e:
             log.warning("fault %s failed: %s", start_f, e)
             self._record("info", start_f, planned, error=_one_line(e))
-            # Whatever part of it took effect is undone at the next stop.
-            self._active = (step.fault, {"nodes": [], "grudge": {}, "failed": True})
+            # Whatever part of it took effect is undone at its stop, by its family's sweep.
+            self._active[step.fault] = {"nodes": [], "grudge": {}, "failed": True}
             return
         state["label"] = _label(value)
-        self._active = (step.fault, state)
+        self._active[step.fault] = state
         verified = value.get("verified", {}).get("ok", False)
         self._record("ok" if verified else "info", start_f, value,
                      **({} if verified else {"error": "fault not verified"}))
         log.info("nemesis: %s %s (%s)", start_f, state["label"], "verified" if verified else "NOT verified")
 
-    def _end(self) -> None:
-        if self._active is None:
+    def _end(self, fault: str) -> None:
+        """Undo the named fault, if in force; one that could not be undone stays in force (heal sweeps)."""
+        state = self._active.get(fault)
+        if state is None:
             return
-        fault, state = self._active
-        stop_f = FAULTS[fault].stop_action
+        record = FAULTS[fault]
+        stop_f = record.stop_action
         self._record("invoke", stop_f, {k: v for k, v in state.items() if k in ("nodes", "grudge")})
         try:
-            value = FAULTS[fault].stop(self.ctx, state) if not state.get("failed") else heal_everything(self.ctx)
+            # A start that failed half-way: its family's sweep, not heal_everything, which would
+            # also undo the other faults in force.
+            value = record.stop(self.ctx, state) if not state.get("failed") else record.sweep(self.ctx)
         except Exception as e:
             log.warning("undoing %s failed: %s", fault, e)
             self._record("info", stop_f, {}, error=_one_line(e))
             return  # still active: heal() sweeps
-        self._active = None
+        self._active.pop(fault, None)
         verified = value.get("verified", {"ok": True}).get("ok", False)
         self._record("ok" if verified else "info", stop_f, value,
                      **({} if verified else {"error": "recovery not verified"}))
         log.info("nemesis: %s", stop_f)
 
+    def _await(self, step: Step) -> None:
+        """Poll the partition's metadata until `step.until` holds or `step.timeout` passes;
+        recorded as `await`. A failed read of the metadata is retried until the timeout."""
+        asked = {"until": step.until, "partition": step.extra.get("partition", 0), "timeout": step.timeout}
+        self._record("invoke", AWAIT, asked)
+        began = time.monotonic()
+        first: dict | None = None
+        seen: dict | None = None
+        error = ""
+        while True:
+            try:
+                seen = conditions.observe(self.ctx, asked["partition"])
+                error = ""
+                if first is None:
+                    first = seen
+                if conditions.holds(step.until, seen, first):
+                    waited = round(time.monotonic() - began, 3)
+                    self._record("ok", AWAIT, {**asked, "seen": seen, "began": first, "waited_s": waited})
+                    log.info("nemesis: await %s held after %.1f s", step.until, waited)
+                    return
+            except Exception as e:  # the metadata store may not answer during a fault: try again
+                error = _one_line(e)
+            if time.monotonic() - began >= step.timeout:
+                break
+            if self._stop.wait(conditions.POLL_S):
+                self._record("info", AWAIT, {**asked, "seen": seen}, error="interrupted")
+                return
+        waited = round(time.monotonic() - began, 3)
+        self._record("info", AWAIT, {**asked, "seen": seen, "began": first, "waited_s": waited,
+                                     **({"last_error": error} if error else {})}, error="timed out")
+        log.warning("nemesis: await %s timed out after %.1f s", step.until, waited)
+
     def heal(self) -> dict:
-        """End the fault in force and sweep every node clean; recorded as `heal`."""
+        """End every fault in force, the last started first, and sweep every node clean;
+        recorded as `heal`."""
         self._stop.set()
         with self._lock:
             if self._healed:
                 return {}
-            self._end()
+            for fault in reversed(list(self._active)):
+                self._end(fault)
             self._record("invoke", "heal", {})
             done = heal_everything(self.ctx)
-            self._active = None
+            self._active.clear()
             self._healed = "errors" not in done
             self._record("ok" if self._healed else "info", "heal", done)
             return done

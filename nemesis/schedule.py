@@ -1,20 +1,33 @@
 """A fault schedule drawn from a seed: the same seed, the same faults.
 
-The schedule is a list of steps planned before the run: wait, start a fault,
-wait, stop it, and so on, one fault at a time. Every random choice (the wait,
-the fault, its mode, which nodes by their place in the sorted node list) is
-made here from `random.Random(seed)`, so two runs with one seed inject the
-same sequence; each fault's record draws its own mode and nodes
-(`Fault.draw`). Targets that depend on the cluster's state at that moment
-(the leader of a partition, the controller) are resolved when the step runs,
-and the events record whom they hit.
+The schedule is a list of steps planned before the run. By default one fault
+at a time: wait, start a fault, wait, stop it, and so on. With overlap
+(`nemesis-overlap`), as Jepsen's combined nemesis does, the run is cut into
+periods (each about `nemesis-interval` long); each period draws a subset of
+the enabled fault families (each in or out with probability 1/2; none at all
+is a rest period in which the cluster recovers), one fault of each family
+drawn with its own targets, the starts staggered inside the period and every
+fault stopped by the period's end: several faults in force at once, never
+two of one name. Every random choice (the waits, the faults, their modes,
+which nodes by their place in the sorted node list) is made here from
+`random.Random(seed)`, so two runs with one seed inject the same sequence;
+each fault's record draws its own mode and nodes (`Fault.draw`). Targets
+that depend on the cluster's state at that moment (the leader of a
+partition, the controller) are resolved when the step runs, and the events
+record whom they hit.
+
+An explicit schedule (a spec's `[[schedule]]` tables, `from_records`) may
+also overlap faults (a stop names its fault) and `await` a condition on a
+topic partition's live metadata (nemesis.conditions) between two steps.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from core.errors import UserError
+from nemesis.conditions import CONDITIONS, DEFAULT_TIMEOUT_S
 from nemesis.fault import Step
 from nemesis.partition import MODE_OF_TARGET, PARTITION_MODES
 from nemesis.registry import FAULTS
@@ -22,12 +35,15 @@ from nemesis.targets import PER_TOPIC_PARTITION
 
 
 def plan(faults: tuple[str, ...], targets: str, n_nodes: int, interval: float, time_limit: float,
-         seed: int, partitions: int = 1) -> list[Step]:
-    """The steps of a run of `time_limit` seconds."""
+         seed: int, partitions: int = 1, overlap: bool = False) -> list[Step]:
+    """The steps of a run of `time_limit` seconds: one fault at a time, or
+    with `overlap` several at once (`plan_overlapping`)."""
     rng = random.Random(seed)
     steps: list[Step] = []
     if not faults:
         return steps
+    if overlap:
+        return plan_overlapping(faults, targets, n_nodes, interval, time_limit, rng, partitions)
     elapsed = 0.0
     while True:
         # Waits are exponential around the mean, kept within [1 s, 3x the mean].
@@ -48,6 +64,50 @@ def plan(faults: tuple[str, ...], targets: str, n_nodes: int, interval: float, t
     return steps
 
 
+def families(faults: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """The enabled faults by family, in `faults`' order: a fault's group (the
+    disk faults share the faultfs of a node: one mode at a time) or its name."""
+    out: dict[str, list[str]] = {}
+    for name in faults:
+        out.setdefault(FAULTS[name].group or name, []).append(name)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def plan_overlapping(faults: tuple[str, ...], targets: str, n_nodes: int, interval: float, time_limit: float,
+                     rng: random.Random, partitions: int = 1) -> list[Step]:
+    """Periods of about `interval` seconds until `time_limit`; in each, every
+    family in or out with probability 1/2, its fault and targets drawn, its
+    start at a random time in the period's first half and its stop in the
+    second half of what is left of the period after the start. Steps are
+    ordered by their time; at equal times a stop comes first."""
+    timed: list[tuple[float, int, Step]] = []  # (when, 0 stop / 1 start, step with delay 0)
+    by_family = families(faults)
+    elapsed = 0.0
+    while elapsed + 1.0 < time_limit:
+        # A period as long as the one-at-a-time waits: exponential around the mean, kept within
+        # [half the mean (at least 2 s), 3x the mean]: long enough for staggered faults to take effect.
+        floor = max(2.0, interval / 2)
+        length = min(max(rng.expovariate(1 / interval), floor), max(3 * interval, floor))
+        end = min(elapsed + length, time_limit)
+        for family in by_family.values():
+            if rng.random() >= 0.5:
+                continue
+            fault = rng.choice(family)
+            mode, picks = FAULTS[fault].draw(targets, n_nodes, rng)
+            extra = {"partition": rng.randrange(partitions)} if targets in PER_TOPIC_PARTITION else {}
+            begin = elapsed + rng.uniform(0.0, 0.5) * (end - elapsed)
+            stop = begin + rng.uniform(0.5, 1.0) * (end - begin)
+            timed.append((round(begin, 3), 1, Step(0.0, "start", fault, mode, picks, extra)))
+            timed.append((round(stop, 3), 0, Step(0.0, "stop", fault)))
+        elapsed = end
+    timed.sort(key=lambda x: (x[0], x[1]))
+    steps, last = [], 0.0
+    for when, _, step in timed:
+        steps.append(dataclasses.replace(step, delay=round(when - last, 3)))
+        last = when
+    return steps
+
+
 # -- an explicit schedule: the steps as run.json writes them, and back
 
 # Modes whose nodes are looked up when the step runs (picks go unused): a
@@ -56,11 +116,15 @@ def plan(faults: tuple[str, ...], targets: str, n_nodes: int, interval: float, t
 ROLE_MODES = ("leaders", "replicas", "controller", "isolate-leader", "isolate-replicas", "isolate-controller")
 STEP_KEYS = ("delay", "action", "fault", "mode", "picks")
 EXTRA_KEYS = ("partition",)
+AWAIT_KEYS = ("delay", "action", "until", "partition", "timeout")  # an await step's
+ACTIONS = ("start", "stop", "await")
 
 
 def to_records(steps: list[Step]) -> list[dict]:
     """The steps as run.json's "schedule" holds them (and a spec's `schedule` setting takes them)."""
-    return [{"delay": round(x.delay, 3), "action": x.action, "fault": x.fault, "mode": x.mode,
+    return [{"delay": round(x.delay, 3), "action": "await", "until": x.until,
+             "partition": x.extra.get("partition", 0), "timeout": x.timeout} if x.action == "await" else
+            {"delay": round(x.delay, 3), "action": x.action, "fault": x.fault, "mode": x.mode,
              "picks": list(x.picks), **x.extra} for x in steps]
 
 
@@ -75,34 +139,39 @@ def modes_of(fault: str) -> tuple[str, ...]:
 def from_records(records: object, n_nodes: int, partitions: int) -> list[Step]:
     """An explicit schedule -> its steps; a UserError of one line naming the
     step for anything that could not run on `n_nodes` nodes and `partitions`
-    topic partitions (steps are numbered from 1)."""
+    topic partitions (steps are numbered from 1). Faults may overlap, never
+    two of one name: a start of a fault in force, or a stop of one that is
+    not, is an error."""
     if not isinstance(records, (list, tuple)):
         raise UserError("schedule: expected a list of steps (in a file, [[schedule]] tables)")
     steps: list[Step] = []
-    active: str | None = None
+    active: list[str] = []  # the faults in force, in the order they started
     for i, r in enumerate(records, 1):
         where = f"schedule step {i}"
         if not isinstance(r, dict):
             raise UserError(f"{where}: expected a table of {', '.join(STEP_KEYS)}")
-        unknown = [k for k in r if k not in STEP_KEYS + EXTRA_KEYS]
-        if unknown:
-            raise UserError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(STEP_KEYS + EXTRA_KEYS)})")
         delay, action, fault = r.get("delay"), r.get("action"), r.get("fault")
         if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= 7 * 24 * 3600:
             raise UserError(f"{where}: delay {delay!r}: expected seconds, 0 or more")
-        if action not in ("start", "stop"):
-            raise UserError(f"{where}: action {action!r}: expected start or stop")
+        if action not in ACTIONS:
+            raise UserError(f"{where}: action {action!r}: expected start, stop or await")
+        if action == "await":
+            steps.append(_await_step(r, where, float(delay), partitions))
+            continue
+        unknown = [k for k in r if k not in STEP_KEYS + EXTRA_KEYS]
+        if unknown:
+            raise UserError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(STEP_KEYS + EXTRA_KEYS)})")
         if fault not in FAULTS:
             raise UserError(f"{where}: fault {fault!r}: expected one of {', '.join(FAULTS)}")
+        in_force = f"{', '.join(active)} in force" if active else "no fault in force"
         if action == "stop":
-            if active != fault:
-                raise UserError(f"{where}: stops {fault} but "
-                                + (f"{active} is in force" if active else "no fault is in force"))
-            active = None
+            if fault not in active:
+                raise UserError(f"{where}: stops {fault}, which is not in force ({in_force})")
+            active.remove(fault)
             steps.append(Step(float(delay), "stop", fault))
             continue
-        if active is not None:
-            raise UserError(f"{where}: starts {fault} while {active} is in force (one fault at a time)")
+        if fault in active:
+            raise UserError(f"{where}: starts {fault}, which is already in force (stop it first)")
         mode, picks = r.get("mode", ""), r.get("picks", [])
         if mode not in modes_of(fault):
             raise UserError(f"{where}: mode {mode!r}: {fault} takes {', '.join(modes_of(fault))}")
@@ -120,11 +189,30 @@ def from_records(records: object, n_nodes: int, partitions: int) -> list[Step]:
                 raise UserError(f"{where}: picks []: a {mode} {fault} needs the nodes it hits")
         extra = {}
         if "partition" in r:
-            p = r["partition"]
-            if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < partitions:
-                raise UserError(f"{where}: partition {p!r}: expected a topic partition 0 to {partitions - 1} "
-                                f"(--partitions {partitions})")
-            extra["partition"] = p
+            extra["partition"] = _topic_partition(r["partition"], where, partitions)
         steps.append(Step(float(delay), "start", fault, mode, tuple(picks), extra))
-        active = fault
+        active.append(fault)
     return steps
+
+
+def _topic_partition(p: object, where: str, partitions: int) -> int:
+    if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < partitions:
+        raise UserError(f"{where}: partition {p!r}: expected a topic partition 0 to {partitions - 1} "
+                        f"(--partitions {partitions})")
+    return p
+
+
+def _await_step(r: dict, where: str, delay: float, partitions: int) -> Step:
+    """An await step: `until` a condition (nemesis.conditions) on topic partition
+    `partition` (default 0), for at most `timeout` seconds (default 30)."""
+    unknown = [k for k in r if k not in AWAIT_KEYS]
+    if unknown:
+        raise UserError(f"{where}: unknown key {unknown[0]!r} of an await (known: {', '.join(AWAIT_KEYS)})")
+    until = r.get("until")
+    if until not in CONDITIONS:
+        raise UserError(f"{where}: until {until!r}: expected one of {', '.join(CONDITIONS)}")
+    timeout = r.get("timeout", DEFAULT_TIMEOUT_S)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 24 * 3600:
+        raise UserError(f"{where}: timeout {timeout!r}: expected seconds, more than 0")
+    partition = _topic_partition(r.get("partition", 0), where, partitions)
+    return Step(delay, "await", "", extra={"partition": partition}, until=until, timeout=float(timeout))

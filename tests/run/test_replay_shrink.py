@@ -31,6 +31,9 @@ SCHEDULE = [
 ]
 
 
+AWAIT = {"delay": 0.0, "action": "await", "until": "isr-leader-only", "partition": 1, "timeout": 12.5}
+
+
 def base(**changes) -> dict:
     return {"system": "own", "nodes": 3, "partitions": 3, "nemesis": ["kill", "partition"], "seed": 5,
             "time_limit": 40.0, "rate": 400.0, "schedule": [dict(s) for s in SCHEDULE], **changes}
@@ -53,6 +56,27 @@ def test_a_run_json_schedule_goes_through_a_spec_file_to_the_same_steps(tmp_path
     assert to_records(steps) == records and spec.expect == {"valid": False}
 
 
+def test_overlap_and_await_steps_and_the_overlap_setting_go_through_a_spec_file(tmp_path):
+    overlapping = [SCHEDULE[0], SCHEDULE[2], AWAIT, SCHEDULE[1], SCHEDULE[3]]  # kill, partition, await, stops
+    values = base(schedule=[dict(s) for s in overlapping], nemesis_overlap=True)
+    text = specs.spec_file(values)
+    assert "nemesis-overlap = true" in text and 'until = "isr-leader-only"' in text
+    path = tmp_path / "spec.toml"
+    path.write_text(text)
+    spec = build(load_file(str(path)))
+    assert spec.nemesis_overlap is True and spec.to_dict()["nemesis_overlap"] is True
+    steps = from_records(spec.schedule, spec.nodes, spec.partitions)
+    assert [(s.action, s.fault, s.until) for s in steps] == [
+        ("start", "kill", ""), ("start", "partition", ""), ("await", "", "isr-leader-only"),
+        ("stop", "kill", ""), ("stop", "partition", "")]
+    assert to_records(steps) == [dict(s) if s["action"] != "stop" else {**s, "mode": "", "picks": []}
+                                 for s in overlapping]
+    # Off by default, and then not written.
+    assert "nemesis-overlap" not in specs.spec_file(base()) and build(base()).nemesis_overlap is False
+    with pytest.raises(UserError, match="--nemesis-overlap: expected true or false"):
+        build(base(nemesis_overlap="yes"))
+
+
 def test_a_schedule_alone_names_its_faults():
     spec = build({"nodes": 3, "schedule": SCHEDULE})
     assert spec.nemesis == ("kill", "partition")
@@ -67,8 +91,11 @@ def test_a_schedule_alone_names_its_faults():
     ({"schedule": [dict(SCHEDULE[0], when=3)]}, "schedule step 1: unknown key 'when'"),
     ({"schedule": [dict(SCHEDULE[0], picks=[3])]}, "picks [3]: expected distinct node indexes 0 to 2 (--nodes 3)"),
     ({"schedule": [dict(SCHEDULE[0], mode="halves")]}, "mode 'halves': kill takes"),
-    ({"schedule": [SCHEDULE[1]]}, "schedule step 1: stops kill but no fault is in force"),
-    ({"schedule": [SCHEDULE[0], SCHEDULE[2]]}, "schedule step 2: starts partition while kill is in force"),
+    ({"schedule": [SCHEDULE[1]]}, "schedule step 1: stops kill, which is not in force (no fault in force)"),
+    ({"schedule": [SCHEDULE[0], SCHEDULE[0]]}, "schedule step 2: starts kill, which is already in force"),
+    ({"schedule": [SCHEDULE[0], SCHEDULE[2], SCHEDULE[1], SCHEDULE[1]]},
+     "schedule step 4: stops kill, which is not in force (partition in force)"),
+    ({"schedule": [dict(AWAIT, until="soon")]}, "schedule step 1: until 'soon': expected one of isr-leader-only"),
     ({"schedule": SCHEDULE[2:], "partitions": 2}, "partition 2: expected a topic partition 0 to 1"),
     ({"schedule": [dict(SCHEDULE[2], mode="halves", picks=[0, 1])]}, "a halves partition takes an order of all 3"),
     ({"nemesis": ["kill"]}, "schedule step 3: fault partition is not in --nemesis (kill)"),
