@@ -286,3 +286,21 @@ def test_the_shrunk_scenario_file_runs_as_a_spec_and_says_how_it_was_found(tmp_p
     assert spec.name == "kafka-x-shrunk" and spec.expect == {"valid": False, "lost-write": "present"}
     assert to_records(from_records(spec.schedule, spec.nodes, spec.partitions)) == result.values["schedule"]
     assert len(shrink.pairs(spec.schedule)) == 2
+
+
+def test_the_documented_last_replica_sequence_parses_to_overlapping_steps_with_an_await(tmp_path):
+    """docs/running.md's example: cut the followers off, await a leader-only ISR, power-cut the leader, heal."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "running.md").read_text()
+    [block] = [b.split("```", 1)[0] for b in doc.split("```toml\n")[1:] if 'until = "isr-leader-only"' in b]
+    path = tmp_path / "last-replica.toml"
+    path.write_text(block)
+    spec = build(load_file(str(path)))
+    assert spec.nemesis == ("partition", "power-loss") and spec.uses_faultfs
+    steps = from_records(spec.schedule, spec.nodes, spec.partitions)
+    assert [(s.action, s.fault or s.until) for s in steps] == [
+        ("start", "partition"), ("await", "isr-leader-only"), ("start", "power-loss"), ("stop", "partition"),
+        ("stop", "power-loss")]
+    # A spec file written from it reads back to the same steps (replay and shrink write such files).
+    again = tmp_path / "again.toml"
+    again.write_text(specs.spec_file(spec.to_dict()))
+    assert from_records(build(load_file(str(again))).schedule, 3, spec.partitions) == steps
