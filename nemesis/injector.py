@@ -104,8 +104,10 @@ class Nemesis:
             log.warning("nemesis %s %s not recorded: history closed", type_, f)
 
     def _start(self, step: Step) -> None:
-        if step.fault in self._active:  # schedules never ask it (from_records refuses it)
-            log.warning("nemesis: %s is already in force; start skipped", step.fault)
+        if step.fault in self._active:
+            # Only after its stop failed (schedules never start a fault twice): not applied, and not
+            # recorded, since a second start of one fault in the history would pair with no stop.
+            log.warning("nemesis: %s is still in force (its stop failed); this start skipped", step.fault)
             return
         self._healed = False
         fault = FAULTS[step.fault]
