@@ -30,7 +30,6 @@ from core.history.parquet import table_to_events
 from harness import stories_html as stories
 from harness.plots import figures_html, liveness_html, plots
 from nemesis import conditions
-from nemesis.injector import AWAIT
 from nemesis.registry import BY_START_ACTION
 
 log = logging.getLogger(__name__)
@@ -268,7 +267,7 @@ def describe_fault(e: dict) -> tuple[str, str]:
     fault = BY_START_ACTION.get(e["f"]) or STOP_ACTION.get(e["f"])
     if fault is not None:
         what, verified = fault.describe(value, e["f"] in STOP_ACTION)
-    elif e["f"] == AWAIT:  # a wait on the cluster's state, no fault
+    elif e["f"] == conditions.AWAIT:  # a wait on the cluster's state, no fault
         what, verified = conditions.describe(value), ""
     else:  # heal: what the sweeps did, key by key
         what, verified = "; ".join(f"{k.replace('_', ' ')}: {_words(v)}" for k, v in value.items()) or "", ""

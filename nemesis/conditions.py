@@ -20,6 +20,8 @@ from typing import Callable
 from infra.system import PartitionStates, Primaries
 from nemesis.fault import Context, FaultError
 
+AWAIT = "await"  # the history's `f` of an await step (a nemesis event, no fault)
+
 # The one vocabulary of `until`: name -> what it means, in words (docs, errors, the report).
 CONDITIONS: dict[str, str] = {
     "isr-leader-only": "the partition's ISR is its leader alone",

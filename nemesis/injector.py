@@ -38,9 +38,6 @@ def heal_everything(ctx: Context) -> dict:
     return done
 
 
-AWAIT = "await"  # the history's `f` of an await step
-
-
 class Nemesis:
     """Follows the steps in a thread of its own; `heal()` ends it all."""
 
@@ -62,11 +59,6 @@ class Nemesis:
         if not active:
             return "none"
         return "; ".join(f"{fault} {state.get('label', '')}".strip() for fault, state in active.items())
-
-    @property
-    def in_force(self) -> list[str]:
-        """The names of the faults in force, in the order they started."""
-        return list(self._active)
 
     def start(self) -> None:
         if self.steps:
@@ -155,7 +147,7 @@ class Nemesis:
         """Poll the partition's metadata until `step.until` holds or `step.timeout` passes;
         recorded as `await`. A failed read of the metadata is retried until the timeout."""
         asked = {"until": step.until, "partition": step.extra.get("partition", 0), "timeout": step.timeout}
-        self._record("invoke", AWAIT, asked)
+        self._record("invoke", conditions.AWAIT, asked)
         began = time.monotonic()
         first: dict | None = None
         seen: dict | None = None
@@ -168,7 +160,7 @@ class Nemesis:
                     first = seen
                 if conditions.holds(step.until, seen, first):
                     waited = round(time.monotonic() - began, 3)
-                    self._record("ok", AWAIT, {**asked, "seen": seen, "began": first, "waited_s": waited})
+                    self._record("ok", conditions.AWAIT, {**asked, "seen": seen, "began": first, "waited_s": waited})
                     log.info("nemesis: await %s held after %.1f s", step.until, waited)
                     return
             except Exception as e:  # the metadata store may not answer during a fault: try again
@@ -176,10 +168,10 @@ class Nemesis:
             if time.monotonic() - began >= step.timeout:
                 break
             if self._stop.wait(conditions.POLL_S):
-                self._record("info", AWAIT, {**asked, "seen": seen}, error="interrupted")
+                self._record("info", conditions.AWAIT, {**asked, "seen": seen}, error="interrupted")
                 return
         waited = round(time.monotonic() - began, 3)
-        self._record("info", AWAIT, {**asked, "seen": seen, "began": first, "waited_s": waited,
+        self._record("info", conditions.AWAIT, {**asked, "seen": seen, "began": first, "waited_s": waited,
                                      **({"last_error": error} if error else {})}, error="timed out")
         log.warning("nemesis: await %s timed out after %.1f s", step.until, waited)
 
