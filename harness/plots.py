@@ -854,7 +854,8 @@ def timeline_html(ops, said: str, intervals: list[dict], title: str = "") -> str
         x0, x1 = label_w + i["start"] * scale, label_w + i["end"] * scale
         body.append(f"<rect class='fault' fill='{esc(fault.colour)}' x='{x0:.1f}' y='{top}' "
                     f"width='{max(x1 - x0, 1):.1f}' height='{height - top}'>"
-                    f"<title>{esc(fault.label)} {i['start'] / 1e9:.3f}-{i['end'] / 1e9:.3f} s {esc(orjson.dumps(i.get('value')).decode())}</title></rect>")
+                    f"<title>{esc(fault.label)} {i['start'] / 1e9:.3f}-{i['end'] / 1e9:.3f} s "
+                    f"{esc(orjson.dumps(i.get('value')).decode())}</title></rect>")
     for p in processes:
         name = NEMESIS if p == NEMESIS_PROCESS_ID else f"process {p}"
         body.append(f"<text x='2' y='{top + lane[p] * h + 11}'>{esc(name)}</text>")
