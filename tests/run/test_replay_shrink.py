@@ -39,8 +39,9 @@ def base(**changes) -> dict:
             "time_limit": 40.0, "rate": 400.0, "schedule": [dict(s) for s in SCHEDULE], **changes}
 
 
-def test_a_run_json_schedule_goes_through_a_spec_file_to_the_same_steps(tmp_path):
-    planned = plan(("partition", "kill", "pause"), "leaders", 5, 3.0, 60.0, seed=11, partitions=4)
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_run_json_schedule_goes_through_a_spec_file_to_the_same_steps(tmp_path, overlap):
+    planned = plan(("partition", "kill", "pause"), "leaders", 5, 3.0, 60.0, seed=11, partitions=4, overlap=overlap)
     records = json.loads(json.dumps(to_records(planned)))  # as run.json holds them
     values = {"name": "t", "nodes": 5, "partitions": 4, "nemesis": ["partition", "kill", "pause"],
               "seed": 99, "schedule": records, "expect": {"valid": False}}
