@@ -274,7 +274,7 @@ def probe_corrupt(node, target: str, kind: str) -> dict:
     for key, name in names.items():
         script.append(f"echo '== {key} stored'; cmp -l \"$e\" {q(raw + '/' + name)} 2>&1")
         script.append(f"echo '== {key} read'; cmp -l \"$e\" {q(target + '/' + name)} 2>&1")
-    script.append(f"echo '== end'; rm -f \"$e\" " + " ".join(q(target + "/" + n) for n in names.values()))
+    script.append("echo '== end'; rm -f \"$e\" " + " ".join(q(target + "/" + n) for n in names.values()))
     res = node.remote.run("; ".join(script), check=False, timeout=60)
     sections: dict[str, list[str]] = {}
     current = None
