@@ -26,7 +26,8 @@ from infra.nodes import DEFAULT_NODES, DEFAULT_REMOTE_DIR, DEFAULT_VAGRANT_SUBNE
 from infra.systems import SYSTEM_OPTIONS, SYSTEMS, system_named
 from nemesis.registry import FAULT_GROUPS, FAULTS, needs_faultfs
 from nemesis.schedule import from_records
-from nemesis.targets import TARGETS
+from nemesis.partition import MODE_OF_TARGET
+from nemesis.targets import TARGETS, refusal
 from workloads.config import ACKS, CONSUMER_MODES
 
 TABLES = ("broker", "producer", "consumer", "expect", "disk")
@@ -303,6 +304,15 @@ def validate(s: TestSpec) -> None:
     for fault in s.nemesis:
         if s.nemesis_targets not in FAULTS[fault].targets:
             bad(f"--nemesis-targets {s.nemesis_targets}: {fault} takes {', '.join(FAULTS[fault].targets)}")
+    # Targets the system has no such nodes for (kraft-controllers on ZooKeeper mode, ...): the
+    # seed's targets, or an explicit schedule's modes (a partition's shape named by its target).
+    target_of_shape = {shape: target for target, shape in MODE_OF_TARGET.items()}
+    used = ([target_of_shape.get(step.get("mode"), step.get("mode")) for step in s.schedule
+             if step.get("action") == "start"] if s.schedule else [s.nemesis_targets] if s.nemesis else [])
+    for target in dict.fromkeys(used):
+        why = refusal(str(target), s.system, s.system_options)
+        if why:
+            bad(why)
     if s.consumer_mode not in CONSUMER_MODES:
         bad(f"--consumer-mode {s.consumer_mode!r}: expected one of {', '.join(CONSUMER_MODES)}")
     if s.acks not in ACKS:

@@ -358,6 +358,14 @@ class KafkaSystem(BrokerBase):
         """KRaft controller voters: the first three nodes (one on clusters of one or two)."""
         return self._nodes[: 3 if len(self._nodes) >= 3 else 1]
 
+    def controller_quorum(self) -> list[str]:
+        """The KRaft voters' node names ([] in ZooKeeper mode): infra.system.ControllerQuorum."""
+        return [n.name for n in self.voters()] if self.mode == "kraft" else []
+
+    def controller_port(self) -> int:
+        """The port of the KRaft voters' CONTROLLER listener."""
+        return self.options.controller_port
+
     # -- configuration
 
     def _log4j2(self) -> bool:

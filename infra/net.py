@@ -11,10 +11,22 @@ The DROP rules sit first in their chains and match every packet, not just new
 connections, so established TCP connections are cut too: their segments are
 dropped, they stall and eventually time out, as in a real partition.
 
+A port cut is narrower: it cuts one TCP port of a node off from given
+addresses (a node's, or the control node's), leaving every other port:
+
+    cut_ports(cluster, {"n1": [("10.213.0.1", 9092)]})
+
+drops, on n1, what comes from 10.213.0.1 to port 9092 (INPUT) and what n1
+sends back from that port (OUTPUT). It serves services that share a node
+with others (ZooKeeper beside a broker; a KRaft controller's port) and the
+one cut of the control node's traffic the harness makes: the clients cut
+off from a broker, whose SSH (port 22) stays open, so the nemesis still
+reaches the node.
+
 Every rule carries the comment `harness-partition`; `heal` deletes exactly
-those rules and nothing else. Traffic with the control node is never touched
-(clients and the nemesis run there). The same commands run over SSH on local
-namespaces and on VMs.
+those rules and nothing else. Grudges never touch traffic with the control
+node (clients and the nemesis run there); only a port cut naming its
+address does. The same commands run over SSH on local namespaces and on VMs.
 """
 
 from __future__ import annotations
@@ -69,6 +81,34 @@ def partition(cluster: Cluster, grudge: dict[str, list[str]]) -> None:
         cluster.node(name).remote.run(" && ".join(lines), timeout=30)
 
     parallel(apply, sorted(rules))
+
+
+def _port_rule(chain: str, address: str, port: int) -> str:
+    # INPUT: what `address` sends to the port; OUTPUT: what the port answers to `address`.
+    direction, which = ("-s", "--dport") if chain == "INPUT" else ("-d", "--sport")
+    return (f"{chain} {direction} {address} -p tcp {which} {int(port)} "
+            f"-m comment --comment {NODE_RULE_TAG} -j DROP")
+
+
+def cut_ports(cluster: Cluster, cuts: dict[str, list[tuple[str, int]]]) -> None:
+    """On each node named, cuts its TCP `port` off from `address`, for every
+    (address, port) listed (in parallel); idempotent. Healed by `heal`."""
+    for name, pairs in cuts.items():
+        cluster.node(name)  # a UserError for an unknown node
+        for address, port in pairs:
+            if not 1 <= int(port) <= 65535 or not address or any(c.isspace() for c in str(address)):
+                raise UserError(f"port cut on {name}: bad address {address!r} or port {port!r}")
+
+    def apply(name: str) -> None:
+        lines = []
+        for address, port in dict.fromkeys(cuts[name]):
+            for chain in ("INPUT", "OUTPUT"):
+                spec = _port_rule(chain, address, port).split(" ", 1)[1]
+                lines.append(f"{IPT} -C {chain} {spec} 2>/dev/null || {IPT} -I {chain} 1 {spec}")
+        if lines:
+            cluster.node(name).remote.run(" && ".join(lines), timeout=30)
+
+    parallel(apply, sorted(n for n, pairs in cuts.items() if pairs))
 
 
 def heal_node(node: Node) -> int:

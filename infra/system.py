@@ -10,6 +10,9 @@ it fills, and callers ask with `isinstance(system, Proto)`, never getattr:
     Pausable      pause(node) / resume(node): SIGSTOP / SIGCONT
     Primaries     leaders(topic) -> {partition: node}; replicas(topic) ->
                   {partition: [node]}; controller() -> node or None
+    ControllerQuorum  controller_quorum() -> the nodes of its KRaft controller
+                  quorum ([] when it runs none, e.g. Kafka in ZooKeeper mode);
+                  controller_port() -> the TCP port its controllers listen on
     PartitionStates  partition_states(topic) -> {partition: (leader, epoch, isr)}
                   from the system's own metadata; truncations(node, logs) -> the
                   truncations a node's collected logs record (the cluster-state
@@ -96,6 +99,15 @@ class Primaries(Protocol):
     def replicas(self, topic: str) -> dict[int, list[str]]: ...
 
     def controller(self) -> str | None: ...
+
+
+@runtime_checkable
+class ControllerQuorum(Protocol):
+    """The nodes voting in the system's KRaft controller quorum, for faults aimed at them."""
+
+    def controller_quorum(self) -> list[str]: ...
+
+    def controller_port(self) -> int: ...
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@
 group), drawn by the seeded schedule like any faults. disk-corrupt is not in
 the group: it would change what every seed draws for `--nemesis disk`, and
 runs expected valid with it would meet corruption they never asked for.
-Targets are chosen as for kill and pause (nemesis.targets).
+Targets are chosen as for kill and pause (nemesis.targets), but for
+zookeeper and clients.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from infra import faultfs
 from infra.nodes import parallel
 from infra.system import DataDir
 from nemesis.fault import STORAGE, Context, Fault, Step, describe_nodes, per_node, verdict
-from nemesis.targets import TARGETS, draw_nodes, resolve
+from nemesis.targets import DISK_TARGETS, draw_nodes, resolve
 
 log = logging.getLogger(__name__)
 
@@ -203,20 +204,20 @@ STALL = Fault(
     name="disk-stall", start_action="stall-disk", start=_start_disk("stall"), stop_action="unstall-disk",
     stop=stop_disk, verified_by="a probe write is still blocked after a moment, and the faultfs counts it blocked; "
                                 "after passthrough, a probe write and fsync finish",
-    targets=TARGETS, draw=draw_nodes, sweep=heal_disks, sweep_stage=STORAGE, colour="#e5dbff",
+    targets=DISK_TARGETS, draw=draw_nodes, sweep=heal_disks, sweep_stage=STORAGE, colour="#e5dbff",
     label="disk stall", needs_faultfs=True, group="disk", describe=describe)
 
 SLOW = Fault(
     name="disk-slow", start_action="slow-disk", start=_start_disk("slow"), stop_action="unslow-disk",
     stop=stop_disk, verified_by="a probe write and fsync take at least [disk] slow-ms; after passthrough, "
                                 "a probe write and fsync finish",
-    targets=TARGETS, draw=draw_nodes, sweep=heal_disks, sweep_stage=STORAGE, colour="#d3f9d8",
+    targets=DISK_TARGETS, draw=draw_nodes, sweep=heal_disks, sweep_stage=STORAGE, colour="#d3f9d8",
     label="disk slow", needs_faultfs=True, group="disk", describe=describe)
 
 FAIL = Fault(
     name="disk-fail", start_action="fail-disk", start=_start_disk("fail"), stop_action="unfail-disk",
     stop=stop_disk, verified_by="a probe write fails with EIO; after passthrough, a probe write and fsync finish",
-    targets=TARGETS, draw=draw_nodes, sweep=heal_disks, sweep_stage=STORAGE, colour="#ffe8cc",
+    targets=DISK_TARGETS, draw=draw_nodes, sweep=heal_disks, sweep_stage=STORAGE, colour="#ffe8cc",
     label="disk fail", needs_faultfs=True, group="disk", describe=describe)
 
 
@@ -379,5 +380,5 @@ CORRUPT = Fault(
     stop=_stop_corrupt, verified_by="a probe file of the chosen kind shows flipped bits (in a read, or stored), each "
                                    "in the faultfs's log, and a probe of no such kind stays clean; after the stop a "
                                    "new probe is clean (flipped writes stay on the disk)",
-    targets=TARGETS, draw=draw_nodes, sweep=heal_disks, sweep_stage=STORAGE, colour="#fcc2d7",
+    targets=DISK_TARGETS, draw=draw_nodes, sweep=heal_disks, sweep_stage=STORAGE, colour="#fcc2d7",
     label="disk corrupt", needs_faultfs=True, describe=describe_corrupt)

@@ -27,7 +27,8 @@ The seams, for every record:
 The system (own broker or Kafka) provides kill/start/pause/resume and, for
 probes, `running(node)` and `process_state(node)`; for targets, optionally
 `leaders(topic) -> {partition: node}`, `replicas(topic) -> {partition: [node]}`
-and `controller() -> node`; for the faultfs, `data_dir(node)`.
+and `controller() -> node`, `partition_states(topic)` (followers, out-of-sync)
+and `controller_quorum()` (kraft-controllers); for the faultfs, `data_dir(node)`.
 """
 
 from __future__ import annotations
@@ -104,8 +105,21 @@ def how_words(value: dict) -> str:
         return f"the leader of partition {value['leader_of']}"
     if "replicas_of" in value:
         return f"the replicas of partition {value['replicas_of']}"
+    if "followers_of" in value:
+        led = f", led by {value['leader']}" if value.get("leader") else ""
+        return f"the followers of partition {value['followers_of']}{led}"
+    if "out_of_sync_of" in value:
+        isr = value.get("isr")
+        seen = f", ISR {node_words(isr)}" if isinstance(isr, list) else ""
+        return f"the replicas of partition {value['out_of_sync_of']} out of its ISR{seen}"
+    if "clients_of" in value:
+        return f"the leader of partition {value['clients_of']}, cut off from the clients"
     if value.get("controller") is True:
         return "the controller"
+    if value.get("kraft_controllers") is True:
+        return "the KRaft controller quorum"
+    if value.get("zookeeper") is True:
+        return "the ZooKeeper nodes"
     return ""
 
 

@@ -9,12 +9,32 @@ it with iptables on the nodes and heals it. The schedule draws a shape
 - majorities-ring: each node hears itself and its neighbours on a ring, a
   majority, and no two nodes hear the same majority;
 - bridge: two halves that only one node, the bridge, hears both of;
-- isolate-leader, isolate-replicas, isolate-controller: the leader or the
-  replicas of a topic partition, or the controller, as the system names
-  them when the fault starts, cut off from every other node.
+- isolate-leader, isolate-replicas, isolate-followers, isolate-out-of-sync,
+  isolate-controller: the leader, the replicas, the followers or the
+  out-of-sync replicas of a topic partition, or the controller, as the
+  system names them when the fault starts, cut off from every other node.
+
+Three shapes cut one port, not whole nodes (infra.net.cut_ports), because
+what they cut shares its node with what must stay connected:
+
+- isolate-zookeeper (`--nemesis-targets zookeeper`): every broker cut off
+  from ZooKeeper's client port on the ensemble's nodes; ZooKeeper's quorum
+  and the control node still reach it. Verified when the brokers' probes of
+  that port time out and the control node's still answer;
+- split-kraft-controllers (`kraft-controllers`): each KRaft voter's
+  controller port cut off from every other node, so the metadata quorum
+  loses its majority while the brokers' port stays open. Verified when the
+  voters' probes of each other's controller port time out and of each
+  other's broker port answer;
+- cut-clients (`clients`): the control node, where the producers and
+  consumers run, cut off from the broker port of the leader of the drawn
+  partition, while the brokers still reach it (and it reaches ZooKeeper):
+  a zombie leader as the clients see it. Verified when the control node's
+  probe of that port times out and the other brokers' answer.
 
 Verified when every cut pair's TCP probe (a sample of at most MAX_PROBES
-pairs) times out, and after healing when they answer again.
+pairs) times out (and, for port cuts, the links that must stay answer), and
+after healing when they all answer again.
 """
 
 from __future__ import annotations
@@ -23,16 +43,25 @@ import random
 
 from infra import net
 from infra.nodes import parallel
-from nemesis.fault import NETWORK, Context, Fault, Step, natural, node_words, verdict
-from nemesis.targets import TARGETS, controller, leader_of, replicas_of
+from nemesis.fault import NETWORK, Context, Fault, FaultError, Step, how_words, natural, node_words, verdict
+from infra.system import BrokerSystem, ControllerQuorum
+from nemesis.targets import (TARGETS, controller, followers_of, kraft_controllers, leader_of, out_of_sync_of,
+                             replicas_of, zookeeper)
 
 MAX_PROBES = 12  # cut pairs probed per partition (all of them on small clusters)
 PROBE_PORT = 22  # sshd answers on every node, whatever the system is doing
 PARTITION_MODES = ("isolate-one", "halves", "majorities-ring", "bridge")  # drawn when targets are random
 # The shape a --nemesis-targets asks of a partition; any other target draws one of PARTITION_MODES.
 MODE_OF_TARGET = {"one": "isolate-one", "leaders": "isolate-leader", "replicas": "isolate-replicas",
-                  "controller": "isolate-controller", "minority": "isolate-minority",
+                  "followers": "isolate-followers", "out-of-sync": "isolate-out-of-sync",
+                  "controller": "isolate-controller", "kraft-controllers": "split-kraft-controllers",
+                  "zookeeper": "isolate-zookeeper", "clients": "cut-clients", "minority": "isolate-minority",
                   "majority": "isolate-majority", "all": "split-all"}
+# Shapes whose nodes are looked up when the fault starts (the seed's shuffle goes unused).
+ROLE_SHAPES = ("isolate-leader", "isolate-replicas", "isolate-followers", "isolate-out-of-sync",
+               "isolate-controller", "split-kraft-controllers", "isolate-zookeeper", "cut-clients")
+CONTROL = "control"  # the control node, in a port cut's probes
+PORT_SHAPES = ("isolate-zookeeper", "split-kraft-controllers", "cut-clients")  # cut a port, not whole nodes
 
 
 def draw(target: str, n_nodes: int, rng: random.Random) -> tuple[str, tuple[int, ...]]:
@@ -99,16 +128,77 @@ def probe_cuts(ctx: Context, grudge: dict[str, list[str]], expect_cut: bool) -> 
     return {"ok": ok, "probes": {f"{a}->{b}": ("reached" if r else "cut") for (a, b), r in zip(pairs, reached)}}
 
 
+def _port_of(ctx: Context, name: str) -> int:
+    """The broker port clients reach a node on, from the system's bootstrap list."""
+    if isinstance(ctx.system, BrokerSystem):
+        address = ctx.cluster.node(name).address
+        for entry in ctx.system.bootstrap().split(","):
+            host, _, port = entry.strip().rpartition(":")
+            if host == address and port.isdigit():
+                return int(port)
+    raise FaultError(f"clients: no broker port known for {name}")
+
+
+def port_cut(ctx: Context, step: Step) -> tuple[dict, dict[str, list[tuple[str, int]]], list, list]:
+    """A port-cutting shape: (what the history records, the cuts for
+    infra.net.cut_ports, the probes that must time out, the probes that must
+    answer); a probe is (from: a node or CONTROL, to: a node, port)."""
+    mode = step.mode
+    address = {n.name: n.address for n in ctx.cluster.nodes}
+    if mode == "isolate-zookeeper":
+        zk = zookeeper(ctx)
+        port = zk.options.client_port
+        zk_nodes = sorted(n.name for n in zk.nodes())
+        brokers = list(ctx.names)
+        cuts = {z: [(address[b], port) for b in brokers] for z in zk_nodes}
+        value = {"mode": mode, "zookeeper": True, "isolated": zk_nodes, "cut_from": brokers, "port": port}
+        return (value, cuts, [(b, z, port) for b in brokers for z in zk_nodes],
+                [(CONTROL, z, port) for z in zk_nodes])
+    if mode == "split-kraft-controllers":
+        voters = kraft_controllers(ctx)
+        if len(voters) < 2:
+            raise FaultError(f"kraft-controllers: the quorum is {voters[0]} alone: no link to cut")
+        port = ctx.system.controller_port() if isinstance(ctx.system, ControllerQuorum) else 0
+        others = [n for n in ctx.names if n in address]
+        cuts = {v: [(address[o], port) for o in others if o != v] for v in voters}
+        value = {"mode": mode, "kraft_controllers": True, "isolated": voters, "port": port}
+        broker_port = _port_of(ctx, voters[0])
+        return (value, cuts, [(a, b, port) for a in voters for b in voters if a != b],
+                [(a, b, broker_port) for a in voters for b in voters if a != b])
+    if mode == "cut-clients":
+        partition = step.extra.get("partition", 0)
+        node = leader_of(ctx, partition)
+        if not ctx.cluster.control_address:
+            raise FaultError(f"clients: the {ctx.cluster.provider.name} provider does not say the control "
+                             "node's address")
+        port = _port_of(ctx, node)
+        value = {"mode": mode, "clients_of": partition, "isolated": node, "port": port}
+        cuts = {node: [(ctx.cluster.control_address, port)]}
+        return (value, cuts, [(CONTROL, node, port)],
+                [(b, node, port) for b in ctx.names if b != node])
+    raise ValueError(f"not a port cut: {mode}")
+
+
 def start(ctx: Context, step: Step) -> tuple[dict, dict]:
     mode = step.mode
+    partition = step.extra.get("partition", 0)
+    if mode in PORT_SHAPES:
+        value, cuts, cut, still = port_cut(ctx, step)
+        net.cut_ports(ctx.cluster, cuts)
+        value["verified"] = probe_ports(ctx, cut, still, healed=False)
+        return value, {"grudge": {}, "cut": cut, "still": still}
     if mode == "isolate-leader":
-        node = leader_of(ctx, step.extra.get("partition", 0))
+        node = leader_of(ctx, partition)
         grudge = net.isolate(ctx.cluster, [node])
-        value = {"mode": mode, "leader_of": step.extra.get("partition", 0), "isolated": node}
+        value = {"mode": mode, "leader_of": partition, "isolated": node}
     elif mode == "isolate-replicas":
-        nodes = replicas_of(ctx, step.extra.get("partition", 0))
+        nodes = replicas_of(ctx, partition)
         grudge = net.isolate(ctx.cluster, nodes)
-        value = {"mode": mode, "replicas_of": step.extra.get("partition", 0), "isolated": nodes}
+        value = {"mode": mode, "replicas_of": partition, "isolated": nodes}
+    elif mode in ("isolate-followers", "isolate-out-of-sync"):
+        nodes, how = (followers_of if mode == "isolate-followers" else out_of_sync_of)(ctx, partition)
+        grudge = net.isolate(ctx.cluster, nodes)
+        value = {"mode": mode, **how, "isolated": nodes}
     elif mode == "isolate-controller":
         node = controller(ctx)
         grudge = net.isolate(ctx.cluster, [node])
@@ -122,10 +212,32 @@ def start(ctx: Context, step: Step) -> tuple[dict, dict]:
     return value, {"grudge": grudge}
 
 
+def probe_ports(ctx: Context, cut: list, still: list, healed: bool) -> dict:
+    """Probe a port cut: the links `cut` must time out (answer again once
+    `healed`), the links `still` must answer throughout; a sample of at most
+    MAX_PROBES of each."""
+    nodes = {n.name: n for n in ctx.cluster.nodes}
+    cut, still = sorted(cut)[:MAX_PROBES], sorted(still)[:MAX_PROBES]
+
+    def probe(link):
+        a, b, port = link
+        if a == CONTROL:
+            return net.control_can_reach(nodes[b], port=port, timeout=1.5)
+        return net.can_reach(nodes[a], nodes[b], port=port, timeout=1.5)
+
+    reached = parallel(probe, cut + still) if cut or still else []
+    words = {f"{a}->{b}:{port}": ("reached" if r else "cut") for (a, b, port), r in zip(cut + still, reached)}
+    ok = all(r == healed for r in reached[:len(cut)]) and all(reached[len(cut):])
+    return {"ok": ok, "probes": {k: words[k] for k in (f"{a}->{b}:{p}" for a, b, p in cut)},
+            "still": {k: words[k] for k in (f"{a}->{b}:{p}" for a, b, p in still)}}
+
+
 def stop(ctx: Context, state: dict) -> dict:
     removed = net.heal(ctx.cluster)
-    grudge = state.get("grudge", {})
-    verified = probe_cuts(ctx, grudge, expect_cut=False)
+    if "cut" in state:
+        verified = probe_ports(ctx, state["cut"], state["still"], healed=True)
+    else:
+        verified = probe_cuts(ctx, state.get("grudge", {}), expect_cut=False)
     return {"healed": {k: v for k, v in removed.items() if v}, "verified": verified}
 
 
@@ -164,10 +276,13 @@ def describe(value: dict, stopping: bool) -> tuple[str, str]:
             what = f"healed: {rules} rules removed on {node_words(healed)}"
         else:
             what = "healed" if "verified" in value else "healing"
-        answered = sum(1 for x in probes.values() if x == "reached")
-        words = f"{answered} of {len(probes)} links answer again" if answered < len(probes) else \
-            f"{len(probes)} links answer again"
+        still = v.get("still") if isinstance(v.get("still"), dict) else {}
+        links = list(probes.values()) + list(still.values())
+        answered = sum(1 for x in links if x == "reached")
+        words = (f"{answered} of {len(links)}" if answered < len(links) else f"{len(links)}") + " links answer again"
         return what, verdict(value, words)
+    if "port" in value:
+        return describe_port_cut(value, probes, v.get("still") if isinstance(v.get("still"), dict) else {})
     grudge = value.get("grudge")
     mode = str(value.get("mode") or "")
     if not isinstance(grudge, dict):
@@ -183,13 +298,33 @@ def describe(value: dict, stopping: bool) -> tuple[str, str]:
     detail = [mode] if mode else []
     if "isolated" in value:
         detail.append(f"isolated {node_words(value['isolated'])}")
-    if "leader_of" in value:
-        detail.append(f"the leader of partition {value['leader_of']}")
-    if "replicas_of" in value:
-        detail.append(f"the replicas of partition {value['replicas_of']}")
+    if how_words(value):
+        detail.append(how_words(value))
     what += f" ({', '.join(map(str, detail))})" if detail else ""
     cut = sum(1 for x in probes.values() if x == "cut")
     words = f"{cut} links cut" if cut == len(probes) else f"{cut} of {len(probes)} links cut"
+    return what, verdict(value, words)
+
+
+def describe_port_cut(value: dict, probes: dict, still: dict) -> tuple[str, str]:
+    """A port cut in words: who cannot reach which port of whom, and its probes."""
+    mode, port = str(value.get("mode") or ""), value.get("port")
+    isolated = node_words(value.get("isolated"))
+    if mode == "isolate-zookeeper":
+        what = (f"brokers {node_words(value.get('cut_from'))} cut off from ZooKeeper (port {port}) "
+                f"on {isolated}")
+    elif mode == "split-kraft-controllers":
+        what = f"KRaft controllers {isolated} cut off from each other and the brokers (controller port {port})"
+    elif mode == "cut-clients":
+        what = f"the clients cut off from {isolated} (port {port})"
+    else:
+        what = f"{isolated} port {port} cut"
+    what += f" ({', '.join(x for x in (mode, how_words(value)) if x)})"
+    cut = sum(1 for x in probes.values() if x == "cut")
+    words = f"{cut} links cut" if cut == len(probes) else f"{cut} of {len(probes)} links cut"
+    if still:
+        answered = sum(1 for x in still.values() if x == "reached")
+        words += f"; {answered} of {len(still)} links that stay open answer"
     return what, verdict(value, words)
 
 

@@ -13,7 +13,8 @@ from a seed made of the step and the node); the probe then holds its synced
 part and a proper prefix of its unsynced part, as long as the faultfs
 reports it kept.
 
-Targets are chosen as for kill and pause (nemesis.targets).
+Targets are chosen as for kill and pause (nemesis.targets), but for zookeeper
+(ZooKeeper's data is not on the faultfs) and clients.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from infra.nodes import parallel
 from nemesis.disk import probe_path, step_seed, target_of
 from nemesis.fault import PROCESSES, Context, Fault, Step, describe_nodes, per_node, process_state, verdict, wait_for
 from nemesis.process import describe_kill, restart, sweep
-from nemesis.targets import TARGETS, draw_nodes, resolve
+from nemesis.targets import DISK_TARGETS, draw_nodes, resolve
 
 SYNCED, UNSYNCED = "synced\n", "unsynced " * 16 + "\n"  # the unsynced part written in one write
 
@@ -117,5 +118,5 @@ POWER_LOSS = Fault(
     name="power-loss", start_action="power-loss", start=start, stop_action="power-restore", stop=stop,
     verified_by="the processes are gone and a probe file keeps exactly its fsynced part; after the restart, "
                 "the processes run",
-    targets=TARGETS, draw=draw_nodes, sweep=sweep, sweep_stage=PROCESSES, colour="#c5f6fa",
+    targets=DISK_TARGETS, draw=draw_nodes, sweep=sweep, sweep_stage=PROCESSES, colour="#c5f6fa",
     label="power loss", needs_faultfs=True, describe=describe)

@@ -6,63 +6,88 @@
   end sends SIGCONT and verifies it left that state.
 
 Targets are drawn as nemesis.targets says (random, one, minority, majority,
-leaders, replicas, controller, all).
+leaders, replicas, followers, out-of-sync, controller, kraft-controllers,
+zookeeper, all). With `zookeeper` they hit the ZooKeeper process on the
+ensemble's nodes instead of the broker (infra.zookeeper.ZooKeeper, found in
+the cluster's state): its end restarts or resumes ZooKeeper, and the sweep
+checks ZooKeeper's processes too.
 """
 
 from __future__ import annotations
 
 from infra.nodes import parallel
+from infra.zookeeper import ZooKeeper
 from nemesis.fault import (PROCESSES, Context, Fault, Step, describe_nodes, per_node, process_state, verdict,
                            wait_for)
-from nemesis.targets import TARGETS, draw_nodes, resolve
+from nemesis.targets import PROCESS_TARGETS, draw_nodes, resolve, zookeeper
+
+
+def _processes(ctx: Context, on_zookeeper: bool):
+    """Whose processes a fault hits: ZooKeeper's, or the system's."""
+    return zookeeper(ctx) if on_zookeeper else ctx.system
+
+
+def _state(ctx: Context, procs, name: str) -> str | None:
+    return process_state(ctx, name) if procs is ctx.system else procs.process_state(ctx.cluster.node(name))
 
 
 def start_kill(ctx: Context, step: Step) -> tuple[dict, dict]:
     names, how = resolve(ctx, step)
-    parallel(lambda n: ctx.system.kill(ctx.cluster.node(n)), names)
-    gone = {n: wait_for(lambda n=n: process_state(ctx, n) is None, 5) for n in names}
+    on_zk = step.mode == "zookeeper"
+    procs = _processes(ctx, on_zk)
+    parallel(lambda n: procs.kill(ctx.cluster.node(n)), names)
+    gone = {n: wait_for(lambda n=n: _state(ctx, procs, n) is None, 5) for n in names}
     value = {"nodes": names, **how, "verified": {"ok": all(gone.values()),
                                                   "process_gone": gone}}
-    return value, {"nodes": names}
+    return value, {"nodes": names, **({"zookeeper": True} if on_zk else {})}
 
 
 def restart(ctx: Context, state: dict) -> dict:
-    """Starts the system again on the nodes in `state`; verified when it runs (not stopped)."""
+    """Starts the system (or ZooKeeper) again on the nodes in `state`; verified when it runs (not stopped)."""
     names = state["nodes"]
-    parallel(lambda n: ctx.system.start(ctx.cluster.node(n)), names)
-    up = {n: process_state(ctx, n) not in (None, "T") for n in names}
+    procs = _processes(ctx, bool(state.get("zookeeper")))
+    parallel(lambda n: procs.start(ctx.cluster.node(n)), names)
+    up = {n: _state(ctx, procs, n) not in (None, "T") for n in names}
     return {"nodes": names, "verified": {"ok": all(up.values()), "running": up}}
 
 
 def start_pause(ctx: Context, step: Step) -> tuple[dict, dict]:
     names, how = resolve(ctx, step)
-    parallel(lambda n: ctx.system.pause(ctx.cluster.node(n)), names)
-    stopped = {n: wait_for(lambda n=n: process_state(ctx, n) == "T", 5) for n in names}
-    return {"nodes": names, **how, "verified": {"ok": all(stopped.values()), "stopped": stopped}}, {"nodes": names}
+    on_zk = step.mode == "zookeeper"
+    procs = _processes(ctx, on_zk)
+    parallel(lambda n: procs.pause(ctx.cluster.node(n)), names)
+    stopped = {n: wait_for(lambda n=n: _state(ctx, procs, n) == "T", 5) for n in names}
+    return ({"nodes": names, **how, "verified": {"ok": all(stopped.values()), "stopped": stopped}},
+            {"nodes": names, **({"zookeeper": True} if on_zk else {})})
 
 
 def stop_pause(ctx: Context, state: dict) -> dict:
     names = state["nodes"]
-    parallel(lambda n: ctx.system.resume(ctx.cluster.node(n)), names)
-    resumed = {n: wait_for(lambda n=n: process_state(ctx, n) not in ("T", None), 5) for n in names}
+    procs = _processes(ctx, bool(state.get("zookeeper")))
+    parallel(lambda n: procs.resume(ctx.cluster.node(n)), names)
+    resumed = {n: wait_for(lambda n=n: _state(ctx, procs, n) not in ("T", None), 5) for n in names}
     return {"nodes": names, "verified": {"ok": all(resumed.values()), "resumed": resumed}}
 
 
 def sweep(ctx: Context) -> dict:
-    """Every stopped process resumed, every missing one started: where."""
+    """Every stopped process resumed, every missing one started, ZooKeeper's
+    first (brokers need it): where."""
     done: dict = {}
-    for name in ctx.names:
-        node = ctx.cluster.node(name)
-        try:
-            state = ctx.system.process_state(node)
-            if state == "T":
-                ctx.system.resume(node)
-                done.setdefault("resumed", []).append(name)
-            elif state is None:
-                ctx.system.start(node)
-                done.setdefault("started", []).append(name)
-        except Exception as e:
-            done.setdefault("errors", {})[name] = str(e)
+    zk = ZooKeeper.from_cluster(ctx.cluster)
+    zk_nodes = [n.name for n in zk.nodes()] if zk is not None else []
+    for procs, names, suffix in ((zk, zk_nodes, " zookeeper"), (ctx.system, ctx.names, "")):
+        for name in names:
+            node = ctx.cluster.node(name)
+            try:
+                state = procs.process_state(node)
+                if state == "T":
+                    procs.resume(node)
+                    done.setdefault("resumed", []).append(name + suffix)
+                elif state is None:
+                    procs.start(node)
+                    done.setdefault("started", []).append(name + suffix)
+            except Exception as e:
+                done.setdefault("errors", {})[name + suffix] = str(e)
     return done
 
 
@@ -92,11 +117,11 @@ describe_pause = _describe_probe(("stopped", "stopped (state T)", "not stopped")
 KILL = Fault(
     name="kill", start_action="kill", start=start_kill, stop_action="start", stop=restart,
     verified_by="the process is gone; after the restart, it runs",
-    targets=TARGETS, draw=draw_nodes, sweep=sweep, sweep_stage=PROCESSES, colour="#d0ebff", label="kill",
+    targets=PROCESS_TARGETS, draw=draw_nodes, sweep=sweep, sweep_stage=PROCESSES, colour="#d0ebff", label="kill",
     describe=describe_kill)
 
 PAUSE = Fault(
     name="pause", start_action="pause", start=start_pause, stop_action="resume", stop=stop_pause,
     verified_by="the process is in state T (stopped); after SIGCONT, it left that state",
-    targets=TARGETS, draw=draw_nodes, sweep=sweep, sweep_stage=PROCESSES, colour="#fff3bf", label="pause",
+    targets=PROCESS_TARGETS, draw=draw_nodes, sweep=sweep, sweep_stage=PROCESSES, colour="#fff3bf", label="pause",
     describe=describe_pause)

@@ -29,9 +29,9 @@ import random
 from core.errors import UserError
 from nemesis.conditions import CONDITIONS, DEFAULT_TIMEOUT_S
 from nemesis.fault import Step
-from nemesis.partition import MODE_OF_TARGET, PARTITION_MODES
+from nemesis.partition import MODE_OF_TARGET, PARTITION_MODES, ROLE_SHAPES
 from nemesis.registry import FAULTS
-from nemesis.targets import PER_TOPIC_PARTITION
+from nemesis.targets import PER_TOPIC_PARTITION, ROLE_TARGETS
 
 
 def plan(faults: tuple[str, ...], targets: str, n_nodes: int, interval: float, time_limit: float,
@@ -113,7 +113,7 @@ def plan_overlapping(faults: tuple[str, ...], targets: str, n_nodes: int, interv
 # Modes whose nodes are looked up when the step runs (picks go unused): a
 # replay of such a step hits the leader or controller of that moment, which
 # may be another node than in the first run: the replay keeps the intent.
-ROLE_MODES = ("leaders", "replicas", "controller", "isolate-leader", "isolate-replicas", "isolate-controller")
+ROLE_MODES = ROLE_TARGETS + ROLE_SHAPES  # nemesis.targets and nemesis.partition list them
 STEP_KEYS = ("delay", "action", "fault", "mode", "picks")
 EXTRA_KEYS = ("partition",)
 AWAIT_KEYS = ("delay", "action", "until", "partition", "timeout")  # an await step's

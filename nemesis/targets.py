@@ -1,24 +1,60 @@
 """Which nodes a fault hits: the vocabulary of `--nemesis-targets`, the
 schedule's draw of nodes, and the look-ups of targets that depend on the
-cluster's state when the step runs (a partition's leader or replicas, the
-controller).
+cluster's state when the step runs (a partition's leader, followers or
+out-of-sync replicas, the controller, the KRaft quorum, the ZooKeeper nodes).
 
 - random: one to a minority of the nodes, as many as the seed draws;
 - one, minority, majority, all: that many nodes, drawn by the seed;
 - leaders, replicas: the leader, or every replica, of a topic partition the
   seed draws, as the system names them when the fault starts;
-- controller: the controller when the fault starts.
+- followers: the replicas of that partition other than its leader when the
+  fault starts;
+- out-of-sync: the replicas of that partition not in its ISR when the fault
+  starts (the system's own metadata: ZooKeeper, or KRaft's through a
+  metadata request); when every replica is in sync there is nothing to hit:
+  the fault is not applied, its start is an `info` event whose error says
+  so (naming the partition and its ISR), and the run goes on;
+- controller: the controller when the fault starts;
+- kraft-controllers: the nodes of the KRaft controller quorum (Kafka with
+  `--kafka-mode kraft` only; any other system is refused before the run);
+- zookeeper: the nodes the run's ZooKeeper ensemble runs on (the first
+  `--zk-nodes` nodes, beside their brokers: the same network namespace or
+  container). A partition cuts the brokers off from ZooKeeper's client port
+  (ZooKeeper's own quorum and the control node still reach it); kill and
+  pause hit the ZooKeeper process, not the broker. Refused for Kafka in
+  KRaft mode, which does not use ZooKeeper;
+- clients: partition only: the control node (where the producers,
+  consumers and the nemesis run) cut off from the broker port of the leader
+  of the drawn partition, while the brokers still reach it and ZooKeeper:
+  the zombie leader as the clients see it.
+
+How a step chose its nodes goes into the history's event value
+(`leader_of`, `replicas_of`, `followers_of`, `out_of_sync_of` with the ISR
+seen, `controller`, `kraft_controllers`, `zookeeper`, `clients_of`), and
+into words in the report (nemesis.fault.how_words).
 """
 
 from __future__ import annotations
 
 import random
 
-from infra.system import Primaries
+from infra.system import ControllerQuorum, PartitionStates, Primaries
+from infra.zookeeper import ZooKeeper
 from nemesis.fault import Context, FaultError, Step
 
-TARGETS = ("random", "one", "minority", "majority", "leaders", "replicas", "controller", "all")
-PER_TOPIC_PARTITION = ("leaders", "replicas")  # targets that name a topic partition, drawn by the schedule
+TARGETS = ("random", "one", "minority", "majority", "leaders", "replicas", "followers", "out-of-sync",
+           "controller", "kraft-controllers", "zookeeper", "clients", "all")
+# Targets that name a topic partition, drawn by the schedule.
+PER_TOPIC_PARTITION = ("leaders", "replicas", "followers", "out-of-sync", "clients")
+# Targets looked up when the step runs (the seed's picks go unused).
+ROLE_TARGETS = ("leaders", "replicas", "followers", "out-of-sync", "controller", "kraft-controllers",
+                "zookeeper", "clients")
+# Every fault on a node list but partition (clients is the partition's alone).
+NODE_TARGETS = tuple(t for t in TARGETS if t != "clients")
+# Targets hitting processes: the ZooKeeper nodes are hit in their ZooKeeper process.
+PROCESS_TARGETS = NODE_TARGETS
+# Targets for faults through the brokers' faultfs (disk, power-loss): ZooKeeper's data is not on it.
+DISK_TARGETS = tuple(t for t in NODE_TARGETS if t != "zookeeper")
 
 
 def count_for(target: str, n: int, rng: random.Random) -> int:
@@ -31,24 +67,45 @@ def count_for(target: str, n: int, rng: random.Random) -> int:
 def draw_nodes(target: str, n_nodes: int, rng: random.Random) -> tuple[str, tuple[int, ...]]:
     """The schedule's draw for a fault on nodes: (mode, sorted picks).
 
-    For the targets looked up when the step runs (leaders, replicas,
-    controller) the picks go unused, but are drawn all the same: the draws
-    of a seed stay the same whatever the targets.
+    For the targets looked up when the step runs (ROLE_TARGETS) the picks go
+    unused, but are drawn all the same: the draws of a seed stay the same
+    whatever the targets.
     """
     k = count_for(target, n_nodes, rng)
     return target, tuple(sorted(rng.sample(range(n_nodes), k)))
 
 
+def refusal(target: str, system: str, options: dict) -> str | None:
+    """Why a system cannot take a target, in one line, or None: checked by the
+    spec before anything runs (a target, or a schedule step's mode)."""
+    kraft = system == "kafka" and options.get("kafka_mode") == "kraft"
+    if target == "kraft-controllers" and not kraft:
+        where = "Kafka in ZooKeeper mode" if system == "kafka" else f"the {system} system"
+        return f"kraft-controllers: {where} has no KRaft controller quorum (use --system kafka --kafka-mode kraft)"
+    if target == "zookeeper" and kraft:
+        return "zookeeper: Kafka in KRaft mode does not use ZooKeeper"
+    return None
+
+
 def resolve(ctx: Context, step: Step) -> tuple[list[str], dict]:
     """The nodes a step's fault hits, and how they were chosen (for the history)."""
+    partition = step.extra.get("partition", 0)
     if step.mode == "leaders":
-        leader = leader_of(ctx, step.extra.get("partition", 0))
-        return [leader], {"leader_of": step.extra.get("partition", 0)}
+        return [leader_of(ctx, partition)], {"leader_of": partition}
     if step.mode == "replicas":
-        partition = step.extra.get("partition", 0)
         return replicas_of(ctx, partition), {"replicas_of": partition}
+    if step.mode == "followers":
+        return followers_of(ctx, partition)
+    if step.mode == "out-of-sync":
+        return out_of_sync_of(ctx, partition)
     if step.mode == "controller":
         return [controller(ctx)], {"controller": True}
+    if step.mode == "kraft-controllers":
+        return kraft_controllers(ctx), {"kraft_controllers": True}
+    if step.mode == "zookeeper":
+        return zookeeper_nodes(ctx), {"zookeeper": True}
+    if step.mode == "clients":
+        raise FaultError("clients: only a partition cuts the clients off (--nemesis partition)")
     return [ctx.names[i] for i in step.picks], {}
 
 
@@ -72,9 +129,68 @@ def replicas_of(ctx: Context, partition: int) -> list[str]:
     return sorted(by_partition[partition])
 
 
+def _state_of(ctx: Context, partition: int) -> tuple[str | None, list[str]]:
+    """(leader, ISR) of a partition, from the system's own metadata, at this moment."""
+    if not isinstance(ctx.system, PartitionStates):
+        raise FaultError(f"the {ctx.system.name} system cannot name a partition's leader and ISR")
+    try:
+        states = ctx.system.partition_states(ctx.topic)
+    except Exception as e:  # the metadata store did not answer: the fault cannot know whom to hit
+        raise FaultError(f"no state known for partition {partition} of topic {ctx.topic}: {e}") from None
+    if partition not in states:
+        raise FaultError(f"no state known for partition {partition} of topic {ctx.topic}")
+    leader, _epoch, isr = states[partition]
+    return leader, sorted(isr or [])
+
+
+def followers_of(ctx: Context, partition: int) -> tuple[list[str], dict]:
+    """The replicas of a partition other than its leader now, and how they were chosen."""
+    replicas = replicas_of(ctx, partition)
+    leader, _isr = _state_of(ctx, partition)
+    if leader is None:  # no leader: every replica follows no one; say so rather than guess
+        raise FaultError(f"followers: partition {partition} of topic {ctx.topic} has no leader now")
+    followers = [r for r in replicas if r != leader]
+    if not followers:
+        raise FaultError(f"followers: partition {partition} has no replica besides its leader {leader}")
+    return followers, {"followers_of": partition, "leader": leader}
+
+
+def out_of_sync_of(ctx: Context, partition: int) -> tuple[list[str], dict]:
+    """The replicas of a partition not in its ISR now; a FaultError (the fault
+    is not applied, the run goes on) when every replica is in sync."""
+    replicas = replicas_of(ctx, partition)
+    _leader, isr = _state_of(ctx, partition)
+    lagging = [r for r in replicas if r not in isr]
+    if not lagging:
+        raise FaultError(f"out-of-sync: every replica of partition {partition} is in its ISR "
+                         f"({' '.join(isr)}): nothing to hit, fault not applied")
+    return lagging, {"out_of_sync_of": partition, "isr": isr}
+
+
 def controller(ctx: Context) -> str:
     """The system's controller node."""
     node = ctx.system.controller() if isinstance(ctx.system, Primaries) else None
     if not node:
         raise FaultError("no controller known")
     return node
+
+
+def kraft_controllers(ctx: Context) -> list[str]:
+    """The nodes of the system's KRaft controller quorum, sorted."""
+    nodes = ctx.system.controller_quorum() if isinstance(ctx.system, ControllerQuorum) else []
+    if not nodes:
+        raise FaultError(f"kraft-controllers: the {ctx.system.name} system runs no KRaft controller quorum")
+    return sorted(nodes)
+
+
+def zookeeper(ctx: Context) -> ZooKeeper:
+    """The run's ZooKeeper ensemble, as its setup recorded it in the cluster's state."""
+    zk = ZooKeeper.from_cluster(ctx.cluster)
+    if zk is None or not zk.nodes():
+        raise FaultError("zookeeper: no ZooKeeper ensemble runs on this cluster")
+    return zk
+
+
+def zookeeper_nodes(ctx: Context) -> list[str]:
+    """The nodes the ZooKeeper ensemble runs on, sorted."""
+    return sorted(n.name for n in zookeeper(ctx).nodes())
