@@ -136,7 +136,11 @@ def add_arguments(parser) -> None:
     a("--nemesis", help=f"comma list of faults: {', '.join(FAULTS)}; "
                         + "; ".join(f"{g} means {', '.join(fs)}" for g, fs in FAULT_GROUPS.items())
                         + " (default none)")
-    a("--nemesis-targets", choices=TARGETS, help="which nodes faults hit (default random)")
+    a("--nemesis-targets", choices=TARGETS,
+      help="which nodes faults hit (default random); leaders, replicas, followers, out-of-sync: of a topic "
+           "partition the seed draws, looked up when the fault starts; kraft-controllers: Kafka in KRaft mode; "
+           "zookeeper: ZooKeeper's nodes (partition, kill, pause); clients: partition only, the clients cut "
+           "off from a leader (docs/running.md)")
     a("--nemesis-interval", type=float, metavar="S", help="mean seconds between fault changes (default 8)")
     a("--nemesis-overlap", action="store_const", const=True,
       help="several faults at once: each period of about --nemesis-interval draws a subset of the fault "

@@ -43,8 +43,8 @@ import random
 
 from infra import net
 from infra.nodes import parallel
-from nemesis.fault import NETWORK, Context, Fault, FaultError, Step, how_words, natural, node_words, verdict
 from infra.system import BrokerSystem, ControllerQuorum
+from nemesis.fault import NETWORK, Context, Fault, FaultError, Step, how_words, natural, node_words, verdict
 from nemesis.targets import (TARGETS, controller, followers_of, kraft_controllers, leader_of, out_of_sync_of,
                              replicas_of, zookeeper)
 
@@ -159,8 +159,7 @@ def port_cut(ctx: Context, step: Step) -> tuple[dict, dict[str, list[tuple[str, 
         if len(voters) < 2:
             raise FaultError(f"kraft-controllers: the quorum is {voters[0]} alone: no link to cut")
         port = ctx.system.controller_port() if isinstance(ctx.system, ControllerQuorum) else 0
-        others = [n for n in ctx.names if n in address]
-        cuts = {v: [(address[o], port) for o in others if o != v] for v in voters}
+        cuts = {v: [(address[o], port) for o in ctx.names if o != v] for v in voters}
         value = {"mode": mode, "kraft_controllers": True, "isolated": voters, "port": port}
         broker_port = _port_of(ctx, voters[0])
         return (value, cuts, [(a, b, port) for a in voters for b in voters if a != b],
