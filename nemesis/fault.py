@@ -113,7 +113,7 @@ def how_words(value: dict) -> str:
         seen = f", ISR {node_words(isr)}" if isinstance(isr, list) else ""
         return f"the replicas of partition {value['out_of_sync_of']} out of its ISR{seen}"
     if "clients_of" in value:
-        return f"the leader of partition {value['clients_of']}, cut off from the clients"
+        return f"the leader of partition {value['clients_of']}"
     if value.get("controller") is True:
         return "the controller"
     if value.get("kraft_controllers") is True:

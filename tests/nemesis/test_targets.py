@@ -174,7 +174,7 @@ def test_port_cuts_in_words():
                "verified": {"ok": False, "probes": {"control->n2:9092": "reached"},
                             "still": {"n1->n2:9092": "reached", "n3->n2:9092": "cut"}}}
     assert partition.describe(clients, False) == (
-        "the clients cut off from n2 (port 9092) (cut-clients, the leader of partition 1, cut off from the clients)",
+        "the clients cut off from n2 (port 9092) (cut-clients, the leader of partition 1)",
         "NOT verified: 0 of 1 links cut; 1 of 2 links that stay open answer")
     healed = {"healed": {"n2": 2}, "verified": {"ok": True, "probes": {"control->n2:9092": "reached"},
                                                  "still": {"n1->n2:9092": "reached"}}}
