@@ -73,7 +73,11 @@ def sweep(ctx: Context) -> dict:
     """Every stopped process resumed, every missing one started, ZooKeeper's
     first (brokers need it): where."""
     done: dict = {}
-    zk = ZooKeeper.from_cluster(ctx.cluster)
+    try:
+        zk = ZooKeeper.from_cluster(ctx.cluster)
+    except Exception as e:  # a cluster state that names no such nodes: the system's processes still matter
+        done.setdefault("errors", {})["zookeeper"] = str(e)
+        zk = None
     zk_nodes = [n.name for n in zk.nodes()] if zk is not None else []
     for procs, names, suffix in ((zk, zk_nodes, " zookeeper"), (ctx.system, ctx.names, "")):
         for name in names:
