@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 
 from core.errors import UserError
+from nemesis import link
 from nemesis.fault import Step
 from nemesis.partition import MODE_OF_TARGET, PARTITION_MODES
 from nemesis.registry import FAULTS
@@ -36,9 +37,10 @@ def plan(faults: tuple[str, ...], targets: str, n_nodes: int, interval: float, t
             break
         elapsed += wait
         fault = rng.choice(faults)
-        mode, picks = FAULTS[fault].draw(targets, n_nodes, rng)
+        mode, picks, *settings = FAULTS[fault].draw(targets, n_nodes, rng)
         # Which topic partition's leader or replicas, when those are the targets.
         extra = {"partition": rng.randrange(partitions)} if targets in PER_TOPIC_PARTITION else {}
+        extra.update(*settings)  # a fault's own settings, when its draw gives them (a lossy link's loss)
         steps.append(Step(wait, "start", fault, mode, picks, extra))
         wait = min(max(rng.expovariate(1 / interval), 1.0), 3 * interval)
         elapsed += wait
@@ -55,7 +57,7 @@ def plan(faults: tuple[str, ...], targets: str, n_nodes: int, interval: float, t
 # may be another node than in the first run: the replay keeps the intent.
 ROLE_MODES = ("leaders", "replicas", "controller", "isolate-leader", "isolate-replicas", "isolate-controller")
 STEP_KEYS = ("delay", "action", "fault", "mode", "picks")
-EXTRA_KEYS = ("partition",)
+EXTRA_KEYS = ("partition",) + link.SETTINGS
 
 
 def to_records(steps: list[Step]) -> list[dict]:
@@ -125,6 +127,9 @@ def from_records(records: object, n_nodes: int, partitions: int) -> list[Step]:
                 raise UserError(f"{where}: partition {p!r}: expected a topic partition 0 to {partitions - 1} "
                                 f"(--partitions {partitions})")
             extra["partition"] = p
+        for key in link.SETTINGS:
+            if key in r:
+                extra[key] = link.check_setting(key, r[key], where, fault)
         steps.append(Step(float(delay), "start", fault, mode, tuple(picks), extra))
         active = fault
     return steps
