@@ -105,7 +105,7 @@ def heal_links_node(node: Node, rules: bool = True, qdiscs: bool = True) -> dict
     if qdiscs:
         # Every interface, not just the one of the node's address: nothing of ours stays anywhere.
         script += (f"for d in $(ls /sys/class/net); do "
-                   f"if tc qdisc show dev \"$d\" root 2>/dev/null | grep -q '^qdisc htb {LINK_HANDLE}: root'; then "
+                   f"if tc qdisc show dev \"$d\" root 2>/dev/null | grep -q '^qdisc htb {LINK_HANDLE}: '; then "
                    f"tc qdisc del dev \"$d\" root && q=$((q+1)); fi; done; ")
     out = node.remote.run(script + 'echo "rules=$r qdiscs=$q"', timeout=30).stdout.split()
     fields = dict(x.split("=", 1) for x in out if "=" in x)

@@ -282,7 +282,7 @@ def probe_rate(sender: Node, receiver: Node, port: int, size: int) -> dict:
     if "seconds" not in got:
         return {"bytes": size, "error": " ".join(f"{k}={v}" for k, v in got.items())[:200]}
     received, seconds = int(got["bytes"]), float(got["seconds"])
-    return {"bytes": received, "seconds": round(seconds, 3),
+    return {"bytes": received, "seconds": round(seconds, 6),
             "mbit": round(received * 8 / seconds / 1e6, 3) if seconds > 0 else None}
 
 
@@ -390,7 +390,7 @@ def apply_rate(ctx: Context, targets: list[str], rate: str) -> dict[str, int]:
         lines = [f"dev=$(ip -o -4 addr show | awk -v a={node.address} '{{split($4, x, \"/\"); "
                  f"if (x[1] == a) print $2}}' | head -n 1)",
                  f"[ -n \"$dev\" ] || {{ echo 'no interface has {node.address}' >&2; exit 1; }}",
-                 f"if tc qdisc show dev \"$dev\" root | grep -q '^qdisc htb {h}: root'; then "
+                 f"if tc qdisc show dev \"$dev\" root | grep -q '^qdisc htb {h}: '; then "
                  f"tc qdisc del dev \"$dev\" root; fi",
                  f"tc qdisc add dev \"$dev\" root handle {h}: htb"]
         mask = f"{PROBE_PORT} 0xfff0"

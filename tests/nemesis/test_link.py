@@ -141,7 +141,7 @@ def traces(cluster) -> dict[str, tuple[int, bool]]:
     """node -> (rules in the harness's link chain, whether a link qdisc is there)."""
     def one(node):
         out = node.remote.run(f"{net.IPT} -S {net.LINK_CHAIN} 2>/dev/null | grep -c '^-A'; "
-                              f"tc qdisc show | grep -c 'htb {net.LINK_HANDLE}: root'", check=False).stdout
+                              f"tc qdisc show | grep -c '^qdisc htb {net.LINK_HANDLE}: '", check=False).stdout
         rules, qdiscs = (int(x) for x in out.split()[:2])
         return rules, qdiscs > 0
     return dict(zip(cluster.names, parallel(one, cluster.nodes)))
