@@ -490,6 +490,8 @@ def describe(value: dict, stopping: bool) -> tuple[str, str]:
     measured = _measured(v.get(key), key)
     if stopping:
         healed = value.get("healed")
+        if "verified" not in value:  # the invoke of a stop: asked, not done yet
+            return what + ", healing its links", ""
         what += ", links healed" + (f" (on {node_words(healed)})" if isinstance(healed, dict) and healed else "")
         if key == "loss":
             return what, verdict(value, f"loss back to at most {_percent(HEALED_LOSS)}: {measured}")

@@ -115,6 +115,7 @@ def test_words_of_the_events():
     assert link.describe(healed, True) == (
         "n1, links healed", "verified: no limit (at least 2x 1mbit): n1->n2 149.6 mbit/s")
     assert link.describe({"mode": "one"}, False) == ("targets: one", "")  # an invoke
+    assert link.describe({"nodes": ["n1"]}, True) == ("n1, healing its links", "")  # a stop's invoke
     assert link.describe("junk", True) == ("", "")
 
 
