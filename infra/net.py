@@ -27,6 +27,13 @@ Every rule carries the comment `harness-partition`; `heal` deletes exactly
 those rules and nothing else. Grudges never touch traffic with the control
 node (clients and the nemesis run there); only a port cut naming its
 address does. The same commands run over SSH on local namespaces and on VMs.
+
+Degraded links (nemesis.link applies them) leave traces of their own on a
+node, never mixed with the partition rules: the iptables chain `LINK_CHAIN`
+(its packet-loss rules) with one jump into it from INPUT, and root qdiscs
+of handle `LINK_HANDLE` (the bandwidth limits). `heal_links_node` removes
+exactly those; the ssh provider's teardown calls it, since a VM outlives a
+killed run (a namespace or a container takes them with it).
 """
 
 from __future__ import annotations
@@ -39,6 +46,9 @@ from infra.nodes import Cluster, Node, parallel
 from infra.state import NODE_RULE_TAG
 
 IPT = "iptables -w"
+LINK_CHAIN = "HARNESS-LINK"  # a node's chain of lossy-link rules (nemesis.link)
+LINK_JUMP = f"-m comment --comment harness-link -j {LINK_CHAIN}"  # INPUT's jump into it
+LINK_HANDLE = "7a1"  # the handle of a node's bandwidth-limiting root qdiscs (nemesis.link)
 
 
 def _check_grudge(cluster: Cluster, grudge: dict[str, list[str]]) -> None:
@@ -121,6 +131,25 @@ def heal_node(node: Node) -> int:
         return int(res.stdout.split()[-1])
     except (ValueError, IndexError):
         return 0
+
+
+def heal_links_node(node: Node, rules: bool = True, qdiscs: bool = True) -> dict[str, int]:
+    """Removes the degraded links' traces on one node, whatever made them: the
+    jump into LINK_CHAIN, the chain and its rules (`rules`), and every root
+    qdisc of handle LINK_HANDLE (`qdiscs`); how many rules and qdiscs it removed."""
+    script = "r=0; q=0; "
+    if rules:
+        script += (f"r=$({IPT} -S {LINK_CHAIN} 2>/dev/null | grep -c '^-A'); "
+                   f"while {IPT} -D INPUT {LINK_JUMP} 2>/dev/null; do :; done; "
+                   f"{IPT} -F {LINK_CHAIN} 2>/dev/null; {IPT} -X {LINK_CHAIN} 2>/dev/null; ")
+    if qdiscs:
+        # Every interface, not just the one of the node's address: nothing of ours stays anywhere.
+        script += (f"for d in $(ls /sys/class/net); do "
+                   f"if tc qdisc show dev \"$d\" root 2>/dev/null | grep -q '^qdisc htb {LINK_HANDLE}: '; then "
+                   f"tc qdisc del dev \"$d\" root && q=$((q+1)); fi; done; ")
+    out = node.remote.run(script + 'echo "rules=$r qdiscs=$q"', timeout=30).stdout.split()
+    fields = dict(x.split("=", 1) for x in out if "=" in x)
+    return {k: int(fields.get(k, 0) or 0) for k in ("rules", "qdiscs")}
 
 
 def heal(cluster: Cluster) -> dict[str, int]:

@@ -37,7 +37,7 @@ from pathlib import Path
 from core.errors import UserError
 from infra import hostops
 from infra import state as st
-from infra.net import heal_node
+from infra.net import heal_links_node, heal_node
 from infra.nodes import Cluster, Node, Provider, ProvisionOptions, Say, check_ssh_options, parallel
 from infra.remote import Remote, RemoteError
 
@@ -324,7 +324,7 @@ def provision_vagrant(o: ProvisionOptions, config_text: str | None = None) -> Cl
 
 
 def teardown_ssh(cluster: Cluster, say: Say = None) -> list[str]:
-    """Stops the harness's daemons and partition rules on every host; forgets the cluster."""
+    """Stops the harness's daemons, partition rules and degraded links on every host; forgets the cluster."""
     removed: list[str] = []
 
     def one(node: Node) -> list[str]:
@@ -340,6 +340,9 @@ def teardown_ssh(cluster: Cluster, say: Say = None) -> list[str]:
             n = heal_node(node)
             if n:
                 done.append(f"{node.name}: {n} partition rule(s)")
+            links = heal_links_node(node)
+            if any(links.values()):
+                done.append(f"{node.name}: {links['rules']} lossy-link rule(s), {links['qdiscs']} bandwidth limit(s)")
         except RemoteError as e:
             done.append(f"{node.name}: not reached ({e}); its daemons and rules may remain")
         finally:

@@ -17,7 +17,9 @@ The seams, for every record:
   verdict `{"ok": bool, ...}`), `state` what `stop` needs;
 - `stop(ctx, state) -> value`: undoes it and verifies that too;
 - `draw(targets, n_nodes, rng) -> (mode, picks)`: the schedule's random
-  choices for one start (picks index the sorted node list);
+  choices for one start (picks index the sorted node list); a draw may add
+  a third item, the fault's own settings (`{"loss": 0.3}`), which the step
+  keeps in its `extra`;
 - `sweep(ctx) -> dict`: undoes every trace of the fault's family on every
   node (what it did, for the `heal` event), whether a fault is active or not;
 - `describe(value, stopping) -> (what, verification)`: an event's value in
@@ -82,7 +84,7 @@ class FaultError(UserError):
 
 Start = Callable[[Context, Step], tuple[dict, dict]]
 Stop = Callable[[Context, dict], dict]
-Draw = Callable[[str, int, random.Random], tuple[str, tuple[int, ...]]]
+Draw = Callable[[str, int, random.Random], tuple]  # (mode, picks) or (mode, picks, settings)
 Sweep = Callable[[Context], dict]
 Describe = Callable[[dict, bool], tuple[str, str]]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from nemesis import disk, partition, power, process
+from nemesis import disk, link, partition, power, process
 from nemesis.fault import Fault
 
 
@@ -26,6 +26,8 @@ def _table(*faults: Fault) -> dict[str, Fault]:
 
 FAULTS: dict[str, Fault] = _table(
     partition.PARTITION,
+    link.LOSSY_LINK,
+    link.SLOW_LINK,
     process.KILL,
     process.PAUSE,
     disk.STALL,

@@ -27,6 +27,7 @@ import dataclasses
 import random
 
 from core.errors import UserError
+from nemesis import link
 from nemesis.conditions import CONDITIONS, DEFAULT_TIMEOUT_S
 from nemesis.fault import Step
 from nemesis.partition import MODE_OF_TARGET, PARTITION_MODES, ROLE_SHAPES
@@ -52,9 +53,10 @@ def plan(faults: tuple[str, ...], targets: str, n_nodes: int, interval: float, t
             break
         elapsed += wait
         fault = rng.choice(faults)
-        mode, picks = FAULTS[fault].draw(targets, n_nodes, rng)
+        mode, picks, *settings = FAULTS[fault].draw(targets, n_nodes, rng)
         # Which topic partition's leader or replicas, when those are the targets.
         extra = {"partition": rng.randrange(partitions)} if targets in PER_TOPIC_PARTITION else {}
+        extra.update(*settings)  # a fault's own settings, when its draw gives them (a lossy link's loss)
         steps.append(Step(wait, "start", fault, mode, picks, extra))
         wait = min(max(rng.expovariate(1 / interval), 1.0), 3 * interval)
         elapsed += wait
@@ -93,8 +95,9 @@ def plan_overlapping(faults: tuple[str, ...], targets: str, n_nodes: int, interv
             if rng.random() >= 0.5:
                 continue
             fault = rng.choice(family)
-            mode, picks = FAULTS[fault].draw(targets, n_nodes, rng)
+            mode, picks, *settings = FAULTS[fault].draw(targets, n_nodes, rng)
             extra = {"partition": rng.randrange(partitions)} if targets in PER_TOPIC_PARTITION else {}
+            extra.update(*settings)
             begin = elapsed + rng.uniform(0.0, 0.5) * (end - elapsed)
             stop = begin + rng.uniform(0.5, 1.0) * (end - begin)
             timed.append((round(begin, 3), 1, Step(0.0, "start", fault, mode, picks, extra)))
@@ -115,7 +118,7 @@ def plan_overlapping(faults: tuple[str, ...], targets: str, n_nodes: int, interv
 # may be another node than in the first run: the replay keeps the intent.
 ROLE_MODES = ROLE_TARGETS + ROLE_SHAPES  # nemesis.targets and nemesis.partition list them
 STEP_KEYS = ("delay", "action", "fault", "mode", "picks")
-EXTRA_KEYS = ("partition",)
+EXTRA_KEYS = ("partition",) + link.SETTINGS
 AWAIT_KEYS = ("delay", "action", "until", "partition", "timeout")  # an await step's
 ACTIONS = ("start", "stop", "await")
 
@@ -190,6 +193,9 @@ def from_records(records: object, n_nodes: int, partitions: int) -> list[Step]:
         extra = {}
         if "partition" in r:
             extra["partition"] = _topic_partition(r["partition"], where, partitions)
+        for key in link.SETTINGS:
+            if key in r:
+                extra[key] = link.check_setting(key, r[key], where, fault)
         steps.append(Step(float(delay), "start", fault, mode, tuple(picks), extra))
         active.append(fault)
     return steps

@@ -20,6 +20,8 @@ from nemesis.targets import TARGETS
 def test_names_and_history_actions_are_the_documented_ones():
     assert {name: (f.start_action, f.stop_action) for name, f in FAULTS.items()} == {
         "partition": ("start-partition", "stop-partition"),
+        "lossy-link": ("start-lossy-link", "stop-lossy-link"),
+        "slow-link": ("start-slow-link", "stop-slow-link"),
         "kill": ("kill", "start"),
         "pause": ("pause", "resume"),
         "disk-stall": ("stall-disk", "unstall-disk"),
@@ -63,8 +65,9 @@ def test_groups_and_the_faultfs():
 def test_every_fault_draws_its_targets():
     for f in FAULTS.values():
         for target in f.targets:
-            mode, picks = f.draw(target, 5, random.Random(1))
+            mode, picks, *settings = f.draw(target, 5, random.Random(1))
             assert mode and all(0 <= i < 5 for i in picks)
+            assert not settings or isinstance(settings[0], dict)  # a fault's own settings (a lossy link's loss)
 
 
 def test_heal_runs_each_sweep_once_network_then_disks_then_processes(monkeypatch):
