@@ -130,9 +130,16 @@ class Nemesis:
         stop_f = record.stop_action
         self._record("invoke", stop_f, {k: v for k, v in state.items() if k in ("nodes", "grudge")})
         try:
-            # A start that failed half-way: its family's sweep, not heal_everything, which would
-            # also undo the other faults in force.
-            value = record.stop(self.ctx, state) if not state.get("failed") else record.sweep(self.ctx)
+            if not state.get("failed"):
+                value = record.stop(self.ctx, state)
+            elif any(FAULTS[other].sweep is record.sweep for other in self._active if other != fault):
+                # A start that failed half-way, while another fault of the same sweep (kill and
+                # pause share one) is in force: sweeping now would undo that one too. What the
+                # failed start left is swept by the heal at the end.
+                value = {"swept": "at the final heal (another fault of its sweep is in force)"}
+            else:
+                # Its family's sweep, not heal_everything, which would also undo the other faults in force.
+                value = record.sweep(self.ctx)
         except Exception as e:
             log.warning("undoing %s failed: %s", fault, e)
             self._record("info", stop_f, {}, error=_one_line(e))

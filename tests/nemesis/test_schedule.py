@@ -187,3 +187,17 @@ def test_bad_overlap_and_await_steps_are_one_line_naming_the_step(records, words
     with pytest.raises(UserError) as e:
         from_records(records, 3, 2)
     assert words in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("n_nodes", [2, 3, 4, 5])
+def test_every_drawn_partition_cuts_something(n_nodes):
+    """majorities-ring on 3 nodes (and bridge on 2) would cut no link and pass for a
+    verified partition: such a draw becomes isolate-one; 4 nodes and more keep the ring."""
+    names = [f"n{i + 1}" for i in range(n_nodes)]
+    drawn = set()
+    for seed in range(100):
+        for step in plan(("partition",), "random", n_nodes, 2.0, 60.0, seed):
+            if step.action == "start":
+                drawn.add(step.mode)
+                assert grudge_for(step.mode, names, step.picks), (seed, step)
+    assert ("majorities-ring" in drawn) == (n_nodes >= 4)
