@@ -26,13 +26,13 @@ import base64
 import html
 import io
 import logging
-import os
 from pathlib import Path
 
 import orjson
 
 from checkers.liveness import verdict_words
 from core.errors import HistoryError
+from core.files import write_whole
 from core.history.files import HistorySource, iter_source_jsonl
 from core.history.format import FINAL_READS, NEMESIS, NEMESIS_PROCESS_ID
 from core.history.jsonl import ReadReport
@@ -880,8 +880,4 @@ def write_timeline(run_dir: Path, table, intervals: list[dict], budget: int = TI
     """Write run_dir/timeline.html from the history's columns; returns its path."""
     sample, said = timeline_ops(table, budget)
     page = timeline_html(sample, said, intervals, title if title is not None else Path(run_dir).name)
-    path = Path(run_dir) / "timeline.html"
-    tmp = path.with_name(".timeline.html.tmp")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_whole(Path(run_dir) / "timeline.html", page)
