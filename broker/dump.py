@@ -12,7 +12,9 @@ broker. One JSON array per record on stdout:
 key and value are integers when their bytes are a decimal number (what the
 harness's workload writes), else text, null when absent. A compressed batch
 other than gzip prints its offsets with key and value null (the workload
-never compresses). Exit 0; a missing data dir is one line on stderr and exit 2.
+never compresses). A batch whose CRC does not match, or whose records do not
+decode (a flipped bit on disk), prints its offsets with key null and the value
+`<corrupt batch: WHY>`. Exit 0; a missing data dir is one line on stderr and exit 2.
 """
 
 from __future__ import annotations
@@ -91,7 +93,14 @@ def partition_records(directory: str):
             size = os.fstat(fd).st_size
             for pos, h in storage.scan_file(fd, 0, size, check_crc=False):
                 batch = os.pread(fd, h.length, pos)
-                for offset, key, value in batch_records(batch, h):
+                try:
+                    if not records.crc_ok(batch, 0, h.length):
+                        raise ValueError("CRC mismatch")
+                    decoded = list(batch_records(batch, h))
+                except (ValueError, IndexError, EOFError, OSError) as e:  # a corrupt batch: said, not a crash
+                    decoded = [(h.base_offset + d, None, f"<corrupt batch: {e}>".encode())
+                               for d in range(h.last_offset_delta + 1)]
+                for offset, key, value in decoded:
                     yield offset, h.leader_epoch, key, value
         finally:
             os.close(fd)

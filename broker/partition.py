@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 
 from broker import protocol as P
-from broker.records import BatchHeader, patch_offset_and_epoch
+from broker.records import BatchHeader, crc_ok, patch_offset_and_epoch
 from broker.storage import Log, read_epoch_checkpoint, write_epoch_checkpoint
 from broker.zk import PartitionState
 
@@ -85,6 +85,7 @@ class Partition:
         # A newer leader epoch this leader has heard of (from a request), or -1: while set it
         # neither acknowledges nor advances its HW, since another replica may lead already.
         self.fenced_by = -1
+        self.corrupt_at = -1  # the base offset of the last fetched batch refused for its CRC (logged once)
         self._epochs_dirty = False  # the cache changed since leader-epoch-checkpoint was written
 
     @property
@@ -448,6 +449,15 @@ class Partition:
         for h, data in batches:
             if h.next_offset <= self.leo:
                 continue
+            if not crc_ok(data, 0, h.length):
+                # As Kafka's follower: a corrupt batch is never stored. Nothing after it is
+                # appended; the next fetch asks again from the log end (a flip on the leader's
+                # read path may be gone by then; one on its disk stays, and so does this error).
+                if self.corrupt_at != h.base_offset:
+                    log.error("%s: fetched batch at %d from leader %s fails its CRC: not appended", self.name,
+                              h.base_offset, self.leader_id)
+                    self.corrupt_at = h.base_offset
+                break
             if h.base_offset != self.leo:
                 if h.base_offset < self.leo:
                     self.note_truncation(h.base_offset, self.leader_id, self.leader_epoch,

@@ -74,6 +74,26 @@ def test_dump_decodes_a_gzip_batch_and_text_values(tmp_path):
     assert rows == [[0, 0, 7, None, 103], [0, 1, 7, "k", "\u00e9t\u00e9"]]
 
 
+def test_a_corrupt_batch_is_dumped_as_corrupt_not_a_crash(tmp_path):
+    """A bit flipped on disk in the second batch (the faultfs's disk-corrupt): its
+    offsets are said to be corrupt, the batches around it dumped as they are."""
+    log = Log(str(tmp_path / "t-0"))
+    log.open()
+    for v in (b"1", b"2", b"3"):
+        _append(log, [(None, v), (None, v + b"0")], epoch=1)
+    log.close()
+    segment = tmp_path / "t-0" / f"{0:020d}.log"
+    data = bytearray(segment.read_bytes())
+    second = records.parse_header(data, 0).length
+    data[second + records.parse_header(data, second).length - 3] ^= 0x40
+    segment.write_bytes(bytes(data))
+    code, rows, err = _dump("--data-dir", str(tmp_path))
+    assert code == 0, err
+    assert [r[:3] for r in rows] == [[0, o, 1] for o in range(6)]
+    assert [r[4] for r in rows[:2] + rows[4:]] == [1, 10, 3, 30]
+    assert rows[2][4] == rows[3][4] == "<corrupt batch: CRC mismatch>"
+
+
 def test_dump_of_a_missing_dir_is_one_line_and_exit_2(tmp_path):
     code, rows, err = _dump("--data-dir", str(tmp_path / "nope"))
     assert code == 2 and rows == [] and len(err.strip().splitlines()) == 1

@@ -188,3 +188,20 @@ def test_idempotent_sequences_dedup_order_and_epochs(tmp_path):
     data = make_batch([b"y"], base_sequence=0, producer_id=7, producer_epoch=1)
     base, _, dup = p.append_as_leader(data, records.validate_produce_batch(data), check_sequences=False)
     assert not dup and base == p.leo - 1
+
+
+def test_a_follower_never_stores_a_batch_that_fails_its_crc(tmp_path):
+    """A bit flipped between the leader's disk and the follower (the faultfs's
+    disk-corrupt): the follower stops at that batch and asks again later; the
+    good batches before it are stored, nothing after it."""
+    good = [records.patch_offset_and_epoch(make_batch([v]), i, 0) for i, v in enumerate((b"a", b"b", b"c"))]
+    flipped = bytearray(good[1])
+    flipped[-1] ^= 0x04  # a bit of the second batch's last record
+    chunk = bytes(good[0]) + bytes(flipped) + bytes(good[2])
+    follower = _partition(tmp_path, me=2)
+    follower.become_follower(PartitionState(leader=1, leader_epoch=0, isr=[1, 2, 3]), truncate=True)
+    assert follower.append_as_follower(records.split_batches(chunk), leader_hw=3) == len(good[0])
+    assert (follower.leo, follower.corrupt_at) == (1, 1)
+    # The leader's next answer is clean (the flip was on its read path): the rest follows.
+    follower.append_as_follower(records.split_batches(bytes(good[1]) + bytes(good[2])), leader_hw=3)
+    assert follower.leo == 3
