@@ -345,17 +345,23 @@ def apply_loss(ctx: Context, targets: list[str], loss: float) -> dict[str, int]:
     return dict(zip(names, parallel(one, names)))
 
 
-def start_loss(ctx: Context, step: Step) -> tuple[dict, dict]:
-    loss = check_setting("loss", step.extra.get("loss", DEFAULT_LOSS), "lossy-link")
+def _start_degraded(ctx: Context, step: Step, key: str, default, applied: str, apply, probe,
+                    within) -> tuple[dict, dict]:
+    """A degraded link's start: its setting (`key`, the step's or `default`), the
+    targets, `apply` (what it did goes under `applied`), then `probe` across the
+    probed links, each measurement held to the setting by `within`."""
+    setting = check_setting(key, step.extra.get(key, default), step.fault)
     names, how = resolve(ctx, step)
-    rules = apply_loss(ctx, names, loss)
-    links = probed_links(ctx.names, names)
-    n = loss_packets(loss)
-    measured = _probe_links(ctx, links, lambda a, b, port: probe_loss(a, b, port, n))
-    ok = bool(measured) and all(loss_within(m, loss) for m in measured.values())
-    value = {"nodes": names, **how, "loss": loss, "rules": rules,
-             "verified": {"ok": ok, "loss": measured}}
-    return value, {"nodes": names, "loss": loss}
+    done = apply(ctx, names, setting)
+    measured = _probe_links(ctx, probed_links(ctx.names, names), lambda a, b, port: probe(a, b, port, setting))
+    ok = bool(measured) and all(within(m, setting) for m in measured.values())
+    value = {"nodes": names, **how, key: setting, applied: done, "verified": {"ok": ok, key: measured}}
+    return value, {"nodes": names, key: setting}
+
+
+def start_loss(ctx: Context, step: Step) -> tuple[dict, dict]:
+    return _start_degraded(ctx, step, "loss", DEFAULT_LOSS, "rules", apply_loss,
+                           lambda a, b, port, loss: probe_loss(a, b, port, loss_packets(loss)), loss_within)
 
 
 def stop_loss(ctx: Context, state: dict) -> dict:
@@ -415,16 +421,8 @@ def rate_probe_bytes(rate: str) -> int:
 
 
 def start_rate(ctx: Context, step: Step) -> tuple[dict, dict]:
-    rate = check_setting("rate", step.extra.get("rate", DEFAULT_RATE), "slow-link")
-    names, how = resolve(ctx, step)
-    limited = apply_rate(ctx, names, rate)
-    links = probed_links(ctx.names, names)
-    size = rate_probe_bytes(rate)
-    measured = _probe_links(ctx, links, lambda a, b, port: probe_rate(a, b, port, size))
-    ok = bool(measured) and all(rate_within(m, rate) for m in measured.values())
-    value = {"nodes": names, **how, "rate": rate, "limited": limited,
-             "verified": {"ok": ok, "rate": measured}}
-    return value, {"nodes": names, "rate": rate}
+    return _start_degraded(ctx, step, "rate", DEFAULT_RATE, "limited", apply_rate,
+                           lambda a, b, port, rate: probe_rate(a, b, port, rate_probe_bytes(rate)), rate_within)
 
 
 def stop_rate(ctx: Context, state: dict) -> dict:
