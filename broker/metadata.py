@@ -120,6 +120,7 @@ class Metadata:
         for path in (Z.BROKERS, Z.TOPICS, Z.CONSUMERS):
             await self.zk_call(lambda c, p=path: c.ensure_path(p))
         self.cluster_id = await self.zk_call(ensure_cluster_id)
+        log.info("cluster id %s", self.cluster_id)
         await self._register()
         self.controller = Controller(self.zk, self.id, self.cfg.unclean_leader_election,
                                      self.cfg.bug("elect-any-replica"))
