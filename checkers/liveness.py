@@ -381,11 +381,13 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
     by_partition: dict[str, dict] = {}
     consumer_parts: dict[int, Waits] = {}
     prod_parts: dict[int, Waits] = {}
+    part_sends: dict[int, tuple] = {}  # partition -> its sends' invocation and completion times, sorted
     columns: dict[int, tuple] = {}
     for p in partitions:
         pa_ = ack_p == p
         pt = inv_t[inv_part == p]
         pc_ = np.sort(comp_part_t[comp_part == p], kind="stable")
+        part_sends[p] = (pt, pc_)
         prod_parts[p] = producer_waits(pt, pc_, ack_t[pa_], end)
         lo, hi = np.searchsorted(r_p, p, "left"), np.searchsorted(r_p, p, "right")
         columns[p] = (ack_t[pa_], ack_o[pa_], r_t[lo:hi], r_o[lo:hi])
@@ -410,8 +412,6 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
     recovery = _since(ack_t, heal)
     hang = bool(_attempted_after(inv_t, comp_t, heal) and (recovery is None or recovery > hang_s))
     hung_partitions = []
-    comp_order = np.argsort(comp_part_t, kind="stable")
-    comp_part_sorted, comp_part_t_sorted = comp_part[comp_order], comp_part_t[comp_order]
     for p in partitions:
         pa_ = ack_p == p
         lo, hi = np.searchsorted(r_p, p, "left"), np.searchsorted(r_p, p, "right")
@@ -424,7 +424,7 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
         # One partition that never comes back is a hang too, though the others recovered
         # (a replica marked failed, a leader that never returns); without an acknowledgement
         # it needs the run to have watched it for hang_s, as the runner does.
-        if _attempted_after(inv_t[inv_part == p], comp_part_t_sorted[comp_part_sorted == p], heal) and (
+        if _attempted_after(*part_sends[p], heal) and (
                 (p_recovery is None and end - heal > hang_s * 1e9) or (p_recovery or 0) > hang_s):
             hung_partitions.append(p)
     return {

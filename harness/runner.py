@@ -279,18 +279,21 @@ def _await_recovery(r: Run) -> None:
         return st.get("acked_offsets", {}), st.get("records_read", 0)
 
     acked0, read0 = counts()
+
+    def silent(acked: dict) -> list[int]:
+        # Every partition that acknowledged before the heal, again: one that stays
+        # silent is watched for the whole limit, so the checker can call it hung.
+        return sorted(p for p, o in acked0.items() if acked.get(p, -1) <= o)
+
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         acked, read = counts()
-        # Every partition that acknowledged before the heal, again: one that stays
-        # silent is watched for the whole limit, so the checker can call it hung.
-        waiting = [p for p, o in acked0.items() if acked.get(p, -1) <= o]
-        if not waiting and acked and (r.spec.consumers == 0 or read > read0):
+        if not silent(acked) and acked and (r.spec.consumers == 0 or read > read0):
             log.info("recovered: sends acknowledged on every partition and records read after the heal")
             return
         time.sleep(0.2)
     acked, read = counts()
-    waiting = sorted(p for p, o in acked0.items() if acked.get(p, -1) <= o)
+    waiting = silent(acked)
     log.warning("in %g s after the heal: %s", limit, "; ".join(
         ([f"no acknowledgement on partition(s) {', '.join(map(str, waiting))}"] if waiting else [])
         + ([] if r.spec.consumers == 0 or read > read0 else ["no records read"])) or "no acknowledgement")
