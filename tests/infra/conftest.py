@@ -87,18 +87,24 @@ def new_things(before: dict[str, set], after: dict[str, set]) -> dict[str, set]:
     return {k: v for k, v in diff.items() if v}
 
 
-@pytest.fixture(scope="session")
-def cluster5():
-    """A 5-node local cluster shared by the tests that leave it as they found it."""
+def local_cluster(nodes: int):
+    """A real local cluster of `nodes` nodes for a fixture to yield from: torn
+    down afterwards, and checked to have left nothing."""
     need_root()
     from infra.cluster import ProvisionOptions, provision
 
-    cluster = provision("local", ProvisionOptions(nodes=5))
+    cluster = provision("local", ProvisionOptions(nodes=nodes))
     try:
         yield cluster
     finally:
         cluster.teardown()
         assert_nothing_left(cluster.cluster_id)
+
+
+@pytest.fixture(scope="session")
+def cluster5():
+    """A 5-node local cluster shared by the tests that leave it as they found it."""
+    yield from local_cluster(5)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from nemesis import link, schedule
 from nemesis.fault import Context, FaultError, Step
 from nemesis.registry import FAULTS
 from nemesis.targets import NODE_TARGETS
+from tests.infra.conftest import local_cluster
 
 
 # ----------------------------------------------------------------------------
@@ -125,17 +126,7 @@ def test_words_of_the_events():
 
 @pytest.fixture(scope="module")
 def cluster3():
-    from tests.infra.conftest import assert_nothing_left, need_root
-
-    need_root()
-    from infra.cluster import ProvisionOptions, provision
-
-    cluster = provision("local", ProvisionOptions(nodes=3))
-    try:
-        yield cluster
-    finally:
-        cluster.teardown()
-        assert_nothing_left(cluster.cluster_id)
+    yield from local_cluster(3)
 
 
 def traces(cluster) -> dict[str, tuple[int, bool]]:
