@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from checkers import anomalies as an
-from checkers import liveness, node_logs, stats
+from checkers import liveness, node_logs, offsets, stats
 from checkers.load import load, prepare
 from checkers.spark import get_session
 from core.history.files import load_run_json, resolve
@@ -61,7 +61,10 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
         if spark is None:
             spark = get_session(opts.master, opts.spark_conf)
         loaded = load(spark, prepared)
-        results = _analyse(loaded.df, promised, opts)
+        df, folded = offsets.fold(loaded.df, prepared.to_fold)
+        results = offsets.unfold(_analyse(df, promised, opts), folded)
+        if folded:
+            results["warnings"].append(offsets.warning(folded))
         # Liveness reads its few columns with Arrow, not Spark: sorted arrays and
         # searchsorted beat a shuffle here (docs/benchmarks.md).
         t = time.monotonic()

@@ -28,6 +28,8 @@ class Prepared:
     events: int
     format: str
     warnings: list[str] = field(default_factory=list)
+    # Offsets too large for the checker's packed positions (checkers/offsets.py).
+    to_fold: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -40,12 +42,14 @@ class Loaded:
 
 def prepare(source: HistorySource, scratch: Path) -> Prepared:
     """Validate a history; JSONL is converted to Parquet in `scratch` on the way."""
+    to_fold: set[int] = set()
     if source.format == "jsonl":
         report = ReadReport()
         dest = scratch / "history.parquet"
-        n = write_parquet(iter_source_jsonl(source, report), dest)
-        return Prepared([dest], n, "jsonl", list(report.warnings))
-    return Prepared(list(source.files), validate_parquet(source.files), "parquet")
+        n = write_parquet(iter_source_jsonl(source, report), dest, big_offsets=to_fold)
+        return Prepared([dest], n, "jsonl", list(report.warnings), to_fold)
+    n = validate_parquet(source.files, big_offsets=to_fold)
+    return Prepared(list(source.files), n, "parquet", to_fold=to_fold)
 
 
 def load(spark, prepared: Prepared) -> Loaded:

@@ -25,10 +25,20 @@ NEMESIS_PROCESS_ID = -1
 BASE_FIELDS = ("index", "time", "process", "type", "f")
 # Fields with a column of their own in Parquet; every other field goes to `extra`.
 COLUMN_FIELDS = ("key", "value", "partition", "offset", "error", "records", "partitions", "offsets", "ends")
-# Positions are packed into one long by the checker (partition << 40 | offset):
-# both formats reject what would not fit, so no two positions collide.
+# Positions are packed into one long by the checker (partition << 40 | offset).
+# A partition beyond MAX_PARTITION is rejected. An offset may be any int64
+# (MAX_STORED_OFFSET): a real broker has served a record at offset 2^42 + 28
+# (a flipped bit in a batch's base offset, which no CRC covers), and that
+# read is evidence. The checker folds the few offsets near or above
+# MAX_OFFSET into the top of the packed range, in order (checkers/offsets.py).
 MAX_PARTITION = (1 << 23) - 1
 MAX_OFFSET = (1 << 40) - 1
+MAX_STORED_OFFSET = (1 << 63) - 1
+# Offsets above this are collected while a history is validated and folded,
+# in order, into the top FOLD_ROOM values of the packed range: whatever lies
+# at or below it keeps its place, and the order of all offsets is kept.
+FOLD_ROOM = 1 << 20
+FOLD_ABOVE = MAX_OFFSET - FOLD_ROOM
 
 
 
@@ -104,10 +114,10 @@ def check_event(event: Any, where: str) -> None:
 
 
 def _check_position(x: dict, where: str) -> None:
-    """`partition` and `offset`: integers, not negative (the checker packs them into one long)."""
+    """`partition` and `offset`: integers, not negative, the partition small enough to pack."""
     for name in ("partition", "offset"):
         _check_int(x, name, where)
-        if x[name] < 0 or x[name] > (MAX_OFFSET if name == "offset" else MAX_PARTITION):
+        if x[name] < 0 or x[name] > (MAX_STORED_OFFSET if name == "offset" else MAX_PARTITION):
             raise HistoryError(f"{where}: '{name}' {x[name]} is out of range")
 
 

@@ -13,7 +13,8 @@ from typing import Iterable
 import orjson
 
 from core.errors import HistoryError
-from core.history.format import (BASE_FIELDS, CLIENT_FS, COLUMN_FIELDS, FINAL_READS, MAX_OFFSET, MAX_PARTITION,
+from core.history.format import (BASE_FIELDS, CLIENT_FS, COLUMN_FIELDS, FINAL_READS, FOLD_ABOVE, MAX_PARTITION,
+                                  MAX_STORED_OFFSET,
                                   NEMESIS, NEMESIS_PROCESS_ID, TYPES, OrderCheck, first_line)
 from core.history.jsonl import ReadReport, iter_jsonl
 
@@ -68,27 +69,63 @@ def events_to_table(events: Iterable[dict]):
     return pa.Table.from_pydict(_to_columns(events), schema=arrow_schema())
 
 
-def write_parquet(events: Iterable[dict], dest: str | os.PathLike, batch_rows: int = 250_000) -> int:
-    """Write events to one Parquet file in row groups of `batch_rows`; return the count."""
+def write_parquet(events: Iterable[dict], dest: str | os.PathLike, batch_rows: int = 250_000,
+                  big_offsets: set[int] | None = None) -> int:
+    """Write events to one Parquet file in row groups of `batch_rows`; return
+    the count. Offsets the checker must fold go into `big_offsets` if given."""
     import pyarrow.parquet as pq
 
     schema = arrow_schema()
     dest = Path(dest)
     tmp = dest.with_name(dest.name + ".tmp")
     n = 0
+
+    def write(rows: list[dict]) -> None:
+        table = events_to_table(rows)
+        if big_offsets is not None:
+            big_offsets.update(offsets_to_fold(table))
+        writer.write_table(table)
+
     with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
         batch: list[dict] = []
         for e in events:
             batch.append(e)
             if len(batch) >= batch_rows:
-                writer.write_table(events_to_table(batch))
+                write(batch)
                 n += len(batch)
                 batch = []
         if batch or n == 0:
-            writer.write_table(events_to_table(batch))
+            write(batch)
             n += len(batch)
     os.replace(tmp, dest)
     return n
+
+
+def offsets_to_fold(batch) -> set[int]:
+    """The distinct offsets above FOLD_ABOVE in a table or batch (`offset`, and
+    the offsets of `records`, `ends` and `offsets`): too near or above the
+    largest that the checker's packed positions hold, so it folds them
+    (checkers/offsets.py). In a real history: none, or the few a corrupt
+    batch's base offset produced."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    found: set[int] = set()
+    names = batch.schema.names
+    columns = [batch.column(names.index("offset"))] if "offset" in names else []
+    for name in ("records", "ends", "offsets"):
+        if name in names:
+            flat = pc.list_flatten(batch.column(names.index(name)))
+            if isinstance(flat, pa.ChunkedArray):
+                flat = flat.combine_chunks()
+            if len(flat) and "offset" in [flat.type.field(i).name for i in range(flat.type.num_fields)]:
+                columns.append(pc.struct_field(flat, "offset"))
+    for column in columns:
+        column = column.cast(pa.int64(), safe=False) if column.type != pa.int64() else column
+        big = pc.filter(column, pc.fill_null(pc.greater(column, FOLD_ABOVE), False))
+        if len(big):
+            found.update(pc.unique(big).to_pylist())
+    return found
 
 
 def jsonl_to_parquet(src: str | os.PathLike, dest: str | os.PathLike, report: ReadReport | None = None) -> int:
@@ -134,7 +171,7 @@ def parquet_files(path: Path) -> list[Path]:
     return [path]
 
 
-def validate_parquet(files: list[Path]) -> int:
+def validate_parquet(files: list[Path], big_offsets: set[int] | None = None) -> int:
     """Check Parquet parts against HISTORY.md in streaming batches; return the event count.
 
     Parts are read in name order and must continue each other's indexes.
@@ -166,6 +203,8 @@ def validate_parquet(files: list[Path]) -> int:
             batches = pf.iter_batches(batch_size=1 << 20, columns=needed)
             for batch in batches:
                 _check_parquet_batch(file, batch, order, pa, pc)
+                if big_offsets is not None:
+                    big_offsets.update(offsets_to_fold(batch))
         except (OSError, pa.ArrowException) as e:
             raise HistoryError(f"{file}: cannot read ({first_line(e)})") from None
     if order.next_index == 0:
@@ -246,7 +285,7 @@ def _check_parquet_batch(file: Path, batch, order: OrderCheck, pa, pc) -> None:
         for field in wanted:
             if field not in fields:
                 raise HistoryError(f"{file.name}: {name} lack '{field}'")
-            top = {"partition": MAX_PARTITION, "offset": MAX_OFFSET}.get(field)
+            top = {"partition": MAX_PARTITION, "offset": MAX_STORED_OFFSET}.get(field)
             column = pc.struct_field(flat, field)
             if top is None:
                 bad(pc.and_(in_rows, pc.is_null(column)), f"a record lacks '{field}'", rows)
@@ -256,7 +295,7 @@ def _check_parquet_batch(file: Path, batch, order: OrderCheck, pa, pc) -> None:
     is_send = pc.and_(client, pc.equal(f, "send"))
     present(is_send, "value", "a send needs 'value'")
     for mask in (rows_of("send", ("ok",)), rows_of("seek", ("invoke", "ok"))):
-        for name, top in (("partition", MAX_PARTITION), ("offset", MAX_OFFSET)):
+        for name, top in (("partition", MAX_PARTITION), ("offset", MAX_STORED_OFFSET)):
             if present(mask, name, f"'{name}' is missing"):
                 in_range(mask, cols[name], name, top)
     positions(rows_of("poll", ("ok",)), "records")
