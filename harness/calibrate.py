@@ -128,11 +128,6 @@ def save(out: Path, records: list[RunRecord]) -> None:
     write_whole(out / "calibration.md", table(records) + "\n")
 
 
-def expected_words(expect: dict) -> str:
-    return ", ".join(("valid" if want else "invalid") if key == "valid" else f"{key} {want}"
-                     for key, want in expect.items()) or "-"
-
-
 def table(records: list[RunRecord]) -> str:
     """The markdown table: one row per scenario, in the order first recorded."""
     rows = ["| scenario | system | expected | runs | expectation met | seeds | anomalies (runs showing them) |",
@@ -147,7 +142,7 @@ def table(records: list[RunRecord]) -> str:
             for anomaly in r.counts:
                 shown[anomaly] = shown.get(anomaly, 0) + 1
         rows.append("| " + " | ".join([
-            f"`{name}`", runs[0].system, expected_words(runs[0].expect),
+            f"`{name}`", runs[0].system, specs.expect_words(runs[0].expect),
             f"{len(runs)}" + (f" ({not_run} could not run)" if not_run else ""),
             f"{sum(r.met for r in runs)}/{len(runs)}",
             ", ".join(str(r.seed) for r in runs),

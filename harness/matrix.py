@@ -90,7 +90,7 @@ class Cell:
 def kind_of(expect: dict) -> str:
     if expect.get("valid") is True:
         return "safe"
-    if expect.get("valid") is False or "present" in expect.values():
+    if expect.get("valid") is False or "present" in expect.values() or "one-of" in expect:
         return "unsafe"
     return "other"
 

@@ -48,13 +48,6 @@ def all_scenarios(folder: Path = specs.SCENARIOS) -> list[dict]:
     return out
 
 
-def _expect_words(expect: dict) -> str:
-    parts = []
-    for key, want in expect.items():
-        parts.append(("valid" if want else "invalid") if key == "valid" else f"{key} {want}")
-    return ", ".join(parts) or "-"
-
-
 def run(args) -> int:
     if args.name:
         scenario = load(specs.scenario_file(args.name))
@@ -63,7 +56,7 @@ def run(args) -> int:
             return 0
         print(f"{scenario['name']}  (system {scenario['system']})\n")
         print(textwrap.indent(scenario["description"], "  "))
-        print(f"\nexpect: {_expect_words(scenario['expect'])}")
+        print(f"\nexpect: {specs.expect_words(scenario['expect'])}")
         print("settings:")
         for key, value in scenario["settings"].items():
             print(f"  {key} = {json.dumps(value)}")
@@ -79,7 +72,7 @@ def run(args) -> int:
     width = max(len(s["name"]) for s in scenarios)
     for s in scenarios:
         first = s["description"].split(". ")[0].replace("\n", " ")
-        print(f"{s['name']:<{width}}  {s['system']:<5}  expect {_expect_words(s['expect'])}")
+        print(f"{s['name']:<{width}}  {s['system']:<5}  expect {specs.expect_words(s['expect'])}")
         print(f"{'':<{width}}  {textwrap.shorten(first, 100, placeholder=' ...')}")
     print(f"\n{len(scenarios)} scenarios; `harness scenarios NAME` shows one, "
           "`harness run --scenario NAME` runs it")

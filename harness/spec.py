@@ -359,9 +359,20 @@ def validate(s: TestSpec) -> None:
         elif key == "hang":
             if want not in ("present", "absent"):
                 bad(f"expect.hang: expected \"present\" or \"absent\", not {want!r}")
+        elif key == "one-of":
+            if not isinstance(want, list) or not want or any(a not in ANOMALIES for a in want):
+                bad(f"expect.one-of: expected a list of anomaly names ({', '.join(ANOMALIES)}), not {want!r}")
+        elif key == "logged":
+            for pattern in want if isinstance(want, list) else [want]:
+                if not isinstance(pattern, str) or not pattern:
+                    bad(f"expect.logged: expected a regular expression or a list of them, not {want!r}")
+                try:
+                    re.compile(pattern)
+                except re.error as e:
+                    bad(f"expect.logged {pattern!r}: not a regular expression ({e})")
         elif key not in ANOMALIES:
             bad(f"expect.{key}: not an anomaly (known: valid, {', '.join(ANOMALIES)}, hang, "
-                f"{', '.join(LIVENESS_LIMITS)})")
+                f"{', '.join(LIVENESS_LIMITS)}, one-of, logged)")
         elif want not in ("present", "absent"):
             bad(f"expect.{key}: expected \"present\" or \"absent\", not {want!r}")
 
@@ -384,10 +395,44 @@ def expectation(expect: dict, results: dict) -> tuple[bool, list[str]]:
             if miss:
                 misses.append(miss)
             continue
+        if key == "one-of":
+            if not any(results["anomalies"][a]["count"] > 0 for a in want):
+                misses.append(f"expected one of {', '.join(want)} present, found none")
+            continue
+        if key == "logged":
+            misses += [f"expected a node log record matching /{p}/, found none"
+                       for p in (want if isinstance(want, list) else [want]) if not _logged(p, results)]
+            continue
         count = results["anomalies"][key]["count"]
         if (want == "present") != (count > 0):
             misses.append(f"expected {key} {want}, found {count}")
     return not misses, misses
+
+
+def _logged(pattern: str, results: dict) -> bool:
+    """Whether a record of the node-log scan (results.json `node_logs`: its
+    ERROR records and traces, grouped) matches `pattern`, in its signature or
+    its first occurrence's text."""
+    rx = re.compile(pattern)
+    for g in (results.get("node_logs") or {}).get("groups", []):
+        if rx.search(g.get("signature", "")) or rx.search((g.get("first") or {}).get("text", "")):
+            return True
+    return False
+
+
+def expect_words(expect: dict) -> str:
+    """An [expect] table in words: `invalid, one of lost-acked lost-write, logged /CRC/`."""
+    parts = []
+    for key, want in expect.items():
+        if key == "valid":
+            parts.append("valid" if want else "invalid")
+        elif key == "one-of":
+            parts.append(f"one of {' '.join(want)} present")
+        elif key == "logged":
+            parts += [f"logged /{p}/" for p in (want if isinstance(want, list) else [want])]
+        else:
+            parts.append(f"{key} {want}")
+    return ", ".join(parts) or "-"
 
 
 def _liveness_miss(key: str, want, live: dict | None) -> str | None:

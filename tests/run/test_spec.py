@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from checkers.anomalies import ANOMALIES
 from harness.cli import main
-from harness.spec import build, load_file
+from harness.spec import build, expect_words, expectation, load_file
 from core.errors import UserError
 
 
@@ -137,3 +138,29 @@ def test_a_run_passes_every_provider_setting_on():
     assert (o.provider, o.hosts, o.ssh_port, o.nodes, o.remote_dir, o.ssh_insecure) == (
         "ssh", ["a1", "root@a2:2222"], 2200, 2, "/srv/h", True)
     assert build({}).provision_options().subnet is None
+
+
+def _results(counts: dict, groups: list[dict]) -> dict:
+    """results.json's parts an [expect] table reads: anomaly counts and the node-log scan."""
+    return {"valid": not any(counts.values()),
+            "anomalies": {a: {"count": counts.get(a, 0)} for a in ANOMALIES},
+            "node_logs": {"groups": groups}}
+
+
+def test_expect_one_of_and_logged():
+    crc = {"signature": "ERROR [ReplicaFetcher replicaId=<n>] Found invalid messages during fetch — "
+                        "org.apache.kafka.common.errors.CorruptRecordException: Record is corrupt",
+           "first": {"text": "[2026-11-23 10:00:00,000] ERROR ... (stored crc = 123)"}}
+    lost = _results({"lost-acked": 3}, [crc])
+    expect = {"valid": False, "one-of": ["lost-acked", "lost-write"], "logged": ["CorruptRecord", r"stored crc = \d+"]}
+    assert expectation(expect, lost) == (True, [])
+    assert expectation(expect, _results({"inconsistent-offset": 2}, [])) == (False, [
+        "expected one of lost-acked, lost-write present, found none",
+        "expected a node log record matching /CorruptRecord/, found none",
+        r"expected a node log record matching /stored crc = \d+/, found none"])
+    assert expect_words(expect) == r"invalid, one of lost-acked lost-write present, logged /CorruptRecord/, " \
+                                   r"logged /stored crc = \d+/"
+    for bad in ({"one-of": []}, {"one-of": ["lost-write", "banana"]}, {"one-of": "lost-write"},
+                {"logged": "(unclosed"}, {"logged": [""]}, {"logged": 3}):
+        with pytest.raises(UserError, match="expect"):
+            build({"expect": bad})
