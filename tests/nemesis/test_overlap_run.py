@@ -8,14 +8,22 @@ ISR; pause n3 as well; await until the ISR is the leader alone; stop the
 partition while the pause is still in force (the faults cross); stop the
 pause; await until the ISR is full again. The history must show both faults
 in force at once, each start and stop verified, the awaits with what they
-saw, and the final heal.
+saw, and the final heal. Then a run killed -9 while four faults are in
+force at once, which `harness clean` must clear.
 """
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import time
+
 import pytest
 
-from tests.support import harness_run, history_events
+from infra import hostops
+from infra import state as st
+from tests.support import HARNESS, clusters_owned_by, harness, harness_run, history_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -100,3 +108,92 @@ def test_crossing_faults_and_awaits_on_the_isr_run_verified_and_healed(tmp_path)
     assert second["value"]["until"] == "isr-full" and (second["type"] == "ok" or second["error"] == "timed out")
     # The report names the await in words.
     assert "until isr-leader-only on partition 0; saw leader n1, ISR n1" in (run_dir / "report.html").read_text()
+
+
+KILLED_SPEC = """\
+system = "own"
+nodes = 3
+zk-nodes = 1
+partitions = 1
+time-limit = 120.0
+rate = 100.0
+
+[[schedule]]
+delay = 1.0
+action = "start"
+fault = "partition"
+mode = "isolate-one"
+picks = [2, 0, 1]
+
+[[schedule]]
+delay = 0.0
+action = "start"
+fault = "lossy-link"
+mode = "one"
+picks = [1]
+loss = 0.3
+
+[[schedule]]
+delay = 0.0
+action = "start"
+fault = "slow-link"
+mode = "one"
+picks = [0]
+rate = "1mbit"
+
+[[schedule]]
+delay = 0.0
+action = "start"
+fault = "pause"
+mode = "one"
+picks = [1]
+
+[[schedule]]
+delay = 100.0
+action = "stop"
+fault = "pause"
+"""
+
+IN_FORCE = ("start-partition", "start-lossy-link", "start-slow-link", "pause")
+
+
+def test_a_run_killed_with_four_faults_in_force_is_cleaned_up(tmp_path):
+    """kill -9 of the harness while a partition, a lossy link, a slow link and
+    a pause are all in force: nothing heals them but `harness clean`, which
+    must leave no process, namespace (with its iptables rules and qdiscs) or
+    state of the cluster behind."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text(KILLED_SPEC)
+    run = subprocess.Popen([HARNESS, "run", "--results", str(tmp_path / "results"), "--config", str(spec)],
+                           stdout=subprocess.DEVNULL, stderr=open(tmp_path / "stderr.txt", "w"))
+    cids: list[str] = []
+    try:
+        deadline = time.monotonic() + 180
+        applied: set[str] = set()
+        while time.monotonic() < deadline and run.poll() is None and not applied >= set(IN_FORCE):
+            cids = cids or clusters_owned_by(run.pid)
+            found = list((tmp_path / "results").glob("*/*/history.jsonl"))
+            if found:
+                events = [json.loads(line) for line in found[0].read_text().splitlines()[:-1]]
+                applied = {e["f"] for e in events if e["process"] == "nemesis" and e["type"] in ("ok", "info")}
+            time.sleep(0.2)
+        assert applied >= set(IN_FORCE), (applied, (tmp_path / "stderr.txt").read_text()[-2000:])
+        (cid,) = cids
+        namespaces = [ns for ns in hostops.list_netns() if ns.startswith(f"{st.NETNS_PREFIX}{cid}-")]
+        assert len(namespaces) == 3
+        ours = [p.pid for p in hostops.scan_processes() if (p.daemon_tag or "").startswith(f"{cid}/")]
+        assert ours
+        run.send_signal(signal.SIGKILL)
+        run.wait(10)
+
+        res = harness("clean", "--cluster", cid, timeout=120)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert not [ns for ns in hostops.list_netns() if ns.startswith(f"{st.NETNS_PREFIX}{cid}-")]
+        assert not [pid for pid in ours if hostops.is_alive(pid)]  # brokers (one stopped), ZooKeeper, sshd
+        assert f"removed state directory {st.cluster_dir(cid)}" in res.stdout
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait(10)
+        for cid in cids or clusters_owned_by(run.pid):
+            harness("clean", "--cluster", cid, timeout=120)
