@@ -40,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from core.errors import HistoryError
-from core.history.format import FINAL_READS, MAX_OFFSET, MAX_PARTITION
+from core.history.format import FINAL_READS, MAX_OFFSET, MAX_PARTITION, NEMESIS_PROCESS_ID
 
 # The anomaly vocabulary, defined here only: every anomaly the checker
 # reports, in report order, with when it counts as an error and what it
@@ -78,6 +78,8 @@ assert MAX_OFFSET == (1 << POS_BITS) - 1 and MAX_PARTITION < (1 << (63 - POS_BIT
 NARROW_GAP = 1024
 # Odd steps of read order (backwards or jumping) are classified on the driver up to this many.
 STEPS_ON_DRIVER = 100_000
+# Whether the ok polls are cached (see `build`).
+CACHE_POLLS = True
 _STEP_SCHEMA = ("process long, partition long, index long, slot int, offset long, value long, "
                 "prev_offset long, prev_value long, prev_index long")
 
@@ -151,11 +153,19 @@ def _ranges(ps: list[int]) -> str:
     return ", ".join(out)
 
 
-def final_logs(df) -> FinalLogs:
-    """The final-reads operations, paired by order within their process, on the driver."""
+def few_events(df) -> list:
+    """The nemesis's events and the `final-reads` operations, in one job: few
+    in any history (faults and final reads, not records), they are the rows
+    `final_logs` and `stats.faults` read on the driver."""
     F = _F()
-    rows = (df.where((F.col("process") >= 0) & (F.col("f") == FINAL_READS))
-            .select("process", "index", "type", "partitions", "ends").orderBy("index").collect())
+    return (df.where((F.col("process") == NEMESIS_PROCESS_ID)
+                     | ((F.col("process") >= 0) & (F.col("f") == FINAL_READS)))
+            .select("process", "index", "time", "type", "f", "partitions", "ends", "extra").collect())
+
+
+def final_logs(few: list) -> FinalLogs:
+    """The final-reads operations (of `few_events`), paired by order within their process."""
+    rows = sorted((r for r in few if r["process"] >= 0 and r["f"] == FINAL_READS), key=lambda r: r["index"])
     logs = FinalLogs(present=bool(rows))
     open_: dict[int, list[int]] = {}
     end_at: dict[int, int] = {}  # partition -> index of the completion that set its end
@@ -209,9 +219,15 @@ class Frames:
 def build(df, logs: FinalLogs) -> Frames:
     F = _F()
     client = df.where(F.col("process") >= 0)
-    reads = (client.where((F.col("f") == "poll") & (F.col("type") == "ok"))
-             .select("process", "index", "time", _in_brackets(logs.brackets).alias("final"),
-                     F.posexplode("records").alias("slot", "r"))
+    # The ok polls, kept: the records are read from the history once, then
+    # exploded into one row per record (the by-value frame, example look-ups)
+    # and summarised per (poll, partition) (read order, highest offsets) from
+    # this cache instead of from the files each time.
+    polls = (client.where((F.col("f") == "poll") & (F.col("type") == "ok"))
+             .select("process", "index", "time", _in_brackets(logs.brackets).alias("final"), "records"))
+    if CACHE_POLLS:
+        polls = polls.persist()
+    reads = (polls.select("process", "index", "time", "final", F.posexplode("records").alias("slot", "r"))
              .select("process", "index", "time", "slot",
                      F.col("r.partition").alias("partition"), F.col("r.offset").alias("offset"),
                      F.col("r.value").alias("value"), "final"))
@@ -221,7 +237,7 @@ def build(df, logs: FinalLogs) -> Frames:
                              (~F.col("final") & end.isNotNull()).alias("in_run"))
     else:
         reads = reads.select("*", F.lit(False).alias("in_final"), F.lit(False).alias("in_run"))
-    poll_parts = _poll_parts(client).persist()
+    poll_parts = _poll_parts(polls).persist()
     # Each side fills only the columns of its role, so that the aggregation
     # below is plain min/max/count over columns (nulls skipped), no CASE per row.
     typ, index, time, null = F.col("type"), F.col("index"), F.col("time"), F.lit(None).cast("long")
@@ -269,12 +285,12 @@ def build(df, logs: FinalLogs) -> Frames:
     by_value = by_value.select(
         "*", F.least("ack_pos", "read_first_pos").alias("first_pos"),
         F.greatest("ack_pos", "read_last_pos").alias("last_pos")).persist()
-    # `reads` is not cached: one pass feeds the by-value frame; example
-    # look-ups re-read it (measured: caching it cost about what it saved).
-    return Frames(client, reads, poll_parts, by_value, [poll_parts, by_value])
+    # `reads` itself is not cached: one pass feeds the by-value frame; the
+    # example look-ups (only when anomalies were found) explode the cached polls again.
+    return Frames(client, reads, poll_parts, by_value, [poll_parts, by_value] + ([polls] if CACHE_POLLS else []))
 
 
-def _poll_parts(client):
+def _poll_parts(polls):
     """Each ok poll, once per partition it returned: the first and the last
     record of that partition in the poll, the largest offset, and the steps
     within the poll that go back or jump (usually none). Consecutive reads
@@ -283,9 +299,8 @@ def _poll_parts(client):
     F = _F()
     records = F.transform("records", lambda r, i: F.struct(
         i.alias("slot"), r["partition"].alias("partition"), r["offset"].alias("offset"), r["value"].alias("value")))
-    parts = (client.where((F.col("f") == "poll") & (F.col("type") == "ok"))
-             .select("process", "index", records.alias("recs"),
-                     F.explode(F.array_distinct(F.transform("records", lambda r: r["partition"]))).alias("partition")))
+    parts = (polls.select("process", "index", records.alias("recs"),
+                          F.explode(F.array_distinct(F.transform("records", lambda r: r["partition"]))).alias("partition")))
     seq = F.filter("recs", lambda r: r["partition"] == F.col("partition"))
     parts = parts.select("process", "index", "partition", seq.alias("seq"))
     n = F.size("seq")
@@ -369,6 +384,7 @@ def value_checks(frames: Frames, max_read: dict[int, int], logs: FinalLogs) -> d
         count_if((F.col("n_inv") == 0) & (n_read > 0)).alias("unknown_values"),
         count_if(multi).alias("multi"),
         F.sum("n_read").alias("records_read"),
+        F.sum("n_inv").alias("send_invokes"),
         *[count_if(cond).alias(name) for name, cond in flags.items()],
     ).collect()[0]
     problems = [
@@ -419,21 +435,118 @@ def multi_partition_checks(checked: dict, frames: Frames, logs: FinalLogs) -> di
     return {"lost-acked": (len(lost), lost[:MAX_EXAMPLES]), "dirty-read": (len(dirty), dirty[:MAX_EXAMPLES])}
 
 
-def missing_values(checked: dict, multi: dict[str, tuple[int, list[dict]]]) -> dict[str, list[list[int]]]:
-    """The first MISSING_SAMPLE lost-write and lost-acked values in the order
-    they were acknowledged, as [value, partition, offset] of the acknowledgement."""
+# How each value anomaly's examples are ordered (ties by value): the first
+# acknowledged, the first read.
+_EXAMPLE_ORDER = {"lost-write": "comp_index", "lost-acked": "comp_index", "dirty-read": "run_index",
+                  "unseen": "comp_index", "aborted-read": "read_index", "duplicate": "first_seen"}
+_EXAMPLE_COLUMNS = ("value", "inv_index", "comp_index", "ack_pos", "read_index", "outcome", "max_read_offset",
+                    "final_end", "run_part_min", "run_index", "run_final_end")
+
+
+def examples(checked: dict, frames: Frames, multi: dict[str, tuple[int, list[dict]]],
+             inconsistent_at: list[int]) -> tuple[dict[str, list[dict]], dict[str, list[list[int]]], list[dict]]:
+    """Every example results.json shows, gathered in a few jobs whatever was found:
+
+    - one over the by-value frame: the first MAX_EXAMPLES values of each value
+      anomaly (MISSING_SAMPLE of lost-write and lost-acked, which also fill
+      `missing`), and the acknowledged values at the inconsistent positions;
+    - one over the reads, for the reads of those values and positions;
+    - one over the client events, for the errors and times the examples name.
+
+    Returns the value anomalies' examples (`multi`'s merged in), the
+    `missing` sample, and the inconsistent-offset examples (positions
+    `inconsistent_at`, in order).
+    """
     F = _F()
-    out = {}
-    for name in ("lost-write", "lost-acked"):
-        rows = []
+    frame = checked["frame"].select("*", F.least("read_index", "comp_index").alias("first_seen"))
+    branches = []
+    for name, key in _EXAMPLE_ORDER.items():
         if checked[name]:
-            rows = [(r["comp_index"], r["value"], r["ack_pos"] >> POS_BITS, r["ack_pos"] & MAX_OFFSET)
-                    for r in checked["frame"].where(F.col("is_" + name)).orderBy("comp_index")
-                    .select("comp_index", "value", "ack_pos").limit(MISSING_SAMPLE).collect()]
-        rows += [(e["ack_index"], e["value"], e["partition"], e["offset"]) for e in multi.get(name, (0, []))[1]]
-        if rows:
-            out[name] = [[v, p, o] for _, v, p, o in sorted(rows)[:MISSING_SAMPLE]]
-    return out
+            limit = MISSING_SAMPLE if name in ("lost-write", "lost-acked") else MAX_EXAMPLES
+            branches.append(frame.where(F.col("is_" + name)).orderBy(key, "value").limit(limit).select(
+                F.lit(name).alias("name"), F.col(key).alias("k"), *_EXAMPLE_COLUMNS))
+    if inconsistent_at:
+        branches.append(frame.where((F.col("outcome") == OK) & F.col("ack_pos").isin(inconsistent_at)).select(
+            F.lit("acked-at").alias("name"), F.lit(None).cast("long").alias("k"), *_EXAMPLE_COLUMNS))
+    rows: dict[str, list] = {}
+    if branches:
+        union = branches[0]
+        for b in branches[1:]:
+            union = union.unionByName(b)
+        for r in union.collect():
+            rows.setdefault(r["name"], []).append(r)
+        for name, found in rows.items():
+            found.sort(key=lambda r: (r["k"] if r["k"] is not None else -1, r["value"]))
+
+    # The reads of the values whose examples list positions, and of the inconsistent positions.
+    values = [r["value"] for name in ("aborted-read", "duplicate") for r in rows.get(name, [])[:MAX_EXAMPLES]]
+    reads: dict[tuple[int, int, int], int] = {}
+    if values or inconsistent_at:
+        pos = pos_of(F.col("partition"), F.col("offset"))
+        cond = F.lit(False)
+        if values:
+            cond = cond | F.col("value").isin(values)
+        if inconsistent_at:
+            cond = cond | pos.isin(inconsistent_at)
+        for r in (frames.reads.where(cond).groupBy("value", "partition", "offset")
+                  .agg(F.min("index").alias("index")).collect()):
+            reads[(r["value"], r["partition"], r["offset"])] = r["index"]
+
+    out: dict[str, list[dict]] = {}
+    for name, found in rows.items():
+        found = found[:MAX_EXAMPLES]
+        if name in ("lost-write", "unseen"):
+            out[name] = [{"value": r["value"], "partition": r["ack_pos"] >> POS_BITS,
+                          "offset": r["ack_pos"] & MAX_OFFSET, "invoke_index": r["inv_index"],
+                          "ack_index": r["comp_index"], "max_read_offset": r["max_read_offset"]} for r in found]
+        elif name == "lost-acked":
+            out[name] = [_lost_example(r, r["final_end"]) for r in found]
+        elif name == "dirty-read":
+            out[name] = [_dirty_example(r, r["run_part_min"], r["run_index"], r["run_final_end"]) for r in found]
+        elif name == "aborted-read":
+            out[name] = [{"value": r["value"], "invoke_index": r["inv_index"], "fail_index": r["comp_index"],
+                          "error": None, "read_index": r["read_index"],
+                          "positions": _positions(r, reads)} for r in found]
+        elif name == "duplicate":
+            out[name] = [{"value": r["value"], "invoke_index": r["inv_index"], "positions": _positions(r, reads)}
+                         for r in found]
+    for name, key in (("lost-acked", "ack_index"), ("dirty-read", "read_index")):
+        merged = sorted(out.get(name, []) + multi[name][1], key=lambda e: (e[key], e["value"]))[:MAX_EXAMPLES]
+        if merged:
+            out[name] = merged
+
+    # The errors of failed sends read (aborted-read) and when lost-acked and
+    # dirty-read values were read (the report tells the story in time).
+    timed = [e for name in ("lost-acked", "dirty-read") for e in out.get(name, [])]
+    indexes = {e["fail_index"] for e in out.get("aborted-read", [])} | {
+        e["read_index"] for e in timed if e["read_index"] is not None}
+    fields = {}
+    if indexes:
+        fields = {r["index"]: r for r in frames.client.where(F.col("index").isin(sorted(indexes)))
+                  .select("index", "error", "time").collect()}
+    for e in out.get("aborted-read", []):
+        e["error"] = fields[e["fail_index"]]["error"] if e["fail_index"] in fields else None
+    for e in timed:
+        e["read_time"] = fields[e["read_index"]]["time"] if e["read_index"] in fields else None
+
+    missing = {}
+    for name in ("lost-write", "lost-acked"):
+        sample = [(r["comp_index"], r["value"], r["ack_pos"] >> POS_BITS, r["ack_pos"] & MAX_OFFSET)
+                  for r in rows.get(name, [])]
+        sample += [(e["ack_index"], e["value"], e["partition"], e["offset"]) for e in multi.get(name, (0, []))[1]]
+        if sample:
+            missing[name] = [[v, p, o] for _, v, p, o in sorted(sample)[:MISSING_SAMPLE]]
+
+    seen: dict[int, dict[int, dict]] = {k: {} for k in inconsistent_at}
+    for (value, p, o), index in reads.items():
+        if (p << POS_BITS) | o in seen:
+            seen[(p << POS_BITS) | o].setdefault(value, {})["read_index"] = index
+    for r in rows.get("acked-at", []):
+        seen[r["ack_pos"]].setdefault(r["value"], {})["ack_index"] = r["comp_index"]
+    positions = [{"partition": k >> POS_BITS, "offset": k & MAX_OFFSET,
+                  "values": [{"value": value, **refs} for value, refs in sorted(seen[k].items())][:MAX_EXAMPLES]}
+                 for k in inconsistent_at]
+    return out, missing, positions
 
 
 def _lost_example(r, final_end: int) -> dict:
@@ -450,23 +563,6 @@ def _dirty_example(r, partition: int, read_index: int, final_end: int) -> dict:
             "invoke_index": r["inv_index"], "completion_index": r["comp_index"], "final_end": final_end}
 
 
-def _fields_at(frames: Frames, indexes: list[int], name: str) -> dict[int, object]:
-    """index -> the event's `name` field, for the client events at `indexes`."""
-    F = _F()
-    if not indexes:
-        return {}
-    rows = frames.client.where(F.col("index").isin(indexes)).select("index", name).collect()
-    return {r["index"]: r[name] for r in rows}
-
-
-def _read_indexes(frames: Frames, values: list[int]) -> dict[tuple[int, int, int], int]:
-    """(value, partition, offset) -> the first index of a read of it, for `values`."""
-    F = _F()
-    rows = (frames.reads.where(F.col("value").isin(values))
-            .groupBy("value", "partition", "offset").agg(F.min("index").alias("index")).collect())
-    return {(r["value"], r["partition"], r["offset"]): r["index"] for r in rows}
-
-
 def _positions(r, reads: dict) -> list[dict]:
     """The distinct positions of one by-value row, each with the events that show it."""
     found: dict[tuple[int, int], dict] = {}
@@ -476,50 +572,6 @@ def _positions(r, reads: dict) -> list[dict]:
         if v == r["value"]:
             found.setdefault((p, o), {})["read_index"] = index
     return [{"partition": p, "offset": o, **found[(p, o)]} for (p, o) in sorted(found)]
-
-
-def value_examples(checked: dict, frames: Frames, multi: dict[str, tuple[int, list[dict]]]) -> dict[str, list[dict]]:
-    """Examples of every value anomaly found, looked up together; `multi`
-    holds the examples `multi_partition_checks` found, merged in order."""
-    F = _F()
-    order = {"lost-write": "comp_index", "lost-acked": "comp_index", "dirty-read": ["run_index", "value"],
-             "unseen": "comp_index", "aborted-read": "read_index",
-             "duplicate": F.least("read_index", "comp_index")}
-    rows = {name: checked["frame"].where(F.col("is_" + name)).orderBy(*_as_list(key)).limit(MAX_EXAMPLES).collect()
-            for name, key in order.items() if checked[name]}
-    looked_up = rows.get("aborted-read", []) + rows.get("duplicate", [])
-    reads = _read_indexes(frames, [r["value"] for r in looked_up]) if looked_up else {}
-    errors = _fields_at(frames, [r["comp_index"] for r in rows.get("aborted-read", [])], "error")
-    out = {}
-    for name, found in rows.items():
-        if name in ("lost-write", "unseen"):
-            out[name] = [{"value": r["value"], "partition": r["ack_pos"] >> POS_BITS,
-                          "offset": r["ack_pos"] & MAX_OFFSET, "invoke_index": r["inv_index"],
-                          "ack_index": r["comp_index"], "max_read_offset": r["max_read_offset"]} for r in found]
-        elif name == "lost-acked":
-            out[name] = [_lost_example(r, r["final_end"]) for r in found]
-        elif name == "dirty-read":
-            out[name] = [_dirty_example(r, r["run_part_min"], r["run_index"], r["run_final_end"]) for r in found]
-        elif name == "aborted-read":
-            out[name] = [{"value": r["value"], "invoke_index": r["inv_index"], "fail_index": r["comp_index"],
-                          "error": errors.get(r["comp_index"]), "read_index": r["read_index"],
-                          "positions": _positions(r, reads)} for r in found]
-        else:
-            out[name] = [{"value": r["value"], "invoke_index": r["inv_index"], "positions": _positions(r, reads)}
-                         for r in found]
-    for name, key in (("lost-acked", "ack_index"), ("dirty-read", "read_index")):
-        merged = sorted(out.get(name, []) + multi[name][1], key=lambda e: (e[key], e["value"]))[:MAX_EXAMPLES]
-        if merged:
-            # When each was read: the report tells the story in time ("read at ...").
-            times = _fields_at(frames, [e["read_index"] for e in merged if e["read_index"] is not None], "time")
-            for e in merged:
-                e["read_time"] = times.get(e["read_index"])
-            out[name] = merged
-    return out
-
-
-def _as_list(x) -> list:
-    return x if isinstance(x, list) else [x]
 
 
 def by_position(frames: Frames, duplicates: int):
@@ -536,46 +588,52 @@ def by_position(frames: Frames, duplicates: int):
         return single.groupBy("pos").agg(F.count("*").alias("n_values"), F.min("value").alias("some_value"))
     dup_values = v.where(F.col("first_pos") != F.col("last_pos"))
     dup_acks = dup_values.where(F.col("ack_pos").isNotNull()).select(F.col("ack_pos").alias("pos"), "value")
-    dup_reads = frames.reads.join(dup_values.select("value"), "value", "left_semi").select(
+    # `duplicates` values: few beside the reads, so they go to every task rather than the reads to a shuffle.
+    dup_reads = frames.reads.join(_small(dup_values.select("value"), duplicates), "value", "left_semi").select(
         pos_of(F.col("partition"), F.col("offset")).alias("pos"), "value")
     positions = single.unionByName(dup_acks.unionByName(dup_reads).distinct())
     return positions.groupBy("pos").agg(F.count("*").alias("n_values"), F.min("value").alias("some_value"))
 
 
-def inconsistent(by_pos, frames: Frames) -> tuple[int, list[dict]]:
+# A side of a join with at most this many rows is broadcast (sent whole to every task).
+BROADCAST_ROWS = 1_000_000
+
+
+def _small(frame, rows: int):
+    """`frame`, hinted for broadcast if `rows` (known on the driver) is small."""
+    F = _F()
+    return F.broadcast(frame) if rows <= BROADCAST_ROWS else frame
+
+
+def inconsistent_positions(by_pos) -> tuple[int, list[int]]:
+    """How many positions hold two values or more, and the first MAX_EXAMPLES of them."""
     F = _F()
     bad = by_pos.where(F.col("n_values") >= 2)
-    rows = bad.orderBy("pos").limit(MAX_EXAMPLES).collect()
-    if not rows:
-        return 0, []
-    n = bad.count() if len(rows) == MAX_EXAMPLES else len(rows)
-    keys = [r["pos"] for r in rows]
-    read_rows = (frames.reads.where(pos_of(F.col("partition"), F.col("offset")).isin(keys))
-                 .groupBy("partition", "offset", "value").agg(F.min("index").alias("index")).collect())
-    ack_rows = (frames.by_value.where((F.col("outcome") == OK) & F.col("ack_pos").isin(keys))
-                .select("ack_pos", "value", "comp_index").collect())
-    seen: dict[int, dict[int, dict]] = {k: {} for k in keys}
-    for r in read_rows:
-        seen[(r["partition"] << POS_BITS) | r["offset"]].setdefault(r["value"], {})["read_index"] = r["index"]
-    for r in ack_rows:
-        seen[r["ack_pos"]].setdefault(r["value"], {})["ack_index"] = r["comp_index"]
-    examples = [{"partition": k >> POS_BITS, "offset": k & MAX_OFFSET,
-                 "values": [{"value": value, **refs} for value, refs in sorted(seen[k].items())][:MAX_EXAMPLES]}
-                for k in keys]
-    return n, examples
+    keys = [r["pos"] for r in bad.orderBy("pos").limit(MAX_EXAMPLES).select("pos").collect()]
+    n = bad.count() if len(keys) == MAX_EXAMPLES else len(keys)
+    return n, keys
 
 
-def read_order(frames: Frames, by_pos) -> dict[str, tuple[int, list[dict]]]:
-    """nonmonotonic-poll and poll-skip from each process's consecutive reads of a partition."""
+_READ, _SEND = 0, 1  # the kinds of ordered streams
+
+
+def order_checks(frames: Frames, by_pos) -> dict[str, tuple[int, list[dict]]]:
+    """nonmonotonic-poll and poll-skip from each process's consecutive reads of a
+    partition, and nonmonotonic-send from its successive acknowledged sends to
+    a partition: both orders in one window pass (partitioned by kind, process
+    and partition, ordered by index), and the odd steps taken to the driver."""
     from pyspark.sql import Window
 
     F = _F()
     parts = frames.poll_parts
+    rec = parts.schema["first"].dataType
+    null_long = F.lit(None).cast("long")
     # Steps inside one poll were found row by row.
     inside = parts.select("process", "partition", "index", F.explode("odd").alias("s")).select(
-        "process", "partition", "index", F.col("s.b.slot").alias("slot"), F.col("s.b.offset").alias("offset"),
-        F.col("s.b.value").alias("value"), F.col("s.a.offset").alias("prev_offset"),
-        F.col("s.a.value").alias("prev_value"), F.col("index").alias("prev_index"))
+        F.lit(_READ).alias("kind"), "process", "partition", "index", F.col("s.b.slot").alias("slot"),
+        F.col("s.b.offset").alias("offset"), F.col("s.b.value").alias("value"),
+        F.col("s.a.offset").alias("prev_offset"), F.col("s.a.value").alias("prev_value"),
+        F.col("index").alias("prev_index"), null_long.alias("ack_index"))
     # Steps from one poll to the next: events that restart a process's read
     # order come between them: assign and crash for every partition it reads,
     # a seek for its own partition; each at its completion, if it happened
@@ -589,52 +647,125 @@ def read_order(frames: Frames, by_pos) -> dict[str, tuple[int, list[dict]]]:
               .select("process", "index", F.when(F.col("f") == "seek", F.col("named")).alias("only")))
     resets = resets.join(proc_parts, "process").where(
         F.col("only").isNull() | (F.col("only") == F.col("partition"))).select(
-        "process", "partition", "index", F.lit(None).cast(parts.schema["first"].dataType).alias("first"),
-        F.lit(None).cast(parts.schema["last"].dataType).alias("last"))
-    stream = parts.select("process", "partition", "index", "first", "last").unionByName(resets)
-    w = Window.partitionBy("process", "partition").orderBy("index")
+        F.lit(_READ).alias("kind"), "process", "partition", "index", F.lit(None).cast(rec).alias("first"),
+        F.lit(None).cast(rec).alias("last"), null_long.alias("ack_index"))
+    # A producer's acknowledged sends, in invocation order, as one-record "polls".
+    ack_part = partition_of(F.col("ack_pos"))
+    sent = F.struct(F.lit(0).alias("slot"), ack_part.alias("partition"), offset_of(F.col("ack_pos")).alias("offset"),
+                    F.col("value").alias("value"))
+    sends = frames.by_value.where(F.col("outcome") == OK).select(
+        F.lit(_SEND).alias("kind"), "process", ack_part.alias("partition"), F.col("inv_index").alias("index"),
+        sent.alias("first"), sent.alias("last"), F.col("comp_index").alias("ack_index"))
+    stream = (parts.select(F.lit(_READ).alias("kind"), "process", "partition", "index", "first", "last",
+                           null_long.alias("ack_index"))
+              .unionByName(resets).unionByName(sends))
+    w = Window.partitionBy("kind", "process", "partition").orderBy("index")
+    offset, prev_offset = F.col("offset"), F.col("prev_offset")
     between = stream.select(
-        "process", "partition", "index", "first", F.lag("last").over(w).alias("prev"),
+        "kind", "process", "partition", "index", "first", "ack_index", F.lag("last").over(w).alias("prev"),
         F.lag("index").over(w).alias("prev_index"),
     ).where(F.col("first").isNotNull() & F.col("prev").isNotNull()).select(
-        "process", "partition", "index", F.col("first.slot").alias("slot"), F.col("first.offset").alias("offset"),
-        F.col("first.value").alias("value"), F.col("prev.offset").alias("prev_offset"),
-        F.col("prev.value").alias("prev_value"), "prev_index",
-    ).where((F.col("offset") <= F.col("prev_offset")) | (F.col("offset") > F.col("prev_offset") + 1))
+        "kind", "process", "partition", "index", F.col("first.slot").alias("slot"),
+        F.col("first.offset").alias("offset"), F.col("first.value").alias("value"),
+        F.col("prev.offset").alias("prev_offset"), F.col("prev.value").alias("prev_value"), "prev_index",
+        "ack_index",
+    ).where(F.when(F.col("kind") == _SEND, offset < prev_offset)
+            .otherwise((offset <= prev_offset) | (offset > prev_offset + 1)))
     steps = inside.unionByName(between)
     # Steps that go back or jump are few in any real history: take them to
     # the driver in one job. Only a pathological history keeps them in Spark.
     rows = steps.limit(STEPS_ON_DRIVER + 1).collect()
     if len(rows) <= STEPS_ON_DRIVER:
-        return _classify_steps(rows, by_pos, frames)
+        found = _classify_steps([r for r in rows if r["kind"] == _READ], by_pos)
+        back = sorted((r for r in rows if r["kind"] == _SEND), key=lambda r: r["index"])
+        found["nonmonotonic-send"] = (len(back), [_send_step(r) for r in back[:MAX_EXAMPLES]])
+        return found
     steps = steps.persist()
     try:
-        backwards = steps.where(F.col("offset") <= F.col("prev_offset"))
+        reads, sends = steps.where(F.col("kind") == _READ), steps.where(F.col("kind") == _SEND)
+        backwards = reads.where(offset <= prev_offset)
         back_rows = backwards.orderBy("index", "slot").limit(MAX_EXAMPLES).collect()
-        skips = _skips(steps.where(F.col("offset") > F.col("prev_offset") + 1), by_pos)
+        skips = _skips(reads.where(offset > prev_offset + 1), by_pos)
         skip_rows = skips.orderBy("index", "slot").limit(MAX_EXAMPLES).collect()
+        send_rows = sends.orderBy("index").limit(MAX_EXAMPLES).collect()
         return {"nonmonotonic-poll": (backwards.count(), [_step(r) for r in back_rows]),
-                "poll-skip": (skips.count(), [_step(r, skipped=True) for r in skip_rows])}
+                "poll-skip": (skips.count(), [_step(r, skipped=True) for r in skip_rows]),
+                "nonmonotonic-send": (sends.count(), [_send_step(r) for r in send_rows])}
     finally:
         steps.unpersist()
 
 
-def _classify_steps(rows: list, by_pos, frames: Frames) -> dict[str, tuple[int, list[dict]]]:
-    """nonmonotonic-poll and poll-skip from the odd steps, collected."""
+def _send_step(r) -> dict:
+    return {"process": r["process"], "partition": r["partition"],
+            "prev_value": r["prev_value"], "prev_offset": r["prev_offset"], "prev_invoke_index": r["prev_index"],
+            "value": r["value"], "offset": r["offset"], "invoke_index": r["index"], "ack_index": r["ack_index"]}
+
+
+# Wide gaps up to this many are matched against the known offsets of their
+# partition by a broadcast join (no sort); more, by ordering the known offsets.
+WIDE_GAPS_BROADCAST = 1000
+
+
+def _classify_steps(rows: list, by_pos) -> dict[str, tuple[int, list[dict]]]:
+    """nonmonotonic-poll and poll-skip from the odd steps of reads, collected."""
     order = lambda r: (r["index"], r["slot"])  # noqa: E731
     back = sorted((r for r in rows if r["offset"] <= r["prev_offset"]), key=order)
     gaps = [r for r in rows if r["offset"] > r["prev_offset"] + 1]
     skipped = []
     if gaps:
-        columns = [c.split()[0] for c in _STEP_SCHEMA.split(", ")]
-        gaps_df = by_pos.sparkSession.createDataFrame([tuple(r[c] for c in columns) for r in gaps], _STEP_SCHEMA)
-        skipped = sorted(_skips(gaps_df, by_pos).collect(), key=order)
+        first_known = _skipped_offsets(gaps, by_pos)
+        for r in gaps:
+            key = (r["process"], r["partition"], r["index"], r["slot"])
+            if key in first_known:
+                skipped.append({**r.asDict(), "skipped_offset": first_known[key]})
+        skipped.sort(key=order)
     return {"nonmonotonic-poll": (len(back), [_step(r) for r in back[:MAX_EXAMPLES]]),
             "poll-skip": (len(skipped), [_step(r, skipped=True) for r in skipped[:MAX_EXAMPLES]])}
 
 
+def _skipped_offsets(gaps: list, by_pos) -> dict[tuple, int]:
+    """(process, partition, index, slot) -> the first known offset strictly inside
+    that gap, for the gaps (collected steps) that skipped one; in one job.
+
+    Narrow gaps are spelled out offset by offset and wide ones kept as ranges;
+    both go to every task (broadcast) and meet the known positions where they
+    lie, so the known positions are neither shuffled nor sorted."""
+    F = _F()
+    spark = by_pos.sparkSession
+    columns = [c.split()[0] for c in _STEP_SCHEMA.split(", ")]
+    narrow = [r for r in gaps if r["offset"] - r["prev_offset"] - 1 <= NARROW_GAP]
+    wide = [r for r in gaps if r["offset"] - r["prev_offset"] - 1 > NARROW_GAP]
+    if len(wide) > WIDE_GAPS_BROADCAST:
+        gaps_df = spark.createDataFrame([tuple(r[c] for c in columns) for r in gaps], _STEP_SCHEMA)
+        return {(r["process"], r["partition"], r["index"], r["slot"]): r["skipped_offset"]
+                for r in _skips(gaps_df, by_pos).collect()}
+    key = ["process", "partition", "index", "slot"]
+    found = []
+    if narrow:
+        n_df = spark.createDataFrame([tuple(r[c] for c in key + ["prev_offset", "offset"]) for r in narrow],
+                                     "process long, partition long, index long, slot int, prev_offset long, "
+                                     "offset long")
+        inside = n_df.select(*key, F.explode(F.sequence(F.col("prev_offset") + 1, F.col("offset") - 1))
+                             .alias("inside")).select(*key, "inside", pos_of(F.col("partition"), F.col("inside"))
+                                                      .alias("pos"))
+        width = sum(r["offset"] - r["prev_offset"] - 1 for r in narrow)
+        found.append(by_pos.select("pos").join(_small(inside, width), "pos")
+                     .groupBy(*key).agg(F.min("inside").alias("skipped_offset")))
+    if wide:
+        w_df = spark.createDataFrame([tuple(r[c] for c in key + ["prev_offset", "offset"]) for r in wide],
+                                     "process long, partition long, index long, slot int, prev_offset long, "
+                                     "offset long")
+        known = by_pos.select(partition_of(F.col("pos")).alias("p"), offset_of(F.col("pos")).alias("o"))
+        found.append(known.join(F.broadcast(w_df), (F.col("p") == F.col("partition"))
+                                & (F.col("o") > F.col("prev_offset")) & (F.col("o") < F.col("offset")))
+                     .groupBy(*key).agg(F.min("o").alias("skipped_offset")))
+    union = found[0] if len(found) == 1 else found[0].unionByName(found[1])
+    return {(r["process"], r["partition"], r["index"], r["slot"]): r["skipped_offset"] for r in union.collect()}
+
+
 def _skips(gaps, by_pos):
-    """The gaps (prev_offset, offset) with a known offset strictly inside, and the first such offset."""
+    """The gaps (prev_offset, offset) with a known offset strictly inside, and the first such offset
+    (in Spark, for histories with too many odd steps to collect)."""
     from pyspark.sql import Window
 
     F = _F()
@@ -665,25 +796,3 @@ def _step(r, skipped: bool = False) -> dict:
     if skipped:
         step["skipped_offset"] = r["skipped_offset"]
     return step
-
-
-def send_order(frames: Frames) -> tuple[int, list[dict]]:
-    """nonmonotonic-send: a process's acknowledged sends to a partition, in invocation order."""
-    from pyspark.sql import Window
-
-    F = _F()
-    acked = frames.by_value.where(F.col("outcome") == OK).select(
-        "process", partition_of(F.col("ack_pos")).alias("partition"), "inv_index", "comp_index",
-        offset_of(F.col("ack_pos")).alias("offset"), "value")
-    w = Window.partitionBy("process", "partition").orderBy("inv_index")
-    back = acked.select(
-        "*", F.lag("offset").over(w).alias("prev_offset"), F.lag("value").over(w).alias("prev_value"),
-        F.lag("inv_index").over(w).alias("prev_invoke_index"),
-    ).where(F.col("offset") < F.col("prev_offset"))
-    rows = back.orderBy("inv_index").limit(MAX_EXAMPLES).collect()
-    n = back.count() if len(rows) == MAX_EXAMPLES else len(rows)
-    return n, [{"process": r["process"], "partition": r["partition"],
-                "prev_value": r["prev_value"], "prev_offset": r["prev_offset"],
-                "prev_invoke_index": r["prev_invoke_index"],
-                "value": r["value"], "offset": r["offset"], "invoke_index": r["inv_index"],
-                "ack_index": r["comp_index"]} for r in rows]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,7 +63,8 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
             spark = get_session(opts.master, opts.spark_conf)
         loaded = load(spark, prepared)
         df, folded = offsets.fold(loaded.df, prepared.to_fold)
-        results = offsets.unfold(_analyse(df, promised, opts), folded)
+        with _sized(spark, loaded.events, opts.spark_conf):
+            results = offsets.unfold(_analyse(df, promised, opts), folded)
         if folded:
             results["warnings"].append(offsets.warning(folded))
         # Liveness reads its few columns with Arrow, not Spark: sorted arrays and
@@ -85,6 +87,44 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
     return _ordered(results)
 
 
+# Histories up to this many events are "small": every shuffle goes to one
+# partition and adaptive execution is off, since what such a check pays for
+# is the number of Spark jobs, not their work (adaptive execution runs each
+# shuffle's map side as a job of its own and re-plans after it).
+SMALL_EVENTS = 300_000
+# Larger ones get about this many events per shuffle partition (at least two
+# per core), adaptive execution coalescing what turns out small.
+EVENTS_PER_PARTITION = 1_000_000
+
+
+def sized_conf(events: int, cores: int) -> dict[str, str]:
+    """The Spark SQL settings for checking a history of `events` events on `cores` cores."""
+    if events <= SMALL_EVENTS:
+        return {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false"}
+    return {"spark.sql.shuffle.partitions": str(max(2 * cores, -(-events // EVENTS_PER_PARTITION))),
+            "spark.sql.adaptive.enabled": "true"}
+
+
+@contextmanager
+def _sized(spark, events: int, user_conf: dict[str, str]):
+    """`sized_conf` for one check, then the session's own settings back (a
+    session may check many histories: tests, `harness nightly`). What the
+    user set with --spark-conf wins."""
+    conf = {k: v for k, v in sized_conf(events, spark.sparkContext.defaultParallelism).items()
+            if k not in user_conf}
+    before = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
 class _Stages:
     """Wall time of each stage of an analysis, for benchmarks and -v."""
 
@@ -100,44 +140,55 @@ class _Stages:
 
 
 def _analyse(df, promised: dict, opts: Options) -> dict:
+    # The passes, in order (docs/checker.md, "How it works"): the few
+    # nemesis and final-reads events; operations paired in process order; the
+    # by-value aggregation; the by-position one; the examples, looked up
+    # together; one window pass for read and send order; the latency
+    # histograms, which also count completions.
     stage = _Stages()
-    logs = an.final_logs(df)
+    few = an.few_events(df)
+    logs = an.final_logs(few)
+    faults = stats.faults(few)
+    stage.done("faults-and-final-reads")
     frames = an.build(df, logs)
     cached = list(frames.cached)
     try:
-        ops, pipelined = stats.ordered_ops(df)
+        ops, pipelined, invokes = stats.ordered_ops(df)
         cached.append(ops)
         stage.done("pair-operations")
         max_read = an.max_read_offsets(frames)
         stage.done("max-read")
         checked = an.value_checks(frames, max_read, logs)
-        stage.done("by-value")
         multi = an.multi_partition_checks(checked, frames, logs)
-        examples = an.value_examples(checked, frames, multi)
-        missing = an.missing_values(checked, multi)
-        found = {name: (int(checked[name]) + multi.get(name, (0, []))[0], examples.get(name, []))
-                 for name in ("lost-write", "lost-acked", "dirty-read", "unseen", "aborted-read", "duplicate")}
-        stage.done("by-value-examples")
+        stage.done("by-value")
         by_pos = an.by_position(frames, checked["duplicate"]).persist()
         cached.append(by_pos)
-        found["inconsistent-offset"] = an.inconsistent(by_pos, frames)
+        n_inconsistent, inconsistent_at = an.inconsistent_positions(by_pos)
         stage.done("by-position")
-        found.update(an.read_order(frames, by_pos))
-        stage.done("read-order")
-        found["nonmonotonic-send"] = an.send_order(frames)
-        stage.done("send-order")
-        totals, throughput = stats.op_counts(df)
-        # Invocations left without a completion, by f (sends are counted by value).
-        unfinished_other = {f: n for f, t in totals.items() if f != "send"
-                             and (n := t.get("invoke", 0) - sum(v for k, v in t.items() if k != "invoke")) > 0}
-        stage.done("throughput")
-        overall, per_second = stats.latency(frames.by_value, ops, pipelined)
-        stage.done("latency")
-        faults = stats.faults(df)
-        stage.done("faults")
+        examples, missing, inconsistent = an.examples(checked, frames, multi, inconsistent_at)
+        found = {name: (int(checked[name]) + multi.get(name, (0, []))[0], examples.get(name, []))
+                 for name in ("lost-write", "lost-acked", "dirty-read", "unseen", "aborted-read", "duplicate")}
+        found["inconsistent-offset"] = (n_inconsistent, inconsistent)
+        stage.done("examples")
+        found.update(an.order_checks(frames, by_pos))
+        stage.done("read-and-send-order")
+        lat = stats.latency(frames.by_value, ops, pipelined)
+        stage.done("latency-and-throughput")
     finally:
         for frame in cached:
             frame.unpersist()
+    # Events by f and type: invocations counted while pairing (sends by value),
+    # completions from the latency histograms.
+    totals: dict[str, dict[str, int]] = {f: {"invoke": n} for f, n in invokes.items()}
+    if checked["send_invokes"]:
+        totals["send"] = {"invoke": int(checked["send_invokes"])}
+    for f, by_type in lat.completions.items():
+        totals.setdefault(f, {}).update(by_type)
+    throughput = lat.throughput
+    overall, per_second = lat.overall, lat.per_second
+    # Invocations left without a completion, by f (sends are counted by value).
+    unfinished_other = {f: n for f, t in totals.items() if f != "send"
+                        and (n := t.get("invoke", 0) - sum(v for k, v in t.items() if k != "invoke")) > 0}
 
     anomalies = {}
     for name in an.ANOMALIES:
@@ -189,6 +240,65 @@ def _analyse(df, promised: dict, opts: Options) -> dict:
         "stages": stage.seconds,
         "warnings": warnings,
     }
+
+
+def prime(spark) -> dict:
+    """Check a tiny built-in history that has every kind of anomaly, so that
+    this JVM compiles the checker's plans (Spark generates and compiles code
+    for each the first time it runs) before a real check waits for them:
+    `harness run` can call it while the final reads run."""
+    from core.history.parquet import write_parquet
+
+    with tempfile.TemporaryDirectory(prefix="harness-prime-") as scratch:
+        path = Path(scratch) / "history.parquet"
+        write_parquet(_prime_events(), path)
+        return check_history(path, Options(), spark=spark)
+
+
+def _prime_events() -> list[dict]:
+    events: list[dict] = []
+
+    def add(process, type_, f, **fields) -> None:
+        events.append({"index": len(events), "time": len(events) * 1_000_000, "process": process,
+                       "type": type_, "f": f, **fields})
+
+    def send(process, value, partition, offset, outcome="ok") -> None:
+        add(process, "invoke", "send", key=0, value=value)
+        if outcome == "ok":
+            add(process, "ok", "send", value=value, partition=partition, offset=offset)
+        else:
+            add(process, outcome, "send", value=value, error="SOME_ERROR")
+
+    def poll(process, *records) -> None:
+        add(process, "invoke", "poll")
+        add(process, "ok", "poll", records=[{"partition": p, "offset": o, "key": 0, "value": v} for p, o, v in records])
+
+    add("nemesis", "invoke", "start-partition", value={"grudge": {"n1": ["n2"]}})
+    add("nemesis", "ok", "start-partition", value={"grudge": {"n1": ["n2"]}})
+    for v in range(6):
+        send(0, v, 0, v)
+    send(0, 6, 1, 1)
+    send(0, 7, 1, 0)  # nonmonotonic-send
+    send(0, 8, 0, 2000)
+    send(0, 9, 1, 5, outcome="fail")
+    send(0, 10, 1, 5, outcome="info")
+    send(0, 11, 2, 0)  # unseen: nothing of partition 2 is read, and its final log is not known
+    send(0, 12, 1, 4, outcome="info")
+    add("nemesis", "invoke", "stop-partition")
+    add("nemesis", "ok", "stop-partition")
+    add(1, "invoke", "assign", partitions=[0, 1])
+    add(1, "ok", "assign", partitions=[0, 1])
+    poll(1, (0, 0, 0), (0, 1, 1), (0, 3, 3))  # poll-skip, and 2 is a lost write
+    poll(1, (0, 1, 1), (1, 0, 7), (1, 1, 6), (1, 2, 9), (1, 4, 12))  # nonmonotonic-poll, aborted-read, dirty-read
+    poll(1, (0, 4, 0), (0, 2000, 8))  # a duplicate, an inconsistent offset, a wide gap
+    add(1, "invoke", "seek", partition=1, offset=0)
+    add(1, "ok", "seek", partition=1, offset=0)
+    add(1, "invoke", "crash")
+    add(1, "ok", "crash")
+    add(2, "invoke", "final-reads", partitions=[0, 1])
+    poll(2, (0, 0, 0), (1, 0, 7), (1, 1, 6), (1, 3, 10))
+    add(2, "ok", "final-reads", ends=[{"partition": 0, "offset": 1}, {"partition": 1, "offset": 4}])
+    return events
 
 
 def _ordered(results: dict) -> dict:

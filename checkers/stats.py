@@ -1,5 +1,10 @@
 """Statistics of a history for reports: counts, throughput, latency, faults.
 
+No pass of its own: invocations are counted while operations are paired
+(`ordered_ops`), completions per second and in all are summed from the
+latency histograms, and the nemesis's events come with the final reads
+(`anomalies.few_events`).
+
 Latency pairs a completion with its invocation: sends by value (from the
 by-value frame), every other operation by order within its process and `f`
 (the k-th completion answers the k-th invocation), which is also where a
@@ -12,6 +17,8 @@ bucket; maxima are exact.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import orjson
 
@@ -30,29 +37,13 @@ def _F():
     return F
 
 
-def op_counts(df) -> tuple[dict, list[dict]]:
-    """Client events by (f, type), and completions per second by (f, type)."""
-    F = _F()
-    rows = (df.where(F.col("process") >= 0)
-            .groupBy(F.floor(F.col("time") / 1e9).cast("long").alias("second"), "f", "type")
-            .count().collect())
-    totals: dict = {}
-    per_second = []
-    for r in rows:
-        totals.setdefault(r["f"], {}).setdefault(r["type"], 0)
-        totals[r["f"]][r["type"]] += r["count"]
-        if r["type"] != "invoke":
-            per_second.append({"second": r["second"], "f": r["f"], "type": r["type"], "count": r["count"]})
-    per_second.sort(key=lambda x: (x["second"], x["f"], x["type"]))
-    return totals, per_second
-
-
 def ordered_ops(df):
     """Every operation but sends, with its place among its process's operations of that f.
 
     Raises HistoryError at the first completion with no invocation left to
-    answer. Returns the frame (persisted) and whether any process had
-    several of one f outstanding (pipelined).
+    answer. Returns the frame (persisted), whether any process had several
+    of one f outstanding (pipelined), and the client's invocations by f
+    (sends aside), counted in the same job.
     """
     from pyspark.sql import Window
 
@@ -65,13 +56,15 @@ def ordered_ops(df):
                    F.count(F.when(~inv, 1)).over(w).alias("k_comp"),
                    F.last(F.when(inv, F.col("time")), ignorenulls=True).over(w).alias("last_inv_time"))
            .persist())
-    row = ops.where(~inv).agg(
-        F.min(F.when(F.col("k_comp") > F.col("k_inv"), F.col("index"))).alias("orphan"),
-        F.count(F.when(F.col("k_comp") < F.col("k_inv"), 1)).alias("pipelined")).collect()[0]
-    if row["orphan"] is not None:
+    rows = ops.groupBy("f").agg(
+        F.min(F.when(~inv & (F.col("k_comp") > F.col("k_inv")), F.col("index"))).alias("orphan"),
+        F.count(F.when(~inv & (F.col("k_comp") < F.col("k_inv")), 1)).alias("pipelined"),
+        F.count(F.when(inv & (F.col("process") >= 0), 1)).alias("invokes")).collect()
+    orphans = [r["orphan"] for r in rows if r["orphan"] is not None]
+    if orphans:
         ops.unpersist()
-        raise HistoryError(f"index {row['orphan']}: a completion without an invocation (same process and f) before it")
-    return ops, row["pipelined"] > 0
+        raise HistoryError(f"index {min(orphans)}: a completion without an invocation (same process and f) before it")
+    return ops, any(r["pipelined"] > 0 for r in rows), {r["f"]: r["invokes"] for r in rows if r["invokes"]}
 
 
 def _op_latencies(ops, pipelined: bool):
@@ -92,8 +85,18 @@ def _op_latencies(ops, pipelined: bool):
     return direct.unionByName(piped)
 
 
-def latency(by_value, ops, pipelined: bool) -> tuple[list[dict], list[dict]]:
-    """Latency quantiles in ms by (f, outcome), overall and per second of completion."""
+@dataclass
+class Latency:
+    overall: list[dict]  # quantiles by (f, outcome)
+    per_second: list[dict]  # quantiles by (second of completion, f, outcome), sends and polls
+    throughput: list[dict]  # completions by (second, f, outcome)
+    completions: dict[str, dict[str, int]]  # f -> outcome -> completions
+
+
+def latency(by_value, ops, pipelined: bool) -> Latency:
+    """Latency quantiles in ms by (f, outcome), overall and per second of
+    completion; and, from the same histograms, completions per second and in
+    all (every completion has a latency: each answers one invocation)."""
     F = _F()
     outcome = F.col("outcome")
     sends = by_value.where(F.col("n_comp") > 0).select(
@@ -106,14 +109,21 @@ def latency(by_value, ops, pipelined: bool) -> tuple[list[dict], list[dict]]:
     hist = (lat.groupBy("f", "type", F.floor(F.col("time") / 1e9).cast("long").alias("second"),
                         bucket.alias("bucket"))
             .agg(F.count("*").alias("n"), F.max("latency").alias("max")))
+    # The histogram has a row per (second, f, outcome, bucket) seen: sized by
+    # the run's length and the spread of its latencies, not by its events.
     pdf = hist.toPandas()
     if pdf.empty:
-        return [], []
+        return Latency([], [], [], {})
     overall = _quantiles(pdf, ["f", "type"])
     per_second = _quantiles(pdf[pdf["f"].isin(["send", "poll"])], ["second", "f", "type"])
     for row in per_second:
         row["second"] = int(row["second"])
-    return overall, per_second
+    counts = pdf.groupby(["second", "f", "type"], sort=True)["n"].sum()
+    throughput = [{"second": int(sec), "f": f, "type": t, "count": int(n)} for (sec, f, t), n in counts.items()]
+    completions: dict[str, dict[str, int]] = {}
+    for (f, t), n in pdf.groupby(["f", "type"], sort=True)["n"].sum().items():
+        completions.setdefault(f, {})[t] = int(n)
+    return Latency(overall, per_second, throughput, completions)
 
 
 def _quantiles(pdf, keys: list[str]) -> list[dict]:
@@ -144,11 +154,9 @@ def _quantiles(pdf, keys: list[str]) -> list[dict]:
     return rows
 
 
-def faults(df) -> list[dict]:
-    """The nemesis's events, in order."""
-    F = _F()
-    rows = sorted(df.where(F.col("process") == NEMESIS_PROCESS_ID)
-                  .select("index", "time", "type", "f", "extra").collect(), key=lambda r: r["index"])
+def faults(few: list) -> list[dict]:
+    """The nemesis's events, in order, from `anomalies.few_events`' rows."""
+    rows = sorted((r for r in few if r["process"] == NEMESIS_PROCESS_ID), key=lambda r: r["index"])
     events = []
     for r in rows:
         extra = orjson.loads(r["extra"]) if r["extra"] else {}

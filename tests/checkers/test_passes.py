@@ -1,0 +1,110 @@
+"""How the checker computes, not what it finds: the same results.json
+(verdict, counts, examples, statistics) whichever Spark settings the
+history's size picks, and on the paths a history with very many odd read
+steps or wide gaps takes; a small check runs few Spark jobs; the session's
+own settings are left as they were."""
+
+from __future__ import annotations
+
+import pytest
+
+from checkers import anomalies as an
+from checkers import check as check_module
+from checkers.check import Options, check_history, sized_conf
+from core.history.parquet import write_parquet
+from harness.synthetic import Plan, generate
+from tests.checkers.reference import reference_counts
+
+pytestmark = pytest.mark.spark
+
+PLAN = Plan(events=8_000, seed=11, partitions=4, producers=3, consumers=3, batch=15, lost=2, lost_acked=2,
+            dirty_reads=2, duplicates=3, inconsistent=2, aborted=2, nonmonotonic_polls=2, skips=3,
+            nonmonotonic_sends=2, unseen=2, hole_rate=0.01)
+
+
+def _without_timing(results: dict) -> dict:
+    return {k: v for k, v in results.items() if k != "checker"}
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    syn = generate(PLAN)
+    path = tmp_path_factory.mktemp("planted") / "history.parquet"
+    write_parquet(syn.events, path)
+    return syn, path
+
+
+def test_small_and_large_history_settings_give_the_same_results(spark, planted, monkeypatch):
+    syn, path = planted
+    small = check_history(path, Options(), spark=spark)
+    counts = {name: a["count"] for name, a in small["anomalies"].items()}
+    assert counts == syn.expected
+    assert counts == {k: reference_counts(syn.events)[k] for k in counts}
+    assert all(counts.values()), "every kind planted, so every example path runs"
+    # The settings of a large history: several shuffle partitions, adaptive execution.
+    monkeypatch.setattr(check_module, "SMALL_EVENTS", 0)
+    large = check_history(path, Options(), spark=spark)
+    assert _without_timing(large) == _without_timing(small)
+
+
+def test_the_spark_side_paths_of_read_order_agree_with_the_driver_side(spark, planted, hist, tmp_path, monkeypatch):
+    # A wide gap (a jump past 1,024 offsets over a known one), a narrow one, a step back, a send out of order.
+    hist.send(0, 0, 0, 0)
+    hist.send(0, 1, 0, 1500)
+    hist.send(0, 2, 0, 5000)
+    hist.send(0, 3, 0, 5001)
+    hist.send(0, 4, 0, 5003)
+    hist.add(0, "invoke", "send", key=0, value=5)
+    hist.add(0, "invoke", "send", key=0, value=6)
+    hist.add(0, "ok", "send", value=6, partition=1, offset=0)
+    hist.add(0, "ok", "send", value=5, partition=1, offset=1)
+    hist.poll(1, (0, 0, 0), (0, 5000, 2))
+    hist.poll(1, (0, 5003, 4), (0, 1500, 1))
+    hist.poll(2, (0, 5001, 3), (1, 0, 6), (1, 1, 5))
+    small = hist.write(tmp_path)
+    syn, path = planted
+    driver_side = [check_history(p, Options(), spark=spark) for p in (small, path)]
+    assert [driver_side[0]["anomalies"][k]["count"] for k in ("poll-skip", "nonmonotonic-poll", "nonmonotonic-send")] \
+        == [2, 1, 1]
+    # Every odd step kept in Spark, wide gaps by ordering the known offsets.
+    monkeypatch.setattr(an, "STEPS_ON_DRIVER", 0)
+    spark_side = [check_history(p, Options(), spark=spark) for p in (small, path)]
+    monkeypatch.setattr(an, "STEPS_ON_DRIVER", 100_000)
+    monkeypatch.setattr(an, "WIDE_GAPS_BROADCAST", 0)
+    ordered = [check_history(p, Options(), spark=spark) for p in (small, path)]
+    for a, b, c in zip(driver_side, spark_side, ordered):
+        assert _without_timing(a) == _without_timing(b) == _without_timing(c)
+
+
+def test_a_small_check_runs_few_spark_jobs_and_leaves_the_session_as_it_was(spark, hist, tmp_path):
+    for v in range(3):
+        hist.send(0, v, 0, v)
+    hist.poll(1, (0, 0, 0), (0, 1, 1))
+    hist.poll(1, (0, 2, 2))
+    path = hist.write(tmp_path)
+    keys = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled")
+    before = {k: spark.conf.get(k, None) for k in keys}
+    sc = spark.sparkContext
+    sc.setJobGroup("test-passes", "a small check")
+    try:
+        results = check_history(path, Options(), spark=spark)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    assert results["valid"] is True
+    # One job per pass (docs/checker.md, "How it works"): the few nemesis and
+    # final-reads events, pairing, highest offsets read, by value, by position,
+    # read and send order, latency. Before the passes were merged: 25.
+    assert len(sc.statusTracker().getJobIdsForGroup("test-passes")) <= 8
+    assert {k: spark.conf.get(k, None) for k in keys} == before
+    assert sized_conf(1_000, 2) == {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false"}
+    assert sized_conf(10_000_000, 2)["spark.sql.shuffle.partitions"] == "10"
+
+
+def test_the_priming_history_takes_every_path(spark):
+    # `prime` compiles the checker's plans ahead of a real check: only the
+    # paths its history takes, so it should find every kind of anomaly.
+    from checkers.anomalies import ANOMALIES
+    from checkers.check import prime
+
+    results = prime(spark)
+    assert {name for name, a in results["anomalies"].items() if a["count"] and a["examples"]} == set(ANOMALIES)
