@@ -153,14 +153,14 @@ def _ranges(ps: list[int]) -> str:
     return ", ".join(out)
 
 
-def few_events(df) -> list:
-    """The nemesis's events and the `final-reads` operations, in one job: few
-    in any history (faults and final reads, not records), they are the rows
-    `final_logs` and `stats.faults` read on the driver."""
+def few_events(df):
+    """The nemesis's events and the `final-reads` operations: few in any
+    history (faults and final reads, not records), the rows `final_logs` and
+    `stats.faults` read on the driver (collected with the first pass)."""
     F = _F()
     return (df.where((F.col("process") == NEMESIS_PROCESS_ID)
                      | ((F.col("process") >= 0) & (F.col("f") == FINAL_READS)))
-            .select("process", "index", "time", "type", "f", "partitions", "ends", "extra").collect())
+            .select("process", "index", "time", "type", "f", "partitions", "ends", "extra"))
 
 
 def final_logs(few: list) -> FinalLogs:
@@ -207,16 +207,19 @@ class Frames:
     """The DataFrames an analysis shares; `cached` lists what to unpersist."""
 
     client: object  # client events
+    polls: object  # the ok polls: process, index, time, records
+    poll_parts: object  # one row per (ok poll, partition it returned): first and last record, in-poll steps
+    cached: list
     # One row per record read: process, index, time, slot, partition, offset, value, and
     # `final` (read by the final reads), `in_final` (so, and below its partition's known end),
-    # `in_run` (read during the run, from a partition whose final log is known).
-    reads: object
-    poll_parts: object  # one row per (ok poll, partition it returned): first and last record, in-poll steps
-    by_value: object
-    cached: list
+    # `in_run` (read during the run, from a partition whose final log is known). Set by `add_by_value`.
+    reads: object = None
+    by_value: object = None
 
 
-def build(df, logs: FinalLogs) -> Frames:
+def build(df) -> Frames:
+    """The frames that need nothing from the driver: the client's events, the
+    ok polls, and the polls per partition."""
     F = _F()
     client = df.where(F.col("process") >= 0)
     # The ok polls, kept: the records are read from the history once, then
@@ -224,10 +227,19 @@ def build(df, logs: FinalLogs) -> Frames:
     # and summarised per (poll, partition) (read order, highest offsets) from
     # this cache instead of from the files each time.
     polls = (client.where((F.col("f") == "poll") & (F.col("type") == "ok"))
-             .select("process", "index", "time", _in_brackets(logs.brackets).alias("final"), "records"))
+             .select("process", "index", "time", "records"))
     if CACHE_POLLS:
         polls = polls.persist()
-    reads = (polls.select("process", "index", "time", "final", F.posexplode("records").alias("slot", "r"))
+    poll_parts = _poll_parts(polls).persist()
+    return Frames(client, polls, poll_parts, [poll_parts] + ([polls] if CACHE_POLLS else []))
+
+
+def add_by_value(frames: Frames, logs: FinalLogs) -> None:
+    """The reads and the by-value frame (persisted), which need the final logs."""
+    F = _F()
+    client = frames.client
+    reads = (frames.polls.select("process", "index", "time", _in_brackets(logs.brackets).alias("final"),
+                                 F.posexplode("records").alias("slot", "r"))
              .select("process", "index", "time", "slot",
                      F.col("r.partition").alias("partition"), F.col("r.offset").alias("offset"),
                      F.col("r.value").alias("value"), "final"))
@@ -237,7 +249,6 @@ def build(df, logs: FinalLogs) -> Frames:
                              (~F.col("final") & end.isNotNull()).alias("in_run"))
     else:
         reads = reads.select("*", F.lit(False).alias("in_final"), F.lit(False).alias("in_run"))
-    poll_parts = _poll_parts(polls).persist()
     # Each side fills only the columns of its role, so that the aggregation
     # below is plain min/max/count over columns (nulls skipped), no CASE per row.
     typ, index, time, null = F.col("type"), F.col("index"), F.col("time"), F.lit(None).cast("long")
@@ -287,7 +298,8 @@ def build(df, logs: FinalLogs) -> Frames:
         F.greatest("ack_pos", "read_last_pos").alias("last_pos")).persist()
     # `reads` itself is not cached: one pass feeds the by-value frame; the
     # example look-ups (only when anomalies were found) explode the cached polls again.
-    return Frames(client, reads, poll_parts, by_value, [poll_parts, by_value] + ([polls] if CACHE_POLLS else []))
+    frames.reads, frames.by_value = reads, by_value
+    frames.cached.append(by_value)
 
 
 def _poll_parts(polls):
@@ -313,10 +325,10 @@ def _poll_parts(polls):
                         odd.alias("odd"))
 
 
-def max_read_offsets(frames: Frames) -> dict[int, int]:
+def max_read_offsets(frames: Frames):
+    """The highest offset read of each partition: (partition, m), a few rows."""
     F = _F()
-    rows = frames.poll_parts.groupBy("partition").agg(F.max("max_offset").alias("m")).collect()
-    return {r["partition"]: r["m"] for r in rows}
+    return frames.poll_parts.groupBy("partition").agg(F.max("max_offset").alias("m"))
 
 
 def _lookup(mapping: dict[int, int], column):
@@ -605,23 +617,30 @@ def _small(frame, rows: int):
     return F.broadcast(frame) if rows <= BROADCAST_ROWS else frame
 
 
-def inconsistent_positions(by_pos) -> tuple[int, list[int]]:
-    """How many positions hold two values or more, and the first MAX_EXAMPLES of them."""
+def inconsistent_first(by_pos):
+    """The first MAX_EXAMPLES positions that hold two values or more (`pos`)."""
     F = _F()
-    bad = by_pos.where(F.col("n_values") >= 2)
-    keys = [r["pos"] for r in bad.orderBy("pos").limit(MAX_EXAMPLES).select("pos").collect()]
-    n = bad.count() if len(keys) == MAX_EXAMPLES else len(keys)
+    return by_pos.where(F.col("n_values") >= 2).orderBy("pos").limit(MAX_EXAMPLES).select("pos")
+
+
+def inconsistent_positions(by_pos, first: list) -> tuple[int, list[int]]:
+    """How many positions hold two values or more (counted only when there are
+    MAX_EXAMPLES or more), and the first of them, from `inconsistent_first`'s rows."""
+    F = _F()
+    keys = sorted(r["pos"] for r in first)
+    n = by_pos.where(F.col("n_values") >= 2).count() if len(keys) == MAX_EXAMPLES else len(keys)
     return n, keys
 
 
 _READ, _SEND = 0, 1  # the kinds of ordered streams
 
 
-def order_checks(frames: Frames, by_pos) -> dict[str, tuple[int, list[dict]]]:
-    """nonmonotonic-poll and poll-skip from each process's consecutive reads of a
-    partition, and nonmonotonic-send from its successive acknowledged sends to
-    a partition: both orders in one window pass (partitioned by kind, process
-    and partition, ordered by index), and the odd steps taken to the driver."""
+def order_steps(frames: Frames):
+    """The odd steps of read order (backwards or jumping) and of send order
+    (backwards) from one window pass, partitioned by kind (reads or sends),
+    process and partition, ordered by index: each process's consecutive reads
+    of a partition, and its successive acknowledged sends to a partition.
+    Few in any real history: `order_checks` takes them to the driver."""
     from pyspark.sql import Window
 
     F = _F()
@@ -671,10 +690,15 @@ def order_checks(frames: Frames, by_pos) -> dict[str, tuple[int, list[dict]]]:
         "ack_index",
     ).where(F.when(F.col("kind") == _SEND, offset < prev_offset)
             .otherwise((offset <= prev_offset) | (offset > prev_offset + 1)))
-    steps = inside.unionByName(between)
-    # Steps that go back or jump are few in any real history: take them to
-    # the driver in one job. Only a pathological history keeps them in Spark.
-    rows = steps.limit(STEPS_ON_DRIVER + 1).collect()
+    return inside.unionByName(between)
+
+
+def order_checks(steps, rows: list, by_pos) -> dict[str, tuple[int, list[dict]]]:
+    """nonmonotonic-poll, poll-skip and nonmonotonic-send from `order_steps`:
+    `rows` are its first STEPS_ON_DRIVER + 1 rows, classified on the driver
+    unless there are more (a pathological history), then in Spark."""
+    F = _F()
+    offset, prev_offset = F.col("offset"), F.col("prev_offset")
     if len(rows) <= STEPS_ON_DRIVER:
         found = _classify_steps([r for r in rows if r["kind"] == _READ], by_pos)
         back = sorted((r for r in rows if r["kind"] == _SEND), key=lambda r: r["index"])
@@ -717,7 +741,7 @@ def _classify_steps(rows: list, by_pos) -> dict[str, tuple[int, list[dict]]]:
         for r in gaps:
             key = (r["process"], r["partition"], r["index"], r["slot"])
             if key in first_known:
-                skipped.append({**r.asDict(), "skipped_offset": first_known[key]})
+                skipped.append({**r, "skipped_offset": first_known[key]})
         skipped.sort(key=order)
     return {"nonmonotonic-poll": (len(back), [_step(r) for r in back[:MAX_EXAMPLES]]),
             "poll-skip": (len(skipped), [_step(r, skipped=True) for r in skipped[:MAX_EXAMPLES]])}

@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
+
 from checkers import anomalies as an
 from checkers import liveness, node_logs, offsets, stats
 from checkers.load import load, prepare
@@ -139,43 +141,66 @@ class _Stages:
         self._t = now
 
 
+def _together(*frames) -> list[list[dict]]:
+    """The rows of several small frames (aggregates, a few events), collected
+    in one Spark job: each row as JSON, tagged with its frame. One job rather
+    than several also runs the frames' independent stages side by side."""
+    from pyspark.sql import functions as F
+
+    tagged = [frame.select(F.lit(i).alias("tag"), F.to_json(F.struct(*[F.col(c) for c in frame.columns]),
+                                                          {"ignoreNullFields": "false"}).alias("row"))
+              for i, frame in enumerate(frames)]
+    union = tagged[0]
+    for t in tagged[1:]:
+        union = union.unionByName(t)
+    out: list[list[dict]] = [[] for _ in frames]
+    for r in union.collect():
+        row = orjson.loads(r["row"])
+        out[r["tag"]].append({c: row.get(c) for c in frames[r["tag"]].columns})
+    return out
+
+
 def _analyse(df, promised: dict, opts: Options) -> dict:
-    # The passes, in order (docs/checker.md, "How it works"): the few
-    # nemesis and final-reads events; operations paired in process order; the
-    # by-value aggregation; the by-position one; the examples, looked up
-    # together; one window pass for read and send order; the latency
-    # histograms, which also count completions.
+    # Three Spark jobs for a history without anomalies (docs/checker.md, "How
+    # it works"): (1) the few nemesis and final-reads events, operations
+    # paired in process order, and the highest offset read per partition;
+    # (2) the by-value aggregation; (3) the first inconsistent positions of
+    # the by-position aggregation, read and send order from one window pass,
+    # and the latency histograms, which also count completions. Examples and
+    # skipped offsets, only where anomalies were found, take a few more.
     stage = _Stages()
-    few = an.few_events(df)
-    logs = an.final_logs(few)
-    faults = stats.faults(few)
-    stage.done("faults-and-final-reads")
-    frames = an.build(df, logs)
-    cached = list(frames.cached)
+    frames = an.build(df)
+    cached = []  # beside frames.cached
     try:
-        ops, pipelined, invokes = stats.ordered_ops(df)
+        ops, ops_summary = stats.ordered_ops(df)
         cached.append(ops)
-        stage.done("pair-operations")
-        max_read = an.max_read_offsets(frames)
-        stage.done("max-read")
-        checked = an.value_checks(frames, max_read, logs)
+        few, summary, max_read = _together(an.few_events(df), ops_summary, an.max_read_offsets(frames))
+        pipelined, invokes = stats.paired(summary)
+        logs = an.final_logs(few)
+        faults = stats.faults(few)
+        stage.done("pair-operations-faults-max-read")
+        an.add_by_value(frames, logs)
+        checked = an.value_checks(frames, {r["partition"]: r["m"] for r in max_read}, logs)
         multi = an.multi_partition_checks(checked, frames, logs)
         stage.done("by-value")
         by_pos = an.by_position(frames, checked["duplicate"]).persist()
         cached.append(by_pos)
-        n_inconsistent, inconsistent_at = an.inconsistent_positions(by_pos)
-        stage.done("by-position")
+        steps = an.order_steps(frames)
+        first_inconsistent, step_rows, histogram = _together(
+            an.inconsistent_first(by_pos), steps.limit(an.STEPS_ON_DRIVER + 1),
+            stats.latency_histogram(frames.by_value, ops, pipelined))
+        stage.done("by-position-order-latency")
+        found = an.order_checks(steps, step_rows, by_pos)
+        n_inconsistent, inconsistent_at = an.inconsistent_positions(by_pos, first_inconsistent)
+        lat = stats.latency(histogram)
+        stage.done("skips")
         examples, missing, inconsistent = an.examples(checked, frames, multi, inconsistent_at)
-        found = {name: (int(checked[name]) + multi.get(name, (0, []))[0], examples.get(name, []))
-                 for name in ("lost-write", "lost-acked", "dirty-read", "unseen", "aborted-read", "duplicate")}
+        found.update({name: (int(checked[name]) + multi.get(name, (0, []))[0], examples.get(name, []))
+                      for name in ("lost-write", "lost-acked", "dirty-read", "unseen", "aborted-read", "duplicate")})
         found["inconsistent-offset"] = (n_inconsistent, inconsistent)
         stage.done("examples")
-        found.update(an.order_checks(frames, by_pos))
-        stage.done("read-and-send-order")
-        lat = stats.latency(frames.by_value, ops, pipelined)
-        stage.done("latency-and-throughput")
     finally:
-        for frame in cached:
+        for frame in frames.cached + cached:
             frame.unpersist()
     # Events by f and type: invocations counted while pairing (sends by value),
     # completions from the latency histograms.

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import orjson
+import pandas as pd
 
 from checkers.anomalies import KIND_NAMES
 from core.errors import HistoryError
@@ -40,10 +41,10 @@ def _F():
 def ordered_ops(df):
     """Every operation but sends, with its place among its process's operations of that f.
 
-    Raises HistoryError at the first completion with no invocation left to
-    answer. Returns the frame (persisted), whether any process had several
-    of one f outstanding (pipelined), and the client's invocations by f
-    (sends aside), counted in the same job.
+    Returns the frame (persisted) and its summary by f (a few rows, for
+    `paired`): the first completion with no invocation left to answer,
+    whether a process had several of one f outstanding (pipelined), and
+    the client's invocations.
     """
     from pyspark.sql import Window
 
@@ -56,15 +57,21 @@ def ordered_ops(df):
                    F.count(F.when(~inv, 1)).over(w).alias("k_comp"),
                    F.last(F.when(inv, F.col("time")), ignorenulls=True).over(w).alias("last_inv_time"))
            .persist())
-    rows = ops.groupBy("f").agg(
+    summary = ops.groupBy("f").agg(
         F.min(F.when(~inv & (F.col("k_comp") > F.col("k_inv")), F.col("index"))).alias("orphan"),
         F.count(F.when(~inv & (F.col("k_comp") < F.col("k_inv")), 1)).alias("pipelined"),
-        F.count(F.when(inv & (F.col("process") >= 0), 1)).alias("invokes")).collect()
-    orphans = [r["orphan"] for r in rows if r["orphan"] is not None]
+        F.count(F.when(inv & (F.col("process") >= 0), 1)).alias("invokes"))
+    return ops, summary
+
+
+def paired(summary: list) -> tuple[bool, dict[str, int]]:
+    """From `ordered_ops`' summary rows: whether any process pipelined, and the
+    client's invocations by f. Raises HistoryError at the first completion
+    with no invocation left to answer."""
+    orphans = [r["orphan"] for r in summary if r["orphan"] is not None]
     if orphans:
-        ops.unpersist()
         raise HistoryError(f"index {min(orphans)}: a completion without an invocation (same process and f) before it")
-    return ops, any(r["pipelined"] > 0 for r in rows), {r["f"]: r["invokes"] for r in rows if r["invokes"]}
+    return any(r["pipelined"] > 0 for r in summary), {r["f"]: r["invokes"] for r in summary if r["invokes"]}
 
 
 def _op_latencies(ops, pipelined: bool):
@@ -93,10 +100,12 @@ class Latency:
     completions: dict[str, dict[str, int]]  # f -> outcome -> completions
 
 
-def latency(by_value, ops, pipelined: bool) -> Latency:
-    """Latency quantiles in ms by (f, outcome), overall and per second of
-    completion; and, from the same histograms, completions per second and in
-    all (every completion has a latency: each answers one invocation)."""
+HISTOGRAM_COLUMNS = ("f", "type", "second", "bucket", "n", "max")
+
+
+def latency_histogram(by_value, ops, pipelined: bool):
+    """Completions by (f, outcome, second, latency bucket): count and largest latency.
+    Every completion is counted: each answers one invocation."""
     F = _F()
     outcome = F.col("outcome")
     sends = by_value.where(F.col("n_comp") > 0).select(
@@ -106,12 +115,17 @@ def latency(by_value, ops, pipelined: bool) -> Latency:
     lat = sends.unionByName(_op_latencies(ops, pipelined))
     bucket = F.when(F.col("latency") <= BUCKET_FLOOR_NS, 0).otherwise(
         F.ceil(F.log(BUCKET_GROWTH, F.col("latency") / BUCKET_FLOOR_NS))).cast("int")
-    hist = (lat.groupBy("f", "type", F.floor(F.col("time") / 1e9).cast("long").alias("second"),
+    return (lat.groupBy("f", "type", F.floor(F.col("time") / 1e9).cast("long").alias("second"),
                         bucket.alias("bucket"))
             .agg(F.count("*").alias("n"), F.max("latency").alias("max")))
-    # The histogram has a row per (second, f, outcome, bucket) seen: sized by
-    # the run's length and the spread of its latencies, not by its events.
-    pdf = hist.toPandas()
+
+
+def latency(rows: list) -> Latency:
+    """Latency quantiles in ms by (f, outcome), overall and per second of
+    completion, and completions per second and in all, from `latency_histogram`'s
+    rows: a row per (second, f, outcome, bucket) seen, so sized by the run's
+    length and the spread of its latencies, not by its events."""
+    pdf = pd.DataFrame([[r[c] for c in HISTOGRAM_COLUMNS] for r in rows], columns=list(HISTOGRAM_COLUMNS))
     if pdf.empty:
         return Latency([], [], [], {})
     overall = _quantiles(pdf, ["f", "type"])
