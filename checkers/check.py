@@ -21,6 +21,7 @@ from checkers.load import load, prepare
 from checkers.spark import get_session
 from core.history.files import load_run_json, resolve
 from core.history.format import FINAL_READS
+from core.history.parquet import write_parquet
 from core.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -272,8 +273,6 @@ def prime(spark) -> dict:
     this JVM compiles the checker's plans (Spark generates and compiles code
     for each the first time it runs) before a real check waits for them:
     `harness run` can call it while the final reads run."""
-    from core.history.parquet import write_parquet
-
     with tempfile.TemporaryDirectory(prefix="harness-prime-") as scratch:
         path = Path(scratch) / "history.parquet"
         write_parquet(_prime_events(), path)
