@@ -70,74 +70,82 @@ class Columns:
     polls: int = 0  # poll invocations during the run (none: no consumer to wait)
 
 
-def load_columns(files) -> Columns:
+# Rows of the history read at a time: the driver holds one batch of the
+# columns below and the arrays kept from it, never the whole history's table.
+BATCH_ROWS = 500_000
+
+
+def load_columns(files, batch_rows: int = BATCH_ROWS) -> Columns:
     """Columns of Parquet history files (core.history.parquet's layout, or a
-    user's with those column names)."""
+    user's with those column names), read in batches."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     want = ("time", "process", "type", "f", "key", "value", "partition", "offset", "records")
-    parts = []
-    for path in files:
-        pf = pq.ParquetFile(str(path))
-        names = set(pf.schema_arrow.names)
-        parts.append(pf.read(columns=[c for c in want if c in names]))
 
     def col(t, name, default=-1):
         if name not in t.column_names:
             return np.full(t.num_rows, default, dtype=np.int64)
         return pc.fill_null(pc.cast(t[name], pa.int64()), default).to_numpy()
 
+    def is_(t, name, value):  # string comparisons in Arrow: no Python strings per row
+        return pc.fill_null(pc.equal(t[name], value), False).to_numpy(zero_copy_only=False)
+
     chunks: dict[str, list] = {}
     end = -1
     n_polls = 0
-    for t in parts:
-        process = col(t, "process")
-
-        def is_(name, value):  # string comparisons in Arrow: no Python strings per row
-            return pc.fill_null(pc.equal(t[name], value), False).to_numpy(zero_copy_only=False)
-
-        time = col(t, "time")
-        client = process >= 0
-        final_procs = np.unique(process[client & is_("f", "final-reads")])
-        in_run = client & ~np.isin(process, final_procs)
-        if in_run.any():
-            end = max(end, int(time[in_run].max()))
-        is_poll = is_("f", "poll")
-        send = client & is_("f", "send")
-        invoke = is_("type", "invoke")
-        inv = send & invoke
-        comp = send & ~invoke
-        ok = is_("type", "ok")
-        add = chunks.setdefault
-        add("inv_time", []).append(time[inv])
-        add("inv_key", []).append(col(t, "key")[inv])
-        add("inv_value", []).append(col(t, "value")[inv])
-        add("comp_time", []).append(time[comp])
-        add("comp_value", []).append(col(t, "value")[comp])
-        add("comp_ok", []).append(ok[comp])
-        add("comp_partition", []).append(np.where(ok, col(t, "partition"), -1)[comp])
-        add("comp_offset", []).append(col(t, "offset")[comp])
-        n_polls += int((in_run & is_poll & invoke).sum())
-        polls = np.flatnonzero(in_run & is_poll & ok)
-        rt, rp, ro = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
-        if len(polls) and "records" in t.column_names:
-            recs = t["records"].take(pa.array(polls))
-            parent = pc.list_parent_indices(recs).to_numpy()
-            flat = pc.list_flatten(recs)
-            if len(flat):
-                p = pc.fill_null(pc.cast(pc.struct_field(flat, "partition"), pa.int64()), -1).to_numpy()
-                o = pc.fill_null(pc.cast(pc.struct_field(flat, "offset"), pa.int64()), -1).to_numpy()
-                # The largest offset per (poll, partition): sort by (poll, partition, offset), keep the last.
-                order = np.lexsort((o, p, parent))
-                parent, p, o = parent[order], p[order], o[order]
-                last = np.ones(len(p), bool)
-                last[:-1] = (parent[1:] != parent[:-1]) | (p[1:] != p[:-1])
-                rt, rp, ro = time[polls][parent[last]], p[last], o[last]
-        add("read_time", []).append(rt)
-        add("read_partition", []).append(rp)
-        add("read_offset", []).append(ro)
+    for path in files:
+        pf = pq.ParquetFile(str(path))
+        names = set(pf.schema_arrow.names)
+        # The processes of this file that did final reads: none of their events is the run's.
+        final_procs = np.empty(0, np.int64)
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=["process", "f"]):
+            t = pa.Table.from_batches([batch])
+            process = col(t, "process")
+            final_procs = np.union1d(final_procs, process[(process >= 0) & is_(t, "f", "final-reads")])
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=[c for c in want if c in names]):
+            t = pa.Table.from_batches([batch])
+            process = col(t, "process")
+            time = col(t, "time")
+            client = process >= 0
+            in_run = client & ~np.isin(process, final_procs)
+            if in_run.any():
+                end = max(end, int(time[in_run].max()))
+            is_poll = is_(t, "f", "poll")
+            send = client & is_(t, "f", "send")
+            invoke = is_(t, "type", "invoke")
+            inv = send & invoke
+            comp = send & ~invoke
+            ok = is_(t, "type", "ok")
+            add = chunks.setdefault
+            add("inv_time", []).append(time[inv])
+            add("inv_key", []).append(col(t, "key")[inv])
+            add("inv_value", []).append(col(t, "value")[inv])
+            add("comp_time", []).append(time[comp])
+            add("comp_value", []).append(col(t, "value")[comp])
+            add("comp_ok", []).append(ok[comp])
+            add("comp_partition", []).append(np.where(ok, col(t, "partition"), -1)[comp])
+            add("comp_offset", []).append(col(t, "offset")[comp])
+            n_polls += int((in_run & is_poll & invoke).sum())
+            polls = np.flatnonzero(in_run & is_poll & ok)
+            rt, rp, ro = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
+            if len(polls) and "records" in t.column_names:
+                recs = t["records"].take(pa.array(polls))
+                parent = pc.list_parent_indices(recs).to_numpy()
+                flat = pc.list_flatten(recs)
+                if len(flat):
+                    p = pc.fill_null(pc.cast(pc.struct_field(flat, "partition"), pa.int64()), -1).to_numpy()
+                    o = pc.fill_null(pc.cast(pc.struct_field(flat, "offset"), pa.int64()), -1).to_numpy()
+                    # The largest offset per (poll, partition): sort by (poll, partition, offset), keep the last.
+                    order = np.lexsort((o, p, parent))
+                    parent, p, o = parent[order], p[order], o[order]
+                    last = np.ones(len(p), bool)
+                    last[:-1] = (parent[1:] != parent[:-1]) | (p[1:] != p[:-1])
+                    rt, rp, ro = time[polls][parent[last]], p[last], o[last]
+            add("read_time", []).append(rt)
+            add("read_partition", []).append(rp)
+            add("read_offset", []).append(ro)
     arrays = {k: np.concatenate(v) if v else np.empty(0, np.int64) for k, v in chunks.items()}
     if not arrays:
         arrays = {k: np.empty(0, bool if k == "comp_ok" else np.int64) for k in Columns.__dataclass_fields__

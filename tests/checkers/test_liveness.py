@@ -248,3 +248,21 @@ def test_expect_limits_and_hang_judge_the_measured_values(check, timed):
     for bad in ({"max-recovery-s": "soon"}, {"max-unavailable-s": -1}, {"hang": True}):
         with pytest.raises(UserError, match="expect"):
             build({"expect": bad})
+
+
+def test_columns_read_in_small_batches_are_the_columns_read_at_once(tmp_path):
+    # The history is read a batch at a time (the driver never holds all of it):
+    # batch edges must not change a column, nor which processes did final reads.
+    import numpy as np
+
+    from checkers.liveness import Columns, load_columns
+    from core.history.parquet import write_parquet
+    from harness.synthetic import Plan, generate
+
+    path = tmp_path / "history.parquet"
+    write_parquet(generate(Plan(events=5_000, seed=5, lost=1, dirty_reads=1)).events, path)
+    whole, batched = load_columns([path], batch_rows=1_000_000), load_columns([path], batch_rows=333)
+    for name in Columns.__dataclass_fields__:
+        a, b = getattr(whole, name), getattr(batched, name)
+        assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b, name
+    assert whole.polls > 0 and len(whole.read_time) > 0 and whole.end > 0
