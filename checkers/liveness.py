@@ -33,7 +33,8 @@ seconds on the history's clock:
   partition's sends (attributed by key), the run having watched for `hang_s`
   (`hung_partitions`).
 
-The pass reads a few columns of the history's Parquet with Arrow and works
+The pass reads a few columns of the history's Parquet with Arrow, a batch
+of rows at a time (the driver keeps the arrays, not the table), and works
 on sorted NumPy arrays (searchsorted per wait, no Python loop per event), so
 it scales with the rest of the check; `measure` is a pure function of the
 columns, tested on hand-made histories.
