@@ -91,9 +91,9 @@ def test_a_small_check_runs_few_spark_jobs_and_leaves_the_session_as_it_was(spar
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
     assert results["valid"] is True
-    # One job per pass (docs/checker.md, "How it works"): the few nemesis and
-    # final-reads events, pairing, highest offsets read, by value, by position,
-    # read and send order, latency. Before the passes were merged: 25.
+    # Three jobs of passes collected together (docs/checker.md, "Passes"), and
+    # the few Spark adds (broadcasts, caches): before the passes were merged,
+    # a small history took about 40 (docs/benchmarks.md).
     assert len(sc.statusTracker().getJobIdsForGroup("test-passes")) <= 8
     assert {k: spark.conf.get(k, None) for k in keys} == before
     assert sized_conf(1_000, 2) == {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false"}
