@@ -146,6 +146,10 @@ def outcome(argv: list[str], status: int, log_path: Path, seconds: float, timed_
         o.verdict = NOT_RUN
     if o.verdict != NOT_RUN and o.results is None:  # an exit status without results is no verdict
         o.verdict = NOT_RUN
+    elif o.verdict != NOT_RUN and isinstance(o.results.get("valid"), bool):
+        # The verdict is about safety: a HANG or a missed liveness limit exits 1
+        # too, and a valid run that hung is not an invalid one.
+        o.verdict = "valid" if o.results["valid"] else "invalid"
     if o.verdict == NOT_RUN:
         if timed_out:
             o.problem = f"outlived its limit of {limit_s:g} s and was stopped"

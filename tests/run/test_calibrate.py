@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import subrun
 from harness.calibrate import RunRecord, seeds_for, table
 from core.errors import UserError
 from tests.support import harness
@@ -70,3 +71,18 @@ def test_a_one_run_calibration_records_it_and_resumes(tmp_path):
     again = harness("calibrate", "--runs", "1", "--scenario", "own-power-loss", "--out", str(out), timeout=120)
     assert again.returncode == 0 and "resuming: 1 of 1 runs already recorded" in again.stderr, again.stderr
     assert len(json.loads((out / "calibration.json").read_text())["runs"]) == 1
+
+
+def test_a_run_that_hung_but_lost_nothing_is_valid_not_invalid(tmp_path):
+    """`harness run` exits 1 on a HANG as on an invalid verdict; the verdict
+    recorded is the checker's (kafka-disk-corrupt-reads: valid, partition 1 hung)."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    log = tmp_path / "run.log"
+    log.write_text(f"run own-x: {run_dir} (seed 1)\n")
+    for valid, want in ((True, "valid"), (False, "invalid")):
+        (run_dir / "results.json").write_text(json.dumps({"valid": valid, "liveness": {"verdict": "hang"}}))
+        o = subrun.outcome(["harness", "run"], 1, log, 12.0)
+        assert (o.verdict, o.problem) == (want, None)
+    (run_dir / "results.json").unlink()
+    assert subrun.outcome(["harness", "run"], 1, log, 12.0).verdict == subrun.NOT_RUN
