@@ -90,3 +90,13 @@ def check_kill_timeline(run_dir: Path, truncations_in_logs: list[tuple[str, int,
     found = {(x["node"], x["partition"], x["offset"]) for x in states if x["kind"] == "truncation"}
     assert set(truncations_in_logs) <= found, (set(truncations_in_logs) - found)
     return {"kills": len(kills), "leaders moved": moved, "truncations": len(found)}
+
+
+def leave_nothing_of(run, cids: list[str]) -> None:
+    """The `finally` of a test that kills a harness run: stop it if it still
+    runs, and clean every cluster it made (named, or found by owner)."""
+    if run.poll() is None:
+        run.kill()
+        run.wait(10)
+    for cid in cids or clusters_owned_by(run.pid):
+        harness("clean", "--cluster", cid, timeout=120)

@@ -15,7 +15,7 @@ import pytest
 from infra import hostops
 from infra import state as st
 
-from tests.support import HARNESS, clusters_owned_by, harness, harness_run, history_events
+from tests.support import HARNESS, clusters_owned_by, harness, harness_run, history_events, leave_nothing_of
 
 from .conftest import faultfs_mounts, need_fuse
 
@@ -141,8 +141,4 @@ def test_a_run_killed_during_a_disk_stall_is_cleaned_up(tmp_path):
         assert not [pid for pid in ours if hostops.is_alive(pid)]  # faultfs, broker, ZooKeeper, sshd
         assert f"removed state directory {st.cluster_dir(cid)}" in res.stdout
     finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait(10)
-        for cid in cids or clusters_owned_by(run.pid):
-            harness("clean", "--cluster", cid, timeout=120)
+        leave_nothing_of(run, cids)
