@@ -58,7 +58,7 @@ class ProducerClient:
         self.acked_max: dict[int, int] = {}  # partition -> highest acknowledged offset
         # Why this instance must be replaced (an error name), or None.
         self.tainted: str | None = None
-        self._history_record = clients.history.record
+        self._send_acked = clients.history.send_acked
         self._recorder = clients.record
         self._stats = clients.stats
         self._single_attempt = clients.config.single_attempt
@@ -72,8 +72,7 @@ class ProducerClient:
         if err is None and not self._acks0 and offset is not None and offset >= 0:
             partition = msg.partition()
             try:
-                self._history_record(self.pid, "ok", "send", value=int(msg.value()), partition=partition,
-                                     offset=offset)
+                self._send_acked(self.pid, int(msg.value()), partition, offset)
             except RuntimeError:  # the history is closed: a report arriving after the run
                 if not self._recorder.abandoned:
                     raise
@@ -190,7 +189,7 @@ class ProducerSlot(threading.Thread):
     def _send_many(self, client: ProducerClient, n: int) -> None:
         """n sends: each recorded as an invoke before produce()."""
         cfg = self.clients.config
-        record = self.clients.history.record  # the producer loop never runs after the history closes
+        invoked = self.clients.history.send_invoked  # the producer loop never runs after the history closes
         produce = client.producer.produce
         next_value = self.values.__next__
         topic, key_count, pid = cfg.topic, cfg.key_count, client.pid
@@ -199,7 +198,7 @@ class ProducerSlot(threading.Thread):
         for _ in range(n):
             value = next_value()
             key = value % key_count
-            record(pid, "invoke", "send", key=key, value=value)
+            invoked(pid, key, value)
             try:
                 if partitions:
                     produce(topic, str(value).encode(), str(key).encode(), partition=key % partitions)

@@ -4,15 +4,20 @@ JSONL <-> Parquet, finding a history in a run directory."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from core.history.files import iter_source_jsonl, load_run_json, resolve
 from core.history.jsonl import ReadReport, read_jsonl
 from core.history.parquet import jsonl_to_parquet, read_parquet_events, validate_parquet, write_parquet
-from core.history.writer import HistoryWriter
+from core.history.writer import SEND_INVOKE, SEND_OK, HistoryWriter, _Formatter, _SEND_INVOKE, _SEND_OK
 from core.errors import HistoryError
 
 
@@ -60,13 +65,90 @@ def test_a_closed_writer_refuses_events_and_keeps_what_it_had(tmp_path):
     assert read_jsonl(tmp_path / "history.jsonl")[0]["value"] == {"nodes": ["n1"]}
 
 
-def test_listeners_see_every_event(tmp_path):
-    seen = []
-    with HistoryWriter(tmp_path / "history.jsonl") as writer:
-        writer.subscribe(seen.append)
-        writer.record(0, "invoke", "poll")
-        writer.record(0, "ok", "poll", records=[])
-    assert [e["type"] for e in seen] == ["invoke", "ok"]
+def test_a_send_s_two_cheap_events_are_the_general_ones(tmp_path):
+    with HistoryWriter(tmp_path / "cheap.jsonl") as cheap, HistoryWriter(tmp_path / "general.jsonl") as general:
+        for value in (0, 7, (1 << 63) - 1, 1 << 63):  # the last does not fit a frame's int64
+            cheap.send_invoked(3, value % 16, value)
+            cheap.send_acked(3, value, 2, 1 << 42)
+            general.record(3, "invoke", "send", key=value % 16, value=value)
+            general.record(3, "ok", "send", value=value, partition=2, offset=1 << 42)
+    strip = [{k: v for k, v in e.items() if k != "time"} for e in read_jsonl(tmp_path / "cheap.jsonl")]
+    assert strip == [{k: v for k, v in e.items() if k != "time"} for e in read_jsonl(tmp_path / "general.jsonl")]
+    assert strip[-2]["value"] == 1 << 63
+
+
+def test_times_handed_over_out_of_order_are_raised_to_their_predecessor_s():
+    # A thread switch between reading the clock and appending: the later append has the earlier time.
+    formatter = _Formatter(origin_ns=1000)
+    frames = (_SEND_INVOKE.pack(SEND_INVOKE, 1500, 1, 0, 10) + _SEND_INVOKE.pack(SEND_INVOKE, 1400, 2, 0, 11)
+              + _SEND_OK.pack(SEND_OK, 1600, 1, 10, 0, 0))
+    # Handed over in pieces that cut frames anywhere.
+    lines = b"".join(formatter.lines(frames[i:i + 7]) for i in range(0, len(frames), 7))
+    events = [json.loads(line) for line in lines.splitlines()]
+    assert [(e["index"], e["time"], e["value"]) for e in events] == [(0, 500, 10), (1, 500, 11), (2, 600, 10)]
+    assert formatter.pending == b""
+
+
+def test_a_writer_process_that_died_is_an_error_at_close(tmp_path):
+    writer = HistoryWriter(tmp_path / "history.jsonl")
+    writer.record(0, "invoke", "poll")
+    writer.flush()
+    writer._process.kill()
+    writer._process.wait()
+    writer.record(0, "ok", "poll", records=[])
+    with pytest.raises(RuntimeError, match="writer process failed"):
+        writer.close()
+
+
+# A harness process: it records sends as fast as it can and says on stdout, about every 50 ms, the
+# last value whose events it has recorded, with the time it recorded them.
+_WRITING_HARNESS = """
+import sys, time
+from core.history.writer import SEND_INVOKE, SEND_OK, HistoryWriter, _Formatter, _SEND_INVOKE, _SEND_OK
+writer = HistoryWriter(sys.argv[1])
+value, said = 0, time.monotonic()
+while True:
+    writer.send_invoked(0, value % 16, value)
+    writer.send_acked(0, value, 0, value)
+    value += 1
+    if time.monotonic() - said > 0.05:
+        said = time.monotonic()
+        print(value - 1, said, flush=True)
+"""
+
+
+@pytest.mark.parametrize("what", ["the harness", "the harness and its writer process"])
+def test_kill_9_of_a_writing_harness_loses_at_most_the_last_second(tmp_path, what):
+    """Killed alone, the harness loses at most its last second; killed with its writer process (its
+    process group), the file is still readable, and what it lacks is the writer's backlog, only at
+    the end (how long that is depends on how far the writer had fallen behind: not asserted)."""
+    path = tmp_path / "history.jsonl"
+    harness = subprocess.Popen([sys.executable, "-c", _WRITING_HARNESS, str(path)], stdout=subprocess.PIPE,
+                               cwd=str(Path(__file__).resolve().parents[2]), start_new_session=True, text=True)
+    said = []
+    for line in harness.stdout:
+        value, at = line.split()
+        said.append((int(value), float(at)))
+        if said[-1][1] - said[0][1] > 2.0:  # 2 s of writing
+            break
+    writer_pid = int(Path(f"/proc/{harness.pid}/task/{harness.pid}/children").read_text().split()[0])
+    killed_at = time.monotonic()
+    os.killpg(harness.pid, signal.SIGKILL) if what != "the harness" else harness.kill()
+    harness.wait()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{writer_pid}").exists() and time.monotonic() < deadline:  # it writes what it got, then exits
+        time.sleep(0.02)
+        if Path(f"/proc/{writer_pid}/stat").exists() and Path(f"/proc/{writer_pid}/stat").read_text().split()[2] == "Z":
+            break  # a zombie: finished, its parent gone
+    report = ReadReport()
+    events = read_jsonl(path, report)  # readable: validated line by line, a cut last line dropped
+    assert [e["index"] for e in events] == list(range(len(events)))
+    acked = {e["value"] for e in events if e["type"] == "ok"}
+    assert acked == set(range(len(acked)))  # nothing missing before the end
+    if what == "the harness":
+        # The writer process had everything shipped to it; only the harness's last 50 ms are gone.
+        must_have = max(v for v, at in said if at < killed_at - 1.0)
+        assert len(acked) > must_have
 
 
 def _sample() -> list[dict]:
