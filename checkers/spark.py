@@ -15,7 +15,6 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import Callable
 
 from core.errors import UserError
 
@@ -95,20 +94,14 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None, m
     return session
 
 
-def warm_up(master: str | None = None, conf: dict[str, str] | None = None,
-            then: Callable[[object], object] | None = None) -> threading.Thread:
-    """Start the session in a background thread, then call `then(session)`
-    there (`checkers.check.prime`), so that a check later in this process finds
-    the JVM running and its code compiled (`harness run` calls it while the
-    cluster settles and the final reads run, and joins the thread before its
-    check: the two must not change the session's settings at once). A failure
-    here is only logged: the check's own `get_session` meets it again and
-    reports it."""
+def warm_up(master: str | None = None, conf: dict[str, str] | None = None) -> threading.Thread:
+    """Start the session in a background thread, so that a check later in this
+    process finds the JVM running (`harness run` calls it while the cluster
+    settles and the final reads run). A failure here is only logged: the
+    check's own `get_session` meets it again and reports it."""
     def start() -> None:
         try:
-            session = get_session(master, conf)
-            if then is not None:
-                then(session)
+            get_session(master, conf)
         except Exception as e:
             log.info("Spark warm-up failed (the check will say why): %s", e)
 

@@ -27,7 +27,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
-from checkers.check import check_history, Options, prime
+from checkers.check import check_history, Options
 from checkers.liveness import HANG_S, verdict_words
 from checkers.results import write_results
 from checkers.spark import warm_up
@@ -76,7 +76,6 @@ class Run:
     faultfs: object = None  # the disk-fault filesystems under the data dirs (infra.faultfs), if mounted
     problem: str | None = None  # why the run could not be carried out
     observer: object = None  # the cluster-state observer (workloads/observer.py), writing states.jsonl
-    checker_warm_up: object = None  # the thread starting Spark and priming the checker, joined before the check
 
 
 def run(args) -> int:
@@ -239,7 +238,7 @@ def _execute(r: Run) -> None:
     # The checker's JVM starts while the cluster settles and the final reads
     # run (waits, mostly), not after them; not earlier, so that its start does
     # not compete with the faults and the recovery the history measures.
-    r.checker_warm_up = warm_up(then=prime)
+    warm_up()
     r.workload.stop(timeout=15)
     _phase("waiting for the cluster to settle")
     observed("settle")
@@ -439,8 +438,6 @@ def _conclude(r: Run) -> int:
         try:
             _phase("checking the history")
             check_started = time.monotonic()
-            if r.checker_warm_up is not None:
-                r.checker_warm_up.join()
             jsonl_to_parquet(path, r.dir.path / "history.parquet")
             results = add_explanations(check_history(r.dir.path, Options(idempotent=r.spec.idempotent or None,
                                                                          fault_ends=fault_ends())),
