@@ -38,6 +38,10 @@ def configure(parser) -> None:
     parser.add_argument("--spark-master", metavar="URL", help="Spark master (default local[*])")
     parser.add_argument("--spark-conf", metavar="KEY=VALUE", action="append", default=[],
                         help="extra Spark setting (repeatable)")
+    parser.add_argument("--scratch", metavar="DIR",
+                        help="an existing folder for a JSONL history's Parquet conversion, at a path every Spark "
+                             "executor reads (default: beside the history on a cluster master, the temporary "
+                             "folder on a local one)")
     parser.add_argument("--json", action="store_true", help="print results.json instead of the summary")
 
 
@@ -73,7 +77,8 @@ def add_explanations(results: dict, history) -> dict:
 
 def run(args) -> int:
     opts = Options(allow=set(args.allow), idempotent=args.idempotent or None,
-                   master=args.spark_master, spark_conf=spark_conf(args.spark_conf), fault_ends=fault_ends())
+                   master=args.spark_master, spark_conf=spark_conf(args.spark_conf), fault_ends=fault_ends(),
+                   scratch=args.scratch)
     results = add_explanations(check_history(args.history, opts), args.history)
     out_dir = Path(args.out) if args.out else resolve(args.history).root
     path = write_results(results, out_dir)
