@@ -9,7 +9,8 @@ brings: every anomaly kind planted, with final reads and without, JSONL
 parts (converted to Parquet beside the history, where the executors read
 it) and Parquet parts (read where they are), a run.json that promises
 idempotence. Everything in results.json but the `checker` block (the
-master's name and timings) must be equal, counts first.
+master's name and timings) must be equal, counts first. The executors are
+given no Python to start: the checker needs none on them.
 """
 
 from __future__ import annotations
@@ -64,12 +65,13 @@ def executors(cluster) -> dict[int, set[str]]:
             for n in range(2)}
 
 
-def check(history: Path, out: Path, *argv: str) -> dict:
+def check(history: Path, out: Path, *argv: str, env: dict | None = None) -> dict:
     """`harness check HISTORY --out OUT ARGV` as a user runs it; its results.json."""
     out.mkdir()
     # Loopback only, as the cluster: the driver also binds to 127.0.0.1 for a
     # spark://127.0.0.1 master by itself (checkers.spark.on_loopback).
-    proc = harness("check", str(history), "--out", str(out), *argv, env={"SPARK_LOCAL_IP": "127.0.0.1"})
+    proc = harness("check", str(history), "--out", str(out), *argv,
+                   env={"SPARK_LOCAL_IP": "127.0.0.1", **(env or {})})
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     return json.loads((out / "results.json").read_text())
 
@@ -85,7 +87,9 @@ def test_a_standalone_cluster_finds_what_local_finds(cluster, shape, tmp_path):
 
     local = check(history, tmp_path / "local")
     apps_before = executors(cluster)
-    on_cluster = check(history, tmp_path / "cluster", "--spark-master", cluster.url)
+    # Executors need no Python (docs/checker.md): the Python they would start is not there.
+    on_cluster = check(history, tmp_path / "cluster", "--spark-master", cluster.url,
+                       env={"PYSPARK_PYTHON": "/nonexistent/python3"})
 
     assert local["checker"]["master"] == "local[*]"
     assert on_cluster["checker"]["master"] == cluster.url
