@@ -99,6 +99,18 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None, m
     return session
 
 
+def conf_pairs(pairs: list[str]) -> dict[str, str]:
+    """--spark-conf KEY=VALUE pairs as a dict (`harness check`, `harness bench
+    check`); a pair without '=' is a UserError."""
+    conf = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--spark-conf {pair!r}: expected KEY=VALUE")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
 def on_loopback(master: str) -> bool:
     """Whether a cluster master's URL names this machine's loopback address
     (spark://127.0.0.1:7077, spark://localhost:7077)."""
