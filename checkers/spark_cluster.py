@@ -48,6 +48,7 @@ class Standalone:
     web: str  # http://127.0.0.1:PORT (the master's UI; /json is its state)
     folder: Path  # logs (master.log, worker-N.log) and the workers' work folders
     processes: list[subprocess.Popen] = field(default_factory=list)
+    logs: list[Path] = field(default_factory=list)  # each process's output, in the same order
 
     @property
     def pids(self) -> list[int]:
@@ -110,7 +111,7 @@ def standalone(workers: int = 2, cores: int = 1, memory: str = "1g", daemon_memo
     127.0.0.1, up once every worker has registered with the master (its /json
     lists them ALIVE); stopped, with the executors they launched, on the way
     out. `folder` keeps the logs and work folders (default: a temporary folder,
-    removed afterwards)."""
+    removed afterwards, but kept when the cluster did not start)."""
     home = spark_home()
     env = environment(home, daemon_memory)
     own_folder = folder is None
@@ -118,32 +119,37 @@ def standalone(workers: int = 2, cores: int = 1, memory: str = "1g", daemon_memo
     root.mkdir(parents=True, exist_ok=True)
     port, web_port = free_port(), free_port()
     cluster = Standalone(f"spark://{HOST}:{port}", f"http://{HOST}:{web_port}", root)
+    started = False
     try:
-        cluster.processes.append(_daemon(home, env, root / "master.log",
-                                         [MASTER_CLASS, "--host", HOST, "--port", str(port),
-                                          "--webui-port", str(web_port)]))
+        _daemon(cluster, home, env, "master", [MASTER_CLASS, "--host", HOST, "--port", str(port),
+                                               "--webui-port", str(web_port)])
         _wait(cluster, lambda: _answers(cluster), "the master's web UI", timeout)
         for n in range(workers):
             work = root / f"worker-{n}"
             work.mkdir(exist_ok=True)
-            cluster.processes.append(_daemon(home, env, root / f"worker-{n}.log",
-                                             [WORKER_CLASS, "--host", HOST, "--port", str(free_port()),
-                                              "--webui-port", str(free_port()), "--cores", str(cores),
-                                              "--memory", memory, "--work-dir", str(work), cluster.url]))
+            _daemon(cluster, home, env, f"worker-{n}",
+                    [WORKER_CLASS, "--host", HOST, "--port", str(free_port()), "--webui-port", str(free_port()),
+                     "--cores", str(cores), "--memory", memory, "--work-dir", str(work), cluster.url])
         _wait(cluster, lambda: cluster.alive_workers() >= workers, f"{workers} workers to register", timeout)
+        started = True
         yield cluster
     finally:
         stop(cluster)
-        if own_folder:
+        # A cluster that did not start keeps its logs: the error names them.
+        if own_folder and started:
             shutil.rmtree(root, ignore_errors=True)
 
 
-def _daemon(home: Path, env: dict[str, str], log_path: Path, argv: list[str]) -> subprocess.Popen:
-    """One Spark daemon in a process group of its own (spark-class execs the JVM,
-    which launches executors into the same group), its output in `log_path`."""
+def _daemon(cluster: Standalone, home: Path, env: dict[str, str], name: str, argv: list[str]) -> None:
+    """Start one Spark daemon in a process group of its own (spark-class execs
+    the JVM, which launches executors into the same group), its output in
+    NAME.log, and count it as the cluster's."""
+    log_path = cluster.folder / f"{name}.log"
     with open(log_path, "wb") as out:
-        return subprocess.Popen([str(home / "bin" / "spark-class"), *argv], env=env, stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        cluster.processes.append(subprocess.Popen(
+            [str(home / "bin" / "spark-class"), *argv], env=env, stdin=subprocess.DEVNULL, stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True))
+    cluster.logs.append(log_path)
 
 
 def _answers(cluster: Standalone) -> bool:
@@ -159,22 +165,24 @@ def _wait(cluster: Standalone, ready, what: str, timeout: float) -> None:
     running out, is a UserError naming the daemon's log and its last line."""
     deadline = time.monotonic() + timeout
     while not ready():
-        for p in cluster.processes:
+        for p, log_path in zip(cluster.processes, cluster.logs):
             if p.poll() is not None:
-                raise UserError(f"Spark daemon {' '.join(map(str, p.args[1:2]))} exited ({p.returncode}) "
-                                f"while waiting for {what}: {_last_line(cluster.folder)}")
+                raise UserError(f"standalone Spark: {log_path.stem} exited ({p.returncode}) while waiting for "
+                                f"{what}: {_telling_line(log_path)} (its log: {log_path})")
         if time.monotonic() > deadline:
             raise UserError(f"standalone Spark: no {what} after {timeout:.0f} s (logs in {cluster.folder})")
         time.sleep(0.5)
 
 
-def _last_line(folder: Path) -> str:
-    """The last line of the most recently written daemon log, for an error message."""
-    logs = sorted(folder.glob("*.log"), key=lambda p: p.stat().st_mtime)
-    if not logs:
-        return f"no log in {folder}"
-    lines = logs[-1].read_text(errors="replace").strip().splitlines()
-    return f"{logs[-1]}: {lines[-1] if lines else '(empty)'}"
+def _telling_line(log_path: Path) -> str:
+    """The line of a daemon's log that says why it stopped: the first error,
+    exception or usage line (Spark prints its usage for a bad argument), else
+    the last line."""
+    lines = [line.strip() for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
+    for line in lines:
+        if " ERROR " in line or "Exception" in line or line.startswith(("Error", "Usage:")):
+            return line
+    return lines[-1] if lines else "(its log is empty)"
 
 
 def stop(cluster: Standalone, grace: float = 10.0) -> None:

@@ -16,11 +16,13 @@ given no Python to start: the checker needs none on them.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from checkers.spark_cluster import standalone
+from core.errors import UserError
 from core.history.parquet import write_parquet
 from harness.synthetic import Plan, generate
 from tests.support import harness
@@ -113,3 +115,23 @@ def test_a_standalone_cluster_finds_what_local_finds(cluster, shape, tmp_path):
     # Both workers ran an executor for the check on the cluster.
     new = {n: apps - apps_before[n] for n, apps in executors(cluster).items()}
     assert all(new.values()), f"a worker launched no executor for the check: {new}"
+
+
+def holders_of(folder: Path) -> list[int]:
+    """Processes with a file open in `folder` (a daemon's output is its log there)."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}").startswith(str(folder))
+                   for fd in os.listdir(f"/proc/{pid}/fd")):
+                pids.append(int(pid))
+        except OSError:  # gone, or not ours to look at
+            pass
+    return pids
+
+
+def test_a_cluster_that_cannot_start_says_why_and_leaves_nothing_running(tmp_path):
+    with pytest.raises(UserError, match=r"worker-0 exited \(1\) .*Usage: Worker"):
+        with standalone(workers=1, memory="lots", folder=tmp_path):
+            pass
+    assert (tmp_path / "master.log").exists() and holders_of(tmp_path) == []
