@@ -3,6 +3,13 @@ Parquet histories, against a bare Spark scan-and-group-by of the same file
 in the same Spark session.
 
     harness bench check [--sizes 1000000,10000000] [--cache .cache/bench] [--repeat 2] [--out FILE]
+                        [--spark-master URL] [--spark-conf KEY=VALUE]... [--standalone [--standalone-memory 1g]]
+
+`--standalone` measures the same sizes again on a standalone Spark cluster
+of two workers of one core on 127.0.0.1 (checkers/spark_cluster.py), in a
+`harness bench check --spark-master spark://...` of its own (one Spark
+context per process), and prints the two side by side; the executors'
+memory is sampled from the workers' process trees meanwhile.
 
 Histories are generated once into a cache folder (a 10M-event history is
 written part by part: independent simulations on disjoint partitions,
@@ -24,7 +31,8 @@ from pathlib import Path
 import orjson
 
 from checkers.check import Options, check_history
-from checkers.spark import get_session
+from checkers.spark import conf_pairs, get_session
+from checkers.spark_cluster import standalone
 from core.errors import UserError
 from core.history.parquet import arrow_schema, events_to_table
 
@@ -39,8 +47,14 @@ def configure(parser) -> None:
                         help="comma list of history sizes in events (default 1000000,10000000)")
     parser.add_argument("--cache", default=".cache/bench", help="where generated histories are kept")
     parser.add_argument("--spark-master", default=None, help="Spark master (default local[*])")
+    parser.add_argument("--spark-conf", metavar="KEY=VALUE", action="append", default=[],
+                        help="extra Spark setting, as for harness check (repeatable)")
     parser.add_argument("--repeat", type=int, default=2, help="measured runs of each (best is reported)")
     parser.add_argument("--out", default=None, help="write the measurements as JSON here")
+    parser.add_argument("--standalone", action="store_true",
+                        help="also measure on a standalone cluster of 2 workers x 1 core on 127.0.0.1, side by side")
+    parser.add_argument("--standalone-memory", default="1g", metavar="SIZE",
+                        help="each worker's memory and its executor's (default 1g)")
 
 
 def _sizes(text: str) -> list[int]:
@@ -116,10 +130,13 @@ def ensure_history(size: int, cache: Path) -> Path:
 
 
 class PeakRSS:
-    """Peak resident memory of this process and its children (the JVM), sampled."""
+    """Peak resident memory of this process and its children (the JVM), sampled;
+    or of the descendants of `roots` (the processes a standalone worker launched:
+    its executors), the roots themselves left out."""
 
-    def __init__(self, interval: float = 0.05):
+    def __init__(self, interval: float = 0.05, roots: list[int] | None = None):
         self.interval = interval
+        self.roots = roots
         self.peak = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -153,12 +170,17 @@ class PeakRSS:
             todo.extend(children.get(pid, []))
         return out
 
+    def _now(self) -> int:
+        if self.roots is None:
+            return sum(self._rss(p) for p in self._tree(os.getpid()))
+        return sum(self._rss(p) for root in self.roots for p in self._tree(root) if p != root)
+
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            self.peak = max(self.peak, sum(self._rss(p) for p in self._tree(os.getpid())))
+            self.peak = max(self.peak, self._now())
 
     def __enter__(self):
-        self.peak = sum(self._rss(p) for p in self._tree(os.getpid()))
+        self.peak = self._now()
         self._thread.start()
         return self
 
@@ -183,7 +205,7 @@ def run(args) -> int:
     cache = Path(args.cache)
     paths = {size: ensure_history(size, cache) for size in sizes}
     started = time.monotonic()
-    spark = get_session(args.spark_master)
+    spark = get_session(args.spark_master, conf_pairs(args.spark_conf))
     startup = time.monotonic() - started
     bare_scan(spark, paths[sizes[0]])  # warm the JVM once, like a second check would
     measured = []
@@ -211,14 +233,65 @@ def run(args) -> int:
         growth = measured[-1]["check_s"] / measured[0]["check_s"]
         print(f"growth {measured[0]['events']} -> {measured[-1]['events']} events: {growth:.1f}x")
     # A cold, end-to-end `harness check` of the largest history: JVM start included.
+    # This session stops first: on a cluster it holds every core, and the
+    # check's own application would wait for one for ever.
+    master = spark.sparkContext.master
+    spark.stop()
+    on_master = (["--spark-master", args.spark_master] if args.spark_master else []) + _conf_args(args.spark_conf)
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "harness.cli", "check", str(paths[sizes[-1]]), "--out",
-                           str(paths[sizes[-1]].parent)], capture_output=True, text=True)
+                           str(paths[sizes[-1]].parent), *on_master], capture_output=True, text=True)
     cold = time.monotonic() - t0
     print(f"cold `harness check` of {sizes[-1]} events (JVM start included): {cold:.1f} s "
           f"(exit {proc.returncode}); Spark session start in this process: {startup:.1f} s")
-    report = {"cpus": os.cpu_count(), "master": spark.sparkContext.master, "session_start_s": round(startup, 2),
+    report = {"cpus": os.cpu_count(), "master": master, "session_start_s": round(startup, 2),
               "cold_cli_s": round(cold, 2), "runs": measured}
+    if args.standalone:
+        report["standalone"] = on_standalone(args)
+        side_by_side(report)
     if args.out:
         Path(args.out).write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
     return 0
+
+
+def _conf_args(pairs: list[str]) -> list[str]:
+    """--spark-conf pairs as arguments again, for a command this one runs."""
+    return [arg for pair in pairs for arg in ("--spark-conf", pair)]
+
+
+def on_standalone(args) -> dict:
+    """The same sizes on a two-worker standalone cluster: `harness bench check
+    --spark-master` of the cluster in a process of its own (this one's Spark
+    context is local), its report, and the executors' peak memory."""
+    with tempfile.TemporaryDirectory(prefix="harness-bench-") as tmp:
+        out = Path(tmp) / "standalone.json"
+        with standalone(workers=2, cores=1, memory=args.standalone_memory) as cluster:
+            print(f"on a standalone cluster ({cluster.url}: 2 workers x 1 core, {args.standalone_memory} each):")
+            with PeakRSS(interval=0.2, roots=cluster.pids) as executors:
+                proc = subprocess.run([sys.executable, "-m", "harness.cli", "bench", "check", "--sizes", args.sizes,
+                                       "--cache", args.cache, "--repeat", str(args.repeat),
+                                       "--spark-master", cluster.url, "--out", str(out),
+                                       # An executor as large as its worker: Spark's default (1g)
+                                       # would wait for ever on smaller workers.
+                                       "--spark-conf", f"spark.executor.memory={args.standalone_memory}",
+                                       *_conf_args(args.spark_conf)],
+                                      env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+            if proc.returncode != 0:
+                raise UserError(f"the bench on the standalone cluster failed (exit {proc.returncode}, "
+                                "its output above)")
+        report = orjson.loads(out.read_bytes())
+    report.update({"workers": 2, "cores_per_worker": 1, "memory_per_worker": args.standalone_memory,
+                   "executors_peak_rss_mb": round(executors.peak / 2**20)})
+    return report
+
+
+def side_by_side(report: dict) -> None:
+    """Each size's best check on local[*] and on the standalone cluster."""
+    cluster = report["standalone"]
+    print(f"{'events':>10}  {'local[*]':>9}  {'standalone':>10}  {'bare scans':>11}  driver RSS local / standalone")
+    for here, there in zip(report["runs"], cluster["runs"]):
+        print(f"{here['events']:>10}  {here['check_s']:>7.2f} s  {there['check_s']:>8.2f} s  "
+              f"{here['bare_scan_s']:>4.2f} / {there['bare_scan_s']:.2f}  "
+              f"{here['peak_rss_mb']} / {there['peak_rss_mb']} MiB")
+    print(f"cold `harness check`: {report['cold_cli_s']:.1f} s local, {cluster['cold_cli_s']:.1f} s standalone; "
+          f"executors' peak RSS on the cluster (both, whole run): {cluster['executors_peak_rss_mb']} MiB")

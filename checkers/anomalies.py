@@ -760,15 +760,14 @@ def _skipped_offsets(gaps: list, by_pos) -> dict[tuple, int]:
     narrow = [r for r in gaps if r["offset"] - r["prev_offset"] - 1 <= NARROW_GAP]
     wide = [r for r in gaps if r["offset"] - r["prev_offset"] - 1 > NARROW_GAP]
     if len(wide) > WIDE_GAPS_BROADCAST:
-        gaps_df = spark.createDataFrame([tuple(r[c] for c in columns) for r in gaps], _STEP_SCHEMA)
+        gaps_df = _local_frame(spark, [tuple(r[c] for c in columns) for r in gaps], _STEP_SCHEMA)
         return {(r["process"], r["partition"], r["index"], r["slot"]): r["skipped_offset"]
                 for r in _skips(gaps_df, by_pos).collect()}
     key = ["process", "partition", "index", "slot"]
     found = []
     if narrow:
-        n_df = spark.createDataFrame([tuple(r[c] for c in key + ["prev_offset", "offset"]) for r in narrow],
-                                     "process long, partition long, index long, slot int, prev_offset long, "
-                                     "offset long")
+        n_df = _local_frame(spark, [tuple(r[c] for c in key + ["prev_offset", "offset"]) for r in narrow],
+                            _GAP_SCHEMA)
         inside = n_df.select(*key, F.explode(F.sequence(F.col("prev_offset") + 1, F.col("offset") - 1))
                              .alias("inside")).select(*key, "inside", pos_of(F.col("partition"), F.col("inside"))
                                                       .alias("pos"))
@@ -776,15 +775,32 @@ def _skipped_offsets(gaps: list, by_pos) -> dict[tuple, int]:
         found.append(by_pos.select("pos").join(_small(inside, width), "pos")
                      .groupBy(*key).agg(F.min("inside").alias("skipped_offset")))
     if wide:
-        w_df = spark.createDataFrame([tuple(r[c] for c in key + ["prev_offset", "offset"]) for r in wide],
-                                     "process long, partition long, index long, slot int, prev_offset long, "
-                                     "offset long")
+        w_df = _local_frame(spark, [tuple(r[c] for c in key + ["prev_offset", "offset"]) for r in wide],
+                            _GAP_SCHEMA)
         known = by_pos.select(partition_of(F.col("pos")).alias("p"), offset_of(F.col("pos")).alias("o"))
         found.append(known.join(F.broadcast(w_df), (F.col("p") == F.col("partition"))
                                 & (F.col("o") > F.col("prev_offset")) & (F.col("o") < F.col("offset")))
                      .groupBy(*key).agg(F.min("o").alias("skipped_offset")))
     union = found[0] if len(found) == 1 else found[0].unionByName(found[1])
     return {(r["process"], r["partition"], r["index"], r["slot"]): r["skipped_offset"] for r in union.collect()}
+
+
+_GAP_SCHEMA = "process long, partition long, index long, slot int, prev_offset long, offset long"
+
+
+def _local_frame(spark, rows: list[tuple], schema: str):
+    """A DataFrame of rows the driver holds (a DDL schema of `long` and `int`
+    columns), handed to Spark as Arrow: the JVM reads it, and no Python runs
+    on the executors. `createDataFrame` of Python tuples would start a Python
+    worker on every executor that reads the rows, which a cluster's executors
+    may lack (or have in another version than the driver's)."""
+    import pyarrow as pa
+
+    fields = [field.split() for field in schema.split(", ")]
+    types = {"long": pa.int64(), "int": pa.int32()}
+    table = pa.table({name: pa.array([r[i] for r in rows], type=types[kind])
+                      for i, (name, kind) in enumerate(fields)})
+    return spark.createDataFrame(table, schema)
 
 
 def _skips(gaps, by_pos):

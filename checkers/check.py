@@ -17,8 +17,8 @@ import orjson
 
 from checkers import anomalies as an
 from checkers import liveness, node_logs, offsets, stats
-from checkers.load import load, prepare
-from checkers.spark import get_session
+from checkers.load import load, prepare, scratch_for
+from checkers.spark import default_master, get_session
 from core.history.files import load_run_json, resolve
 from core.history.format import FINAL_READS
 from core.history.parquet import write_parquet
@@ -33,6 +33,10 @@ class Options:
     idempotent: bool | None = None  # None: learn it from run.json
     master: str | None = None
     spark_conf: dict[str, str] = field(default_factory=dict)
+    # Where a JSONL history's Parquet conversion goes (--scratch): a folder every
+    # executor reads. None: beside the history on a cluster, the temporary folder
+    # on a local master (checkers.load.scratch_for).
+    scratch: str | Path | None = None
     # Liveness (checkers/liveness.py): each fault's start action -> its stop action
     # (the fault registry's pairs; checkers do not import nemesis), and the HANG limit.
     fault_ends: dict[str, str] = field(default_factory=dict)
@@ -59,9 +63,10 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
     run = load_run_json(source.run_json)
     promised = promises(run, opts)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="harness-check-") as scratch:
+    master = spark.sparkContext.master if spark is not None else (opts.master or default_master())
+    with scratch_for(source, master, opts.scratch) as scratch:
         # Validate before Spark starts: bad input fails fast, with line numbers.
-        prepared = prepare(source, Path(scratch))
+        prepared = prepare(source, scratch)
         if spark is None:
             spark = get_session(opts.master, opts.spark_conf)
         loaded = load(spark, prepared)
@@ -268,13 +273,15 @@ def _analyse(df, promised: dict, opts: Options) -> dict:
     }
 
 
-def prime(spark) -> dict:
+def prime(spark, scratch: str | Path | None = None) -> dict:
     """Check a tiny built-in history that has every kind of anomaly, so that
     this JVM compiles the checker's plans (Spark generates and compiles code
     for each the first time it runs) before a real check waits for them:
-    `harness run` can call it while the final reads run."""
-    with tempfile.TemporaryDirectory(prefix="harness-prime-") as scratch:
-        path = Path(scratch) / "history.parquet"
+    `harness run` can call it while the final reads run. The history is
+    written in `scratch` (default: the temporary folder, which only executors
+    on this machine read; on a cluster of several hosts, name a shared one)."""
+    with tempfile.TemporaryDirectory(prefix="harness-prime-", dir=scratch) as folder:
+        path = Path(folder) / "history.parquet"
         write_parquet(_prime_events(), path)
         return check_history(path, Options(), spark=spark)
 

@@ -4,18 +4,31 @@ JSONL is validated line by line in Python while it is written to a Parquet
 file in a scratch folder (the checkers then read that); Parquet is validated
 in streaming batches and read as it is. Either way the checkers see one
 DataFrame in `core.history.parquet.arrow_schema()`'s columns.
+
+Spark's executors read those Parquet files themselves, so on a cluster they
+must be at a path every executor sees: `scratch_for` puts the conversion
+beside the history (or in a folder the user names), not on the driver's
+local temporary folder, and `load` names each file by an absolute `file:`
+URI, never a path relative to the driver's working folder or resolved
+against a cluster's default filesystem (HDFS on YARN).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import stat
+import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from core.history.files import HistorySource, iter_source_jsonl
 from core.history.jsonl import ReadReport
 from core.history.parquet import validate_parquet, write_parquet
-from core.errors import HistoryError
+from core.errors import HistoryError, UserError
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +53,69 @@ class Loaded:
     warnings: list[str] = field(default_factory=list)
 
 
-def prepare(source: HistorySource, scratch: Path) -> Prepared:
+def is_local(master: str) -> bool:
+    """Whether every executor of `master` runs on this machine (local, local[N],
+    local-cluster[...]) and so reads the driver's temporary folder."""
+    return master.startswith("local")
+
+
+def scratch_folder(named: str | os.PathLike) -> Path:
+    """A folder the user named for the conversion (--scratch), checked before
+    anything is read: it must exist and be a folder."""
+    folder = Path(named)
+    if not folder.exists():
+        raise UserError(f"--scratch {named}: no such folder")
+    if not folder.is_dir():
+        raise UserError(f"--scratch {named}: not a folder")
+    return folder
+
+
+@contextmanager
+def scratch_for(source: HistorySource, master: str, named: str | os.PathLike | None = None) -> Iterator[Path | None]:
+    """The folder a JSONL history's Parquet conversion goes to, for one check,
+    removed afterwards (None for a Parquet history, which is read where it is).
+
+    `named` (--scratch) if given; else, on a local master, the system's
+    temporary folder, as always (only this machine's executors read it);
+    else beside the history (a hidden `.harness-check-*` folder in its
+    folder), which executors that read the history read too. A folder that
+    cannot be written to is a one-line error, which names --scratch where
+    the default was taken: falling back to the driver's local disk would fail
+    later, on the executors of other hosts, with a less telling error.
+    """
+    parent = scratch_folder(named) if named is not None else None
+    if source.format != "jsonl":
+        yield None
+        return
+    if parent is None and not is_local(master):
+        parent = source.root
+    try:
+        # Hidden where it sits beside the user's files (`harness serve` and
+        # `resolve` skip it); the system's temporary folder keeps its old name.
+        folder = Path(tempfile.mkdtemp(prefix="harness-check-" if parent is None else ".harness-check-",
+                                       dir=parent))
+    except OSError as e:
+        if named is not None:
+            raise UserError(f"--scratch {named}: cannot write there ({e.strerror})") from None
+        raise UserError(f"{parent}: cannot write the JSONL history's Parquet conversion beside it ({e.strerror}); "
+                        f"name a folder every executor of {master} reads with --scratch DIR") from None
+    try:
+        if parent is not None:
+            # mkdtemp makes a folder only its owner reads; executors may run as
+            # another user (YARN's): read access as the folder it sits in grants.
+            bits = stat.S_IMODE(parent.stat().st_mode) & 0o755
+            folder.chmod(bits | 0o700)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def prepare(source: HistorySource, scratch: Path | None) -> Prepared:
     """Validate a history; JSONL is converted to Parquet in `scratch` on the way."""
     to_fold: set[int] = set()
     if source.format == "jsonl":
+        if scratch is None:
+            raise ValueError("a JSONL history needs a scratch folder for its conversion (scratch_for)")
         report = ReadReport()
         dest = scratch / "history.parquet"
         n = write_parquet(iter_source_jsonl(source, report), dest, big_offsets=to_fold)
@@ -53,8 +125,15 @@ def prepare(source: HistorySource, scratch: Path) -> Prepared:
 
 
 def load(spark, prepared: Prepared) -> Loaded:
-    df = spark.read.parquet(*[str(f) for f in prepared.files])
+    """The prepared files as one DataFrame in the checkers' columns."""
+    df = spark.read.parquet(*[file_uri(f) for f in prepared.files])
     return Loaded(normalise(df), prepared.events, prepared.format, prepared.warnings)
+
+
+def file_uri(path: Path) -> str:
+    """`file:` and the absolute path, as Hadoop's paths take it: not `as_uri()`,
+    whose percent-escapes (a space as %20) Hadoop would read literally."""
+    return "file://" + str(Path(path).absolute())
 
 
 def normalise(df):

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from core.errors import UserError
 
@@ -78,6 +79,10 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None, m
                         "spark.driver.memory": memory or os.environ.get("HARNESS_SPARK_MEMORY", "4g"),
                         "spark.driver.bindAddress": "127.0.0.1",
                         "spark.driver.host": "127.0.0.1"})
+    elif on_loopback(master):
+        # A cluster on this machine (spark://127.0.0.1:PORT): its executors reach
+        # the driver on the loopback address, so it need not listen on any other.
+        options.update({"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"})
     options.update(conf or {})
     try:
         with _START:
@@ -92,6 +97,25 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None, m
         raise UserError(f"cannot start Spark on {master}: {first} (JVM output in {jvm_log_path()})") from None
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def conf_pairs(pairs: list[str]) -> dict[str, str]:
+    """--spark-conf KEY=VALUE pairs as a dict (`harness check`, `harness bench
+    check`); a pair without '=' is a UserError."""
+    conf = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--spark-conf {pair!r}: expected KEY=VALUE")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
+def on_loopback(master: str) -> bool:
+    """Whether a cluster master's URL names this machine's loopback address
+    (spark://127.0.0.1:7077, spark://localhost:7077)."""
+    host = urlsplit(master).hostname or ""
+    return host == "localhost" or host.startswith("127.")
 
 
 def warm_up(master: str | None = None, conf: dict[str, str] | None = None) -> threading.Thread:

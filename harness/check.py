@@ -20,8 +20,8 @@ from checkers.check import Options, check_history
 from checkers.explain import evidence_run
 from checkers.liveness import verdict_words
 from checkers.results import write_results
+from checkers.spark import conf_pairs
 from checkers.summary import render
-from core.errors import UserError
 from core.history.files import resolve
 from nemesis.registry import BY_START_ACTION
 
@@ -38,18 +38,11 @@ def configure(parser) -> None:
     parser.add_argument("--spark-master", metavar="URL", help="Spark master (default local[*])")
     parser.add_argument("--spark-conf", metavar="KEY=VALUE", action="append", default=[],
                         help="extra Spark setting (repeatable)")
+    parser.add_argument("--scratch", metavar="DIR",
+                        help="an existing folder for a JSONL history's Parquet conversion, at a path every Spark "
+                             "executor reads (default: beside the history on a cluster master, the temporary "
+                             "folder on a local one)")
     parser.add_argument("--json", action="store_true", help="print results.json instead of the summary")
-
-
-def spark_conf(pairs: list[str]) -> dict[str, str]:
-    """--spark-conf KEY=VALUE pairs as a dict; a pair without '=' is a UserError."""
-    conf = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"--spark-conf {pair!r}: expected KEY=VALUE")
-        conf[key.strip()] = value.strip()
-    return conf
 
 
 def fault_ends() -> dict[str, str]:
@@ -73,7 +66,8 @@ def add_explanations(results: dict, history) -> dict:
 
 def run(args) -> int:
     opts = Options(allow=set(args.allow), idempotent=args.idempotent or None,
-                   master=args.spark_master, spark_conf=spark_conf(args.spark_conf), fault_ends=fault_ends())
+                   master=args.spark_master, spark_conf=conf_pairs(args.spark_conf), fault_ends=fault_ends(),
+                   scratch=args.scratch)
     results = add_explanations(check_history(args.history, opts), args.history)
     out_dir = Path(args.out) if args.out else resolve(args.history).root
     path = write_results(results, out_dir)
