@@ -54,7 +54,6 @@ _SEND_INVOKE = struct.Struct("<Bqqqq")    # kind, time, process, key, value
 _SEND_OK = struct.Struct("<Bqqqqq")       # kind, time, process, value, partition, offset
 _JSON_EVENT = struct.Struct("<BqI")       # kind, time, length of the JSON that follows
 _KIND_SIZES = {SEND_INVOKE: _SEND_INVOKE.size, SEND_OK: _SEND_OK.size}
-_INT64 = (-(1 << 63), (1 << 63) - 1)
 
 _SEND_INVOKE_LINE = b'{"index":%d,"time":%d,"process":%d,"type":"invoke","f":"send","key":%d,"value":%d}\n'
 _SEND_OK_LINE = (b'{"index":%d,"time":%d,"process":%d,"type":"ok","f":"send","value":%d,'
