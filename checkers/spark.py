@@ -3,8 +3,8 @@
 Spark is loud by default (a banner, INFO lines, progress bars); a checker's
 terminal output should be its verdict, so the JVM's log level is set to ERROR
 before the session starts, the console progress bar is off, and the JVM's
-own output goes to a file. `warm_up` starts the session in the background
-so that a check later in the process does not wait for the JVM.
+own output goes to a file (`jvm_log_path`). A session started ahead of a
+check, so that the check does not wait for the JVM, is checkers/service.py's.
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ def _quiet_log_config() -> str:
     if not path.exists() or path.read_text() != _LOG4J2:
         path.write_text(_LOG4J2)
     return str(path)
+
+
+JVM_LOG_ENV = "HARNESS_SPARK_LOG"
 
 
 def default_master() -> str:
@@ -118,21 +121,7 @@ def on_loopback(master: str) -> bool:
     return host == "localhost" or host.startswith("127.")
 
 
-def warm_up(master: str | None = None, conf: dict[str, str] | None = None) -> threading.Thread:
-    """Start the session in a background thread, so that a check later in this
-    process finds the JVM running (`harness run` calls it while the cluster
-    settles and the final reads run). A failure here is only logged: the
-    check's own `get_session` meets it again and reports it."""
-    def start() -> None:
-        try:
-            get_session(master, conf)
-        except Exception as e:
-            log.info("Spark warm-up failed (the check will say why): %s", e)
-
-    thread = threading.Thread(target=start, name="spark-warm-up", daemon=True)
-    thread.start()
-    return thread
-
-
 def jvm_log_path() -> Path:
-    return Path(tempfile.gettempdir()) / "harness-spark.log"
+    """Where the JVM's own output goes: `JVM_LOG_ENV` if set (a run's or a night's
+    check service keeps its own), else one file in the temporary folder."""
+    return Path(os.environ.get(JVM_LOG_ENV) or Path(tempfile.gettempdir()) / "harness-spark.log")

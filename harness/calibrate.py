@@ -171,15 +171,16 @@ def run(args) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     interrupted = False
     try:
-        for i, (scenario, seed) in enumerate(todo, 1):
-            print(f"[{i}/{len(todo)}] {scenario['name']} seed {seed} ...", file=sys.stderr, flush=True)
-            record = run_one(scenario, seed, out)
-            records.append(record)
-            save(out, records)
-            verdict = record.verdict + ("" if record.verdict == NOT_RUN else
-                                        f", expectation {'met' if record.met else 'NOT met'}")
-            print(f"    {verdict} ({record.seconds:.0f} s) {record.run_dir or record.problem}",
-                  file=sys.stderr, flush=True)
+        with subrun.shared_checks(out / "logs"):
+            for i, (scenario, seed) in enumerate(todo, 1):
+                print(f"[{i}/{len(todo)}] {scenario['name']} seed {seed} ...", file=sys.stderr, flush=True)
+                record = run_one(scenario, seed, out)
+                records.append(record)
+                save(out, records)
+                verdict = record.verdict + ("" if record.verdict == NOT_RUN else
+                                            f", expectation {'met' if record.met else 'NOT met'}")
+                print(f"    {verdict} ({record.seconds:.0f} s) {record.run_dir or record.problem}",
+                      file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         interrupted = True
     finally:

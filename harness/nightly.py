@@ -83,36 +83,37 @@ def run(args) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     interrupted = False
     try:
-        round_no = 0
-        while rounds is None or round_no < rounds:
-            round_no += 1
-            stop = False
-            for i, cell in enumerate(matrix.cells, 1):
-                cell = dataclasses.replace(cell, round=round_no)
-                total = f"{len(matrix.cells)}" + (f", round {round_no}" if rounds != 1 else "")
-                print(f"[{i}/{total}] {cell.key} ({cell.system}) ...", file=sys.stderr, flush=True)
-                rec = mx.CellRecord.of(cell)
-                records.append(rec)
-                try:
-                    while not rec.attempts or mx.needs_rerun(rec.attempts, args.deflake):
-                        rec.attempts.append(_attempt(night, cell, spec_files[cell.label], len(rec.attempts)))
-                        _say_attempt(rec.attempts[-1], len(rec.attempts) - 1)
-                except KeyboardInterrupt as e:
-                    outcome = getattr(e, "outcome", None)
-                    if outcome is not None:
-                        rec.attempts.append(mx.attempt(outcome, cell.expect))
+        with subrun.shared_checks(night / "logs"):
+            round_no = 0
+            while rounds is None or round_no < rounds:
+                round_no += 1
+                stop = False
+                for i, cell in enumerate(matrix.cells, 1):
+                    cell = dataclasses.replace(cell, round=round_no)
+                    total = f"{len(matrix.cells)}" + (f", round {round_no}" if rounds != 1 else "")
+                    print(f"[{i}/{total}] {cell.key} ({cell.system}) ...", file=sys.stderr, flush=True)
+                    rec = mx.CellRecord.of(cell)
+                    records.append(rec)
+                    try:
+                        while not rec.attempts or mx.needs_rerun(rec.attempts, args.deflake):
+                            rec.attempts.append(_attempt(night, cell, spec_files[cell.label], len(rec.attempts)))
+                            _say_attempt(rec.attempts[-1], len(rec.attempts) - 1)
+                    except KeyboardInterrupt as e:
+                        outcome = getattr(e, "outcome", None)
+                        if outcome is not None:
+                            rec.attempts.append(mx.attempt(outcome, cell.expect))
+                        rec.outcome = mx.classify(rec.attempts)
+                        if not rec.attempts:
+                            records.pop()
+                        raise
                     rec.outcome = mx.classify(rec.attempts)
-                    if not rec.attempts:
-                        records.pop()
-                    raise
-                rec.outcome = mx.classify(rec.attempts)
-                print(f"    => {rec.outcome}", file=sys.stderr, flush=True)
-                save()
-                if args.until_fail and rec.outcome != mx.PASS:
-                    stop = True
+                    print(f"    => {rec.outcome}", file=sys.stderr, flush=True)
+                    save()
+                    if args.until_fail and rec.outcome != mx.PASS:
+                        stop = True
+                        break
+                if stop:
                     break
-            if stop:
-                break
     except KeyboardInterrupt:
         interrupted = True
     finally:

@@ -4,11 +4,11 @@ The lifecycle, in order; every stage that started something is undone in
 reverse order, also on Ctrl-C, SIGTERM or an error:
 
   spec -> run directory -> cluster -> ZooKeeper -> system -> topic ->
-  history + cluster-state observer -> workload + nemesis for --time-limit ->
-  heal -> await recovery -> (Spark starts in the background) -> stop clients -> settle ->
+  history + cluster-state observer -> (a check service starts, niced) ->
+  workload + nemesis for --time-limit -> heal -> await recovery -> stop clients -> settle ->
   final reads -> stop the observer ->
   close history -> collect logs (and their truncations into states.jsonl) -> tear down ->
-  history.parquet -> check (Spark) -> results.json -> report.html
+  history.parquet -> check (in the check service) -> results.json -> report.html
 
 After an interruption the history recorded so far is still checked and
 reported, and the exit status is 2 (the run was not carried out), with the
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from checkers.check import check_history, Options
 from checkers.liveness import HANG_S, verdict_words
 from checkers.results import write_results
-from checkers.spark import warm_up
+from checkers import service
 from checkers.summary import render as summary, top_anomaly, verdict_line
 from core.errors import UserError
 from core.history.parquet import jsonl_to_parquet
@@ -76,6 +76,7 @@ class Run:
     faultfs: object = None  # the disk-fault filesystems under the data dirs (infra.faultfs), if mounted
     problem: str | None = None  # why the run could not be carried out
     observer: object = None  # the cluster-state observer (workloads/observer.py), writing states.jsonl
+    check_service: object = None  # where the history is checked (checkers/service.py), if one answers
 
 
 def run(args) -> int:
@@ -105,6 +106,8 @@ def run(args) -> int:
             _finish(r)
         return _conclude(r)
     finally:
+        if r.check_service is not None:
+            r.check_service.close()
         signal.signal(signal.SIGTERM, previous)
         logging.getLogger().removeHandler(handler)
         handler.close()
@@ -224,6 +227,7 @@ def _execute(r: Run) -> None:
     r.dir.write_json("run.json", r.info)
     r.nemesis = Nemesis(Context(r.cluster, r.system, workload_config.topic), steps, r.history)
     _phase(f"running clients for {s.time_limit:g} s with nemesis {','.join(s.nemesis) or 'none'}")
+    r.check_service = _check_service(r)
     observed("workload")
     r.workload.start()
     r.nemesis.start()
@@ -235,10 +239,6 @@ def _execute(r: Run) -> None:
     if r.nemesis.error is not None:
         raise UserError(f"the nemesis failed: {r.nemesis.error}")
     _await_recovery(r)
-    # The checker's JVM starts while the cluster settles and the final reads
-    # run (waits, mostly), not after them; not earlier, so that its start does
-    # not compete with the faults and the recovery the history measures.
-    warm_up()
     r.workload.stop(timeout=15)
     _phase("waiting for the cluster to settle")
     observed("settle")
@@ -262,6 +262,31 @@ def _execute(r: Run) -> None:
         log.warning("%d record(s) read were not this workload's (key or value not an integer)", undecodable)
         print(f"  warning: {undecodable} record(s) read were not this workload's (key or value not an integer: "
               f"corrupt?); their offsets count as not read", file=sys.stderr)
+
+
+def _check_service(r: Run):
+    """The service that will check this run's history: the shared one a nightly or a
+    calibration names, else one of the run's own, started now (niced) so that its JVM
+    starts and primes while the workload runs; None if it cannot start."""
+    shared = service.from_environment()
+    if shared is not None:
+        return shared
+    try:
+        return service.start(r.dir.path / "check-service.log", jvm_log_path=r.dir.path / "spark.log")
+    except (OSError, service.ServiceError) as e:  # the check runs in this process then
+        log.warning("no check service: %s", e)
+        return None
+
+
+def _check(r: Run, opts: Options) -> dict:
+    """The history's results, from the check service if it answers, else checked here."""
+    if r.check_service is not None:
+        try:
+            return r.check_service.check(r.dir.path, opts)
+        except service.ServiceError as e:
+            log.warning("the check service did not answer (%s): checking in this process", e)
+            print(f"  the check service did not answer ({e}): checking in this process", file=sys.stderr)
+    return check_history(r.dir.path, opts)
 
 
 def _await_recovery(r: Run) -> None:
@@ -439,8 +464,8 @@ def _conclude(r: Run) -> int:
             _phase("checking the history")
             check_started = time.monotonic()
             jsonl_to_parquet(path, r.dir.path / "history.parquet")
-            results = add_explanations(check_history(r.dir.path, Options(idempotent=r.spec.idempotent or None,
-                                                                         fault_ends=fault_ends())),
+            results = add_explanations(_check(r, Options(idempotent=r.spec.idempotent or None,
+                                                         fault_ends=fault_ends())),
                                        r.dir.path)
             write_results(results, r.dir.path)
             # Issue 16's measure: from the final reads' end to results.json (docs/benchmarks.md).

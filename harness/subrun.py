@@ -18,7 +18,6 @@ run directory, its run.json and results.json.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import re
@@ -26,10 +25,13 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from checkers import service
+from core.processes import die_with_parent
 from infra import state as st
 from infra.clean import clean
 
@@ -37,7 +39,6 @@ RUN_LINE_RE = re.compile(r"^run \S+: (.+) \(seed \d+\)$", re.M)
 VERDICTS = {0: "valid", 1: "invalid"}  # `harness run` exit statuses; anything else: could not run
 NOT_RUN = "could not run"
 GRACE_S = 240.0  # after a SIGINT, how long a run may take to heal, tear down and check what it has
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -57,15 +58,24 @@ class Outcome:
     interrupted: bool = False  # a Ctrl-C or SIGTERM of ours stopped it
 
 
-def _die_with_parent(parent: int) -> Callable[[], None]:
-    def pre_exec() -> None:  # in the child, before exec: no Python-level locks are touched
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        except (OSError, AttributeError):
-            return
-        if os.getppid() != parent:  # the parent died before the prctl: act as if told
-            os.kill(os.getpid(), signal.SIGTERM)
-    return pre_exec
+@contextmanager
+def shared_checks(log_dir: Path):
+    """One check service for every run started inside the block (they find it
+    through `checkers.service.ENV`), so that a night or a calibration starts
+    Spark's JVM and compiles the checker's plans once, not once per run. If it
+    cannot start, each run checks with a service of its own."""
+    try:
+        shared = service.start(log_dir / "check-service.log", jvm_log_path=log_dir / "spark.log")
+    except (OSError, service.ServiceError) as e:
+        print(f"harness: no shared check service ({e}): each run starts its own", file=sys.stderr)
+        yield
+        return
+    os.environ[service.ENV] = shared.address
+    try:
+        yield
+    finally:
+        os.environ.pop(service.ENV, None)
+        shared.close()
 
 
 def run(argv: list[str], log_path: Path, limit_s: float | None = None,
@@ -81,7 +91,7 @@ def run(argv: list[str], log_path: Path, limit_s: float | None = None,
     timed_out = False
     with open(log_path, "w") as log:
         child = subprocess.Popen(full, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
+                                 start_new_session=True, preexec_fn=die_with_parent(os.getpid()))
         if on_start:
             on_start(child)
         try:

@@ -8,6 +8,7 @@ checks what it left: the run directory, the verdict, and a clean machine.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import time
@@ -135,3 +136,29 @@ def test_ctrl_c_heals_tears_down_and_keeps_a_partial_history(tmp_path):
     check = subprocess.run([HARNESS, "check", str(run_dir), "--out", str(tmp_path / "recheck")],
                            capture_output=True, text=True, timeout=300)
     assert check.returncode in (0, 1), check.stderr
+
+
+def test_a_run_is_checked_by_a_check_service_of_its_own_that_ends_with_it(real_runs):
+    """The run's check service (checkers/service.py) started with the workload,
+    primed while it ran (both logged in the run folder), checked the history,
+    and is gone with the run, its socket folder too."""
+    _, faults_run, _ = real_runs
+    said = (faults_run.dir / "check-service.log").read_text()
+    assert "Spark session started" in said and f"checked {faults_run.dir}" in said, said
+    address = re.search(r"listening on (\S+) \(pid (\d+)\)", said)
+    assert address and not Path(address[1]).parent.exists()
+    assert not Path(f"/proc/{address[2]}").exists() or address[2] not in _service_pids()
+    assert (faults_run.dir / "spark.log").is_file()
+    run = json.loads((faults_run.dir / "run.json").read_text())
+    assert run["check_phase_s"] > 0
+
+
+def _service_pids() -> set[str]:
+    pids = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and b"checkers.service" in (proc / "cmdline").read_bytes():
+                pids.add(proc.name)
+        except OSError:
+            pass
+    return pids

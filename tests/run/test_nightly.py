@@ -8,6 +8,7 @@ the nightly process in the middle of its next run."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -367,6 +368,9 @@ def test_two_real_nights_a_planted_regression_and_a_kill_9(tmp_path):
     assert (Path(row["run_dir"]) / "report.html").is_file()
     assert len(check_junit((n1 / "junit.xml").read_text()).findall("testcase")) == 1
     assert "href='runs/own-tiny/" in (n1 / "nightly.html").read_text()
+    # The night's one check service checked the run; the run started none of its own.
+    assert f"checked {row['run_dir']}" in (n1 / "logs" / "check-service.log").read_text()
+    assert not (Path(row["run_dir"]) / "check-service.log").exists()
 
     # Night 2, with --deflake 1: the same test with the planted duplicate bug (no-dedup), re-run once, then a
     # second run killed with -9.
@@ -399,6 +403,9 @@ def test_two_real_nights_a_planted_regression_and_a_kill_9(tmp_path):
     assert not summary["complete"] and summary["runs"][0]["outcome"] == "FAIL"
     # --deflake 1: the duplicates came back in the re-run, a steady failure.
     assert [a["status"] for a in summary["runs"][0]["attempts"]] == ["fail", "fail"]
+    # The night's check service died with it (its parent's death signal too).
+    service_pid = re.search(r"\(pid (\d+)\)", (n2 / "logs" / "check-service.log").read_text())[1]
+    wait_for(lambda: not Path(f"/proc/{service_pid}").exists(), timeout=60, interval=1, what="the check service to end")
     # The orphaned run was told (SIGTERM, its parent's death signal) to heal and tear down.
     wait_for(lambda: not Path(f"/proc/{child}").exists(), timeout=300, interval=1, what="the orphaned run to end")
     clean = harness("clean", "--cluster", cluster, timeout=120)

@@ -1,0 +1,322 @@
+"""A check service: one Spark session, in a process of its own, that checks
+histories on request.
+
+Why: a check's own work on a 60 s run's history takes a few seconds, but a
+fresh process first pays for the JVM's start (5 to 15 s) and for Spark
+compiling each of the checker's plans the first time (another 10 to 15 s).
+`harness run` starts a service when its workload starts, so both are paid
+while the clients and the faults run; `harness nightly` and `harness
+calibrate` start one for all their runs and hand its address to each
+(`ENV`), so a night pays them once.
+
+Not disturbing what the history measures: the service runs at nice 19
+(`BACKGROUND_NICE`; the JVM inherits it) while it starts and primes
+(`checkers.check.prime`: a tiny built-in history with every anomaly), so
+it takes CPU only that the brokers and clients leave idle. The first
+request raises the whole process tree (every JVM thread) back to nice 0,
+cancels a priming still under way, and from then on the service checks at
+normal priority. Raising priority needs root (CAP_SYS_NICE); without it
+checks run at nice 19, which on a machine with nothing else to do is as
+fast.
+
+In a process of its own, the check's Python side never holds the harness's
+GIL either, where the client threads run.
+
+Protocol: a Unix socket; one request per connection, a JSON line
+`{"history": PATH, "options": {...}}` (`checkers.check.Options` without the
+master, which is the service's); one answer line, `{"results": {...}}`,
+`{"error": "..."}` (bad input: the same one line `harness check` gives),
+or `{"failure": "..."}` (anything else: the caller checks in its own
+process instead). Requests are served one at a time.
+
+`python -m checkers.service --socket PATH` is the service; `start`,
+`connect` and `from_environment` are the callers' side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import orjson
+
+from checkers.check import Options, check_history, prime
+from checkers.spark import JVM_LOG_ENV, conf_pairs, get_session
+from core.errors import UserError
+from core.processes import die_with_parent
+
+log = logging.getLogger(__name__)
+
+ENV = "HARNESS_CHECK_SERVICE"  # the socket of a service shared by a nightly's or a calibration's runs
+BACKGROUND_NICE = 19
+START_WAIT_S = 10.0  # how long a caller waits for a service's socket to appear
+
+
+class ServiceError(Exception):
+    """The service could not answer (gone, or it failed unexpectedly): check in this process instead."""
+
+
+@dataclasses.dataclass
+class CheckService:
+    """A caller's handle on a service: `check` sends it one history."""
+
+    address: str
+    process: subprocess.Popen | None = None  # set when this caller started it (and so stops it)
+    folder: Path | None = None  # the socket's folder, removed with a service this caller started
+
+    def check(self, history: str | os.PathLike, opts: Options) -> dict:
+        """What `check_history(history, opts)` returns, computed by the service.
+        Bad input raises UserError; a service that cannot answer, ServiceError."""
+        options = dataclasses.asdict(opts)
+        options.pop("master")
+        options["allow"] = sorted(options["allow"])
+        options["scratch"] = str(options["scratch"]) if options["scratch"] is not None else None
+        request = orjson.dumps({"history": str(Path(history).resolve()), "options": options}) + b"\n"
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.connect(self.address)
+                conn.sendall(request)
+                conn.shutdown(socket.SHUT_WR)
+                with conn.makefile("rb") as answers:
+                    line = answers.readline()
+        except OSError as e:
+            raise ServiceError(f"check service at {self.address}: {e}") from None
+        if not line.endswith(b"\n"):
+            raise ServiceError(f"check service at {self.address} closed the connection without an answer")
+        answer = orjson.loads(line)
+        if "results" in answer:
+            return answer["results"]
+        if "error" in answer:
+            raise UserError(answer["error"])
+        raise ServiceError(f"check service at {self.address}: {answer.get('failure', 'no answer')}")
+
+    def close(self) -> None:
+        """Stop the service if this caller started it; a shared one is left running."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def start(log_path: Path, jvm_log_path: Path | None = None, conf: dict[str, str] | None = None,
+          nice: int = BACKGROUND_NICE) -> CheckService:
+    """Start a service (it dies with this process), its output into `log_path` and
+    its JVM's into `jvm_log_path`; returns once its socket listens (the JVM starts after)."""
+    folder = Path(tempfile.mkdtemp(prefix="harness-check-"))
+    address = str(folder / "socket")
+    argv = [sys.executable, "-m", "checkers.service", "--socket", address]
+    for key, value in (conf or {}).items():
+        argv += ["--spark-conf", f"{key}={value}"]
+    env = dict(os.environ)
+    if jvm_log_path is not None:
+        env[JVM_LOG_ENV] = str(jvm_log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as out:
+        # Its own session: a Ctrl-C at the terminal is the harness's to handle (it still
+        # checks what it recorded); it dies with the harness instead (SIGTERM).
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env,
+                                   cwd=_PROJECT_ROOT, start_new_session=True,
+                                   preexec_fn=_niced(die_with_parent(os.getpid()), nice))
+    service = CheckService(address, process, folder)
+    deadline = time.monotonic() + START_WAIT_S
+    while not os.path.exists(address):
+        if process.poll() is not None or time.monotonic() > deadline:
+            service.close()
+            raise ServiceError(f"the check service did not start (exit status {process.poll()}; see {log_path})")
+        time.sleep(0.02)
+    return service
+
+
+def _niced(pre_exec, nice: int):
+    """`pre_exec`, then `nice`: set before exec, so that every thread the service and its
+    JVM ever start inherits it (on Linux a nice value is per thread)."""
+    def both() -> None:
+        pre_exec()
+        if nice:
+            os.nice(nice)
+    return both
+
+
+def connect(address: str) -> CheckService:
+    """A handle on a service someone else started (and will stop)."""
+    return CheckService(address)
+
+
+def from_environment() -> CheckService | None:
+    """The shared service named by `ENV`, if any."""
+    address = os.environ.get(ENV)
+    return connect(address) if address else None
+
+
+# The service is started from the project's root, so `-m` finds this module.
+_PROJECT_ROOT = str(Path(__file__).resolve().parents[1])
+
+
+# --------------------------------------------------------------------------
+# The service process
+
+
+class _Session:
+    """The service's one Spark session: started and primed in the background,
+    claimed (raised to normal priority, priming cut short) by the first request."""
+
+    PRIME_GROUP = "harness-prime"
+
+    def __init__(self, conf: dict[str, str]):
+        self.conf = conf
+        self.spark = None
+        self.error: UserError | None = None
+        self.claimed = threading.Event()
+        self._thread = threading.Thread(target=self._start, name="spark-start", daemon=True)
+        self._thread.start()
+
+    def _start(self) -> None:
+        started = time.monotonic()
+        try:
+            self.spark = get_session(conf=self.conf)
+        except UserError as e:
+            self.error = e
+            return
+        log.info("Spark session started in %.1f s", time.monotonic() - started)
+        if self.claimed.is_set():
+            return
+        primed = time.monotonic()
+        try:
+            # Job groups are per thread: cancelling this one leaves the requests' jobs alone.
+            self.spark.sparkContext.setJobGroup(self.PRIME_GROUP, "priming the checker", interruptOnCancel=True)
+            if not self.claimed.is_set():
+                prime(self.spark)
+                log.info("primed in %.1f s", time.monotonic() - primed)
+        except Exception as e:  # noqa: BLE001 - cancelled by a request, or a priming problem: checks go on
+            log.info("priming stopped after %.1f s: %s", time.monotonic() - primed,
+                     (str(e).strip().splitlines() or [type(e).__name__])[0][:200])
+
+    def claim(self):
+        """The session, at normal priority and with no priming in its way."""
+        if not self.claimed.is_set():
+            self.claimed.set()
+            _renice_tree(0)
+            if self.spark is not None:
+                self.spark.sparkContext.cancelJobGroup(self.PRIME_GROUP)
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.spark
+
+
+def _renice_tree(nice: int) -> None:
+    """Every thread of this process and of its descendants (the JVM) to `nice`."""
+    pids = [os.getpid()] + _descendants(os.getpid())
+    failed = 0
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                os.setpriority(os.PRIO_PROCESS, int(tid), nice)
+            except OSError:
+                failed += 1
+    if failed:
+        log.info("could not set %d thread(s) to nice %d (raising priority needs root): checks run niced",
+                 failed, nice)
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _serve_one(conn: socket.socket, session: _Session) -> None:
+    with conn.makefile("rb") as requests:
+        line = requests.readline()
+    try:
+        request = orjson.loads(line)
+        options = request["options"]
+        opts = Options(**{**options, "allow": set(options["allow"])})
+        history = request["history"]
+    except (orjson.JSONDecodeError, KeyError, TypeError) as e:
+        answer = {"failure": f"a bad request: {e}"}
+    else:
+        started = time.monotonic()
+        try:
+            answer = {"results": check_history(history, opts, spark=session.claim())}
+            log.info("checked %s in %.1f s", history, time.monotonic() - started)
+        except UserError as e:
+            answer = {"error": str(e)}
+        except Exception as e:  # noqa: BLE001 - the caller checks in its own process instead
+            log.exception("checking %s failed", history)
+            answer = {"failure": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+    try:
+        conn.sendall(orjson.dumps(answer) + b"\n")
+    except OSError as e:  # the caller is gone (interrupted): the next request is served all the same
+        log.info("the caller left before its answer: %s", e)
+
+
+def _stop(signum, frame):
+    raise SystemExit(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="a check service (started by harness run / nightly / calibrate)")
+    parser.add_argument("--socket", required=True, help="the Unix socket to listen on")
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s check-service: %(message)s")
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the harness's; it stops this process after
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        server.bind(args.socket)
+        server.listen(16)
+        log.info("listening on %s (pid %d)", args.socket, os.getpid())
+        session = _Session(conf_pairs(args.spark_conf))
+        while True:
+            conn, _ = server.accept()
+            with conn:
+                _serve_one(conn, session)
+    finally:
+        server.close()
+        Path(args.socket).unlink(missing_ok=True)
+        try:  # its folder too, if it is ours alone (`start` made it): nothing is left in /tmp
+            Path(args.socket).parent.rmdir()
+        except OSError:
+            pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

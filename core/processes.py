@@ -1,0 +1,29 @@
+"""Child processes that must not outlive the harness process that started them.
+
+`die_with_parent` is the `preexec_fn` for such a child: the kernel sends it
+SIGTERM when its parent dies (PR_SET_PDEATHSIG), even of a `kill -9`. The
+signal follows the parent *thread* that forked it, so such children are
+started from a thread that lives as long as they should (the main thread).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+from typing import Callable
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int) -> Callable[[], None]:
+    """A `preexec_fn` that asks for SIGTERM when process `parent` dies; `parent`
+    is the starting process's pid (os.getpid()), read before the fork."""
+    def pre_exec() -> None:  # in the child, before exec: no Python-level locks are touched
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:  # the parent died before the prctl: act as if told
+            os.kill(os.getpid(), signal.SIGTERM)
+    return pre_exec

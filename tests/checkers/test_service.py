@@ -1,0 +1,142 @@
+"""The check service (checkers/service.py): a Spark session in a process of its
+own, started niced, that checks a history exactly as `check_history` does in
+the caller's process, raises itself to normal priority for its first request,
+says bad input in the same one line, and dies with the process that started it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from checkers import service
+from checkers.check import Options, check_history
+from core.errors import UserError
+from tests.support import REPO, wait_for
+
+pytestmark = pytest.mark.spark
+
+
+def _nices(pid: int) -> dict[int, int]:
+    """Each thread of process `pid` and of its descendants -> its nice value."""
+    found = {}
+    for p in [pid] + service._descendants(pid):
+        for tid in os.listdir(f"/proc/{p}/task"):
+            try:
+                stat = Path(f"/proc/{p}/task/{tid}/stat").read_bytes()
+            except OSError:
+                continue
+            found[int(tid)] = int(stat[stat.rindex(b")") + 2:].split()[16])
+    return found
+
+
+def _java_children(pid: int) -> list[int]:
+    return [p for p in service._descendants(pid) if b"java" in Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0]]
+
+
+@pytest.fixture(scope="module")
+def started(tmp_path_factory):
+    """A service, and the nice values of its process tree once its JVM runs, before any request."""
+    logs = tmp_path_factory.mktemp("service")
+    svc = service.start(logs / "check-service.log", jvm_log_path=logs / "spark.log")
+    try:
+        wait_for(lambda: _java_children(svc.process.pid), timeout=60, what="the service's JVM")
+        yield svc, _nices(svc.process.pid), logs
+    finally:
+        svc.close()
+
+
+def _anomalous(hist):
+    """An inconsistent offset, a skipped offset, a read going backwards."""
+    hist.assign(1, [0])
+    for v, offset in enumerate((0, 1, 2, 3)):
+        hist.send(0, v, 0, offset)
+    hist.send(0, 4, 0, 1)  # the offset of value 1: inconsistent
+    hist.poll(1, (0, 0, 0), (0, 1, 1), (0, 3, 3))  # 2 skipped
+    hist.poll(1, (0, 0, 0))  # backwards
+    return hist
+
+
+def test_the_service_checks_a_history_as_the_checker_does_in_process(started, hist, spark, tmp_path):
+    svc, _, _ = started
+    path = _anomalous(hist).write(tmp_path)
+    opts = Options(allow={"duplicate"}, fault_ends={"start-partition": "stop-partition"})
+    here = check_history(path, opts, spark=spark)
+    there = svc.check(path, opts)
+    assert there["valid"] is False and there["counts"] == here["counts"]
+    assert {k for k, v in there["anomalies"].items() if v["count"]} >= {"inconsistent-offset", "poll-skip"}
+    # Everything but the checker's own timing and master is the same, example for example.
+    for results in (here, there):
+        results.pop("checker")
+    assert there == here
+
+
+def test_the_first_request_raises_the_service_and_its_jvm_from_nice_19_to_0(started, hist, tmp_path):
+    svc, before, _ = started
+    assert before and set(before.values()) == {service.BACKGROUND_NICE}, before
+    svc.check(_anomalous(hist).write(tmp_path), Options())
+    after = _nices(svc.process.pid)
+    assert _java_children(svc.process.pid)
+    assert set(after.values()) == {0}, after
+
+
+def test_bad_input_is_the_same_one_line_error_as_in_process(started, spark, hist, tmp_path):
+    svc, _, logs = started
+    bad = tmp_path / "history.jsonl"
+    bad.write_text('{"index": 0, "time": 0, "process": 0, "type": "invoke", "f": "send", "value": 1}\nnot json\n')
+    with pytest.raises(UserError) as here:
+        check_history(bad, Options(), spark=spark)
+    with pytest.raises(UserError) as there:
+        svc.check(bad, Options())
+    assert str(there.value) == str(here.value) and "\n" not in str(there.value)
+    # The service goes on serving after bad input, and its log says what it checked.
+    good = tmp_path / "good"
+    good.mkdir()
+    assert svc.check(_anomalous(hist).write(good), Options())["valid"] is False
+    assert f"checked {good / 'history.jsonl'}" in (logs / "check-service.log").read_text()
+
+
+def test_a_service_that_is_gone_is_a_service_error_so_the_caller_checks_itself(tmp_path):
+    svc = service.start(tmp_path / "check-service.log")
+    svc.process.kill()
+    svc.process.wait()
+    with pytest.raises(service.ServiceError):
+        svc.check(tmp_path / "history.jsonl", Options())
+    svc.close()
+    assert not svc.folder.exists()
+
+
+def test_the_service_and_its_jvm_die_with_the_process_that_started_it(tmp_path):
+    """A `kill -9` of the starter (a harness run) leaves no service and no JVM behind."""
+    starter = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from pathlib import Path
+        from checkers import service
+        svc = service.start(Path({str(tmp_path / 'check-service.log')!r}))
+        print(svc.process.pid, svc.address, flush=True)
+        time.sleep(600)
+    """)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    pid, address = starter.stdout.readline().split()
+    pid = int(pid)
+    java = wait_for(lambda: _java_children(pid), timeout=60, what="the service's JVM")
+    os.kill(starter.pid, signal.SIGKILL)
+    starter.wait()
+    gone = lambda p: not Path(f"/proc/{p}").exists() or b"zombie" in Path(f"/proc/{p}/status").read_bytes()  # noqa: E731
+    wait_for(lambda: all(gone(p) for p in [pid, *java]), timeout=60, what="the service and its JVM to exit")
+    assert not Path(address).exists()
+
+
+def test_a_shared_service_is_named_by_the_environment_and_not_stopped_by_its_users(monkeypatch, started):
+    svc, _, _ = started
+    monkeypatch.setenv(service.ENV, svc.address)
+    shared = service.from_environment()
+    assert shared.address == svc.address and shared.process is None
+    shared.close()
+    assert svc.process.poll() is None
+    monkeypatch.delenv(service.ENV)
+    assert service.from_environment() is None
