@@ -18,7 +18,7 @@ import orjson
 from checkers import anomalies as an
 from checkers import liveness, node_logs, offsets, stats
 from checkers.load import load, prepare, scratch_for
-from checkers.spark import default_master, get_session
+from checkers.spark import QUICK_START_JAVA, default_master, get_session
 from core.history.files import load_run_json, resolve
 from core.history.format import FINAL_READS
 from core.history.parquet import write_parquet
@@ -67,8 +67,9 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
     with scratch_for(source, master, opts.scratch) as scratch:
         # Validate before Spark starts: bad input fails fast, with line numbers.
         prepared = prepare(source, scratch)
-        if spark is None:
-            spark = get_session(opts.master, opts.spark_conf)
+        if spark is None:  # a session for this one check: sized by the history now known
+            spark = get_session(opts.master, opts.spark_conf,
+                                java_options=QUICK_START_JAVA if prepared.events <= SMALL_EVENTS else "")
         loaded = load(spark, prepared)
         df, folded = offsets.fold(loaded.df, prepared.to_fold)
         with _sized(spark, loaded.events, opts.spark_conf):
