@@ -14,9 +14,10 @@ Python: every frame starts on a 48-byte cell (a send's two integer frames
 are one cell each; any other event is its JSON padded with spaces to whole
 cells), so numpy finds, numbers and times the frames of a batch, and writes
 the lines of the integer frames as rows of a byte matrix, digits from a
-table (`_Formatter`, `_integer_lines`): about 0.15 us of its CPU per event
-where a Python loop took 1 us, which on a small machine was CPU taken from
-the brokers and the client.
+table (`_Formatter`, `_integer_lines`). Its formatting costs about 0.16 us
+of CPU per event where the loop took about 0.9 (the whole process 0.42 us
+per event at saturation, against 0.97): on a small machine, CPU taken from
+the brokers and the client (docs/benchmarks.md).
 
 Durability: what the writer process has received is in the file (the page
 cache) moments later, and `close()` fsyncs it. If the harness is killed with
