@@ -174,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"broker warm-up: {warm['acked_per_s']:.0f} acked sends/s over {args.broker_warmup:g} s", flush=True)
         trials: dict[str, list[float]] = {"recorded": [], "unrecorded": [], "bare": []}
         cpu: dict[str, list[float]] = {}
+        writer_cost: list[float] = []  # the writer process's CPU per history event, recorded trials
         firsts = iter(range(10**9, 10**15, 10**9))  # each trial's values apart from the others'
         for i in range(args.repeats):
             for variant in trials:
@@ -186,21 +187,27 @@ def main(argv: list[str] | None = None) -> int:
                     r = run_workload(kafka.bootstrap, cfg, args.seconds, args.warmup, history)
                     r["writer_cpu_s"] = closed_writer_cpu_s(history)
                     r["history_mb"] = round(path.stat().st_size / 1e6, 1)
+                    r["history_events"] = path.read_bytes().count(b"\n")
+                    r["writer_us_per_event"] = round(r["writer_cpu_s"] / max(r["history_events"], 1) * 1e6, 3)
                     path.unlink()
                 else:
                     r = run_workload(kafka.bootstrap, cfg, args.seconds, args.warmup, NullHistory())
                 trials[variant].append(r["acked_per_s"])
+                if "writer_us_per_event" in r:
+                    writer_cost.append(r["writer_us_per_event"])
                 cpu.setdefault(variant, []).append(r["cpu_us_per_send"])
                 print(f"{variant:>10} trial {i + 1}: {r['acked_per_s']:9.0f} acked sends/s  {json.dumps(r)}",
                       flush=True)
         med = {k: statistics.median(v) for k, v in trials.items()}
         results["overhead"] = {"trials": trials, "median": med,
                                "cpu_us_per_send": {k: statistics.median(v) for k, v in cpu.items()},
+                               "writer_us_per_event": statistics.median(writer_cost),
                                "recorded_over_unrecorded": med["recorded"] / med["unrecorded"],
                                "recorded_over_bare": med["recorded"] / med["bare"]}
         print(f"median acked sends/s: recorded {med['recorded']:.0f}, unrecorded {med['unrecorded']:.0f}, "
               f"bare {med['bare']:.0f}; recorded/unrecorded = {med['recorded'] / med['unrecorded']:.2f}, "
-              f"recorded/bare = {med['recorded'] / med['bare']:.2f}", flush=True)
+              f"recorded/bare = {med['recorded'] / med['bare']:.2f}; "
+              f"writer process {results['overhead']['writer_us_per_event']:.2f} us CPU per event", flush=True)
 
         # What one history event costs the recording thread on this machine now.
         with HistoryWriter(Path(tmp) / "micro.jsonl") as micro:
@@ -212,10 +219,15 @@ def main(argv: list[str] | None = None) -> int:
             for v in range(n):
                 micro.send_invoked(0, v % 16, v)
             c2 = time.perf_counter()
+            for v in range(n):
+                micro.send_acked(0, v, 3, v)
+            c3 = time.perf_counter()
             results["record_us_per_event"] = (c1 - c0) / n * 1e6
             results["send_invoked_us_per_event"] = (c2 - c1) / n * 1e6
+            results["send_acked_us_per_event"] = (c3 - c2) / n * 1e6
         print(f"HistoryWriter.record: {results['record_us_per_event']:.2f} us per event, "
-              f"send_invoked: {results['send_invoked_us_per_event']:.2f} us", flush=True)
+              f"send_invoked: {results['send_invoked_us_per_event']:.2f} us, "
+              f"send_acked: {results['send_acked_us_per_event']:.2f} us", flush=True)
 
         # At a fixed target both arms keep up; the cost of recording shows as CPU.
         fixed = {"recorded": [], "unrecorded": []}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -12,12 +13,14 @@ import threading
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 
 from core.history.files import iter_source_jsonl, load_run_json, resolve
 from core.history.jsonl import ReadReport, read_jsonl
 from core.history.parquet import jsonl_to_parquet, read_parquet_events, validate_parquet, write_parquet
-from core.history.writer import SEND_INVOKE, SEND_OK, HistoryWriter, _Formatter, _SEND_INVOKE, _SEND_OK
+from core.history.writer import (SEND_INVOKE, SEND_OK, HistoryWriter, _Formatter, _SEND_INVOKE, _SEND_OK,
+                                 _json_frame)
 from core.errors import HistoryError
 
 
@@ -87,6 +90,99 @@ def test_times_handed_over_out_of_order_are_raised_to_their_predecessor_s():
     events = [json.loads(line) for line in lines.splitlines()]
     assert [(e["index"], e["time"], e["value"]) for e in events] == [(0, 500, 10), (1, 500, 11), (2, 600, 10)]
     assert formatter.pending == b""
+
+
+def _frames_and_lines(events: list[tuple], origin: int) -> tuple[bytes, bytes]:
+    """A frame stream of (time, kind, fields) events and the lines `record` would have made of it
+    (orjson of the event with its index and time first), times raised to their predecessor's."""
+    frames, lines, last = [], [], 0
+    for index, (t, kind, fields) in enumerate(events):
+        last = max(t - origin, last)
+        if kind == "invoke":
+            frames.append(_SEND_INVOKE.pack(SEND_INVOKE, t, fields["process"], fields["key"], fields["value"]))
+            fields = {"process": fields["process"], "type": "invoke", "f": "send", "key": fields["key"],
+                      "value": fields["value"]}
+        elif kind == "ok":
+            frames.append(_SEND_OK.pack(SEND_OK, t, fields["process"], fields["value"], fields["partition"],
+                                        fields["offset"]))
+            fields = {"process": fields["process"], "type": "ok", "f": "send", **{k: fields[k] for k in
+                                                                                 ("value", "partition", "offset")}}
+        else:
+            frames.append(_json_frame(t, orjson.dumps(fields)))
+        lines.append(orjson.dumps({"index": index, "time": last, **fields}) + b"\n")
+    return b"".join(frames), b"".join(lines)
+
+
+def _mixed_events(n: int, seed: int) -> list[tuple]:
+    """Sends' two frames in runs and alone, numbers of every width (0 to int64's largest, negative
+    ones), JSON events among them (short, and long with non-ASCII text), times that go back."""
+    rng = random.Random(seed)
+    events, t = [], 10**9
+    widths = [0, 1, 9, 10, 99, 12345, 10**9, 10**12 + 7, (1 << 63) - 1]
+    for i in range(n):
+        t += rng.choice([0, 1, 700, 10**6, -300])  # a thread switch can hand over an earlier time
+        number = lambda: rng.choice(widths + [rng.randrange(10**rng.randrange(1, 19))])  # noqa: E731
+        kind = rng.choices(["invoke", "ok", "json", "negative"], [45, 45, 8, 2])[0]
+        if kind == "invoke":
+            events.append((t, "invoke", {"process": number(), "key": number(), "value": number()}))
+        elif kind == "ok":
+            events.append((t, "ok", {"process": number(), "value": number(), "partition": number(),
+                                     "offset": number()}))
+        elif kind == "negative":
+            events.append((t, "ok", {"process": 1, "value": number(), "partition": -1, "offset": -(1 << 63)}))
+        else:
+            body = {"process": rng.choice([1, "nemesis"]), "type": "ok", "f": "poll",
+                    "records": [{"partition": 0, "offset": o, "value": number()} for o in range(rng.randrange(8))]}
+            if rng.random() < 0.3:
+                body["note"] = "ünïcode " * rng.randrange(1, 20)
+            events.append((t, "json", body))
+    return events
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_formatter_writes_what_record_would_have_on_any_cut_of_the_stream(seed):
+    origin = 10**9 + 500
+    frames, expected = _frames_and_lines(_mixed_events(3000, seed), origin)
+    rng = random.Random(seed)
+    formatter, out, pos = _Formatter(origin), [], 0
+    while pos < len(frames):  # pieces as a pipe hands them over: cutting cells and JSON bodies anywhere
+        size = rng.choice([1, 7, 47, 48, 49, 500, 4096, 65536])
+        out.append(bytes(formatter.lines(frames[pos:pos + size])))
+        pos += size
+    assert b"".join(out) == expected
+    assert formatter.pending == b"" and formatter.index == 3000
+
+
+def test_a_json_event_longer_than_many_pipe_reads_waits_until_it_is_whole():
+    poll = {"process": 2, "type": "ok", "f": "poll", "records": list(range(5000))}
+    frames, expected = _frames_and_lines([(5, "invoke", {"process": 1, "key": 3, "value": 4}), (6, "json", poll),
+                                          (7, "ok", {"process": 1, "value": 4, "partition": 0, "offset": 9})], 0)
+    json_end = 48 + len(_json_frame(6, orjson.dumps(poll)))
+    formatter = _Formatter(0)
+    assert bytes(formatter.lines(frames[:148])) == expected.splitlines(keepends=True)[0]
+    for i in range(148, json_end - 1, 1000):  # nothing but the JSON event's pieces, the last byte missing
+        assert bytes(formatter.lines(frames[i:min(i + 1000, json_end - 1)])) == b""
+    assert bytes(formatter.lines(frames[json_end - 1:])) == b"".join(expected.splitlines(keepends=True)[1:])
+
+
+def test_a_stream_that_is_not_frames_is_an_error():
+    with pytest.raises(ValueError, match="inside a frame"):
+        _Formatter(0).lines(b"x" * 96)
+    with pytest.raises(ValueError, match="no frame starts at byte 48"):
+        _Formatter(0).lines(_SEND_OK.pack(SEND_OK, 1, 2, 3, 4, 5) + bytes([9]) * 48)
+
+
+def test_a_closed_writer_refuses_a_send_s_events(tmp_path):
+    writer = HistoryWriter(tmp_path / "history.jsonl")
+    writer.send_invoked(0, 1, 2)
+    writer.close()
+    with pytest.raises(RuntimeError, match="is closed"):
+        writer.send_invoked(0, 1, 3)
+    with pytest.raises(RuntimeError, match="is closed"):
+        writer.send_acked(0, 2, 0, 0)
+    with pytest.raises(RuntimeError, match="is closed"):
+        writer.send_acked(0, 1 << 64, 0, 0)  # the general form's refusal
+    assert len(read_jsonl(tmp_path / "history.jsonl")) == 1
 
 
 def test_a_writer_process_that_died_is_an_error_at_close(tmp_path):
