@@ -102,21 +102,8 @@ def ensure_history(size: int, cache: Path) -> Path:
         for k in range(parts):
             events, part_expected = synthetic_part(size // parts, k, folder)
             n_proc = 1 + max(e["process"] for e in events if e["process"] != "nemesis")
-            shifted = []
-            for e in events:
-                e = dict(e)
-                e["index"] += index
-                e["time"] += time_base
-                if e["process"] != "nemesis":
-                    e["process"] += k * 1000 if n_proc < 1000 else k * n_proc
-                if e["f"] == "send" and e["process"] != "nemesis":
-                    e["value"] += value_base
-                    if "partition" in e:
-                        e["partition"] += 6 * k
-                if e.get("records") is not None:
-                    e["records"] = [{**r, "partition": r["partition"] + 6 * k, "value": r["value"] + value_base}
-                                    for r in e["records"]]
-                shifted.append(e)
+            shifted = [_shifted(e, index, time_base, k * 1000 if n_proc < 1000 else k * n_proc, 6 * k, value_base)
+                       for e in events]
             for start in range(0, len(shifted), 250_000):
                 writer.write_table(events_to_table(shifted[start:start + 250_000]))
             index += len(events)
@@ -127,6 +114,34 @@ def ensure_history(size: int, cache: Path) -> Path:
     os.replace(tmp, path)
     (folder / "expected.json").write_bytes(orjson.dumps({"events": index, "anomalies": expected}))
     return path
+
+
+def _shifted(e: dict, index: int, time_base: int, process_base: int, partition_base: int, value_base: int) -> dict:
+    """Event `e` of one part moved onto the part's own indexes, times, processes,
+    partitions and values, so that parts stitched into one history never meet:
+    every field that names a partition moves (a send's or a seek's `partition`,
+    `partitions` of an assign or a final-reads bracket, the `ends` of its
+    completion, a commit's `offsets`, the records of a poll), or the parts'
+    final-reads brackets would speak of each other's partitions."""
+    e = dict(e)
+    e["index"] += index
+    e["time"] += time_base
+    if e["process"] == "nemesis":
+        return e
+    e["process"] += process_base
+    if e["f"] == "send":
+        e["value"] += value_base
+    if e.get("partition") is not None:
+        e["partition"] += partition_base
+    if e.get("partitions") is not None:
+        e["partitions"] = [p + partition_base for p in e["partitions"]]
+    for name in ("ends", "offsets"):
+        if e.get(name) is not None:
+            e[name] = [{**x, "partition": x["partition"] + partition_base} for x in e[name]]
+    if e.get("records") is not None:
+        e["records"] = [{**r, "partition": r["partition"] + partition_base, "value": r["value"] + value_base}
+                        for r in e["records"]]
+    return e
 
 
 class PeakRSS:
