@@ -61,7 +61,8 @@ log = logging.getLogger(__name__)
 ENV = "HARNESS_CHECK_SERVICE"  # the socket of a service shared by a nightly's or a calibration's runs
 BACKGROUND_NICE = 19
 PRIMES = 3  # how many times a service primes its session while no request comes
-START_WAIT_S = 10.0  # how long a caller waits for a service's socket to appear
+START_WAIT_S = 10.0
+_FOLDER_PREFIX = "harness-check-"  # a service's socket folder, in the temporary folder  # how long a caller waits for a service's socket to appear
 
 
 class ServiceError(Exception):
@@ -121,7 +122,7 @@ def start(log_path: Path, jvm_log_path: Path | None = None, conf: dict[str, str]
           nice: int = BACKGROUND_NICE) -> CheckService:
     """Start a service (it dies with this process), its output into `log_path` and
     its JVM's into `jvm_log_path`; returns once its socket listens (the JVM starts after)."""
-    folder = Path(tempfile.mkdtemp(prefix="harness-check-"))
+    folder = Path(tempfile.mkdtemp(prefix=_FOLDER_PREFIX))
     address = str(folder / "socket")
     argv = [sys.executable, "-m", "checkers.service", "--socket", address]
     for key, value in (conf or {}).items():
@@ -154,6 +155,27 @@ def _niced(pre_exec, nice: int):
         if nice:
             os.nice(nice)
     return both
+
+
+def remove_stale(say) -> list[str]:
+    """Remove the socket folders of services no longer running (`harness clean`):
+    a service killed outright (SIGKILL) could not remove its own. A folder whose
+    socket a running service was started with is left alone."""
+    running = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else []
+        except OSError:
+            continue
+        if b"checkers.service" in argv and b"--socket" in argv[:-1]:
+            running.add(Path(os.fsdecode(argv[argv.index(b"--socket") + 1])).parent)
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{_FOLDER_PREFIX}*"):
+        if folder.is_dir() and folder not in running:
+            shutil.rmtree(folder, ignore_errors=True)
+            say(f"check service folder {folder}")
+            removed.append(str(folder))
+    return removed
 
 
 def connect(address: str) -> CheckService:

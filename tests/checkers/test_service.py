@@ -140,3 +140,18 @@ def test_a_shared_service_is_named_by_the_environment_and_not_stopped_by_its_use
     assert svc.process.poll() is None
     monkeypatch.delenv(service.ENV)
     assert service.from_environment() is None
+
+
+def test_clean_removes_the_folder_of_a_killed_service_and_keeps_a_running_ones(started, tmp_path):
+    """A service killed outright (SIGKILL) cannot remove its socket folder; `harness clean`
+    (`service.remove_stale`) does, and leaves a running service's alone."""
+    running, _, _ = started
+    killed = service.start(tmp_path / "check-service.log")
+    killed.process.kill()
+    killed.process.wait()
+    assert killed.folder.is_dir()
+    said = []
+    removed = service.remove_stale(said.append)
+    assert str(killed.folder) in removed and not killed.folder.exists()
+    assert Path(running.address).parent.is_dir() and str(Path(running.address).parent) not in removed
+    assert said and all(line.startswith("check service folder ") for line in said)
