@@ -30,7 +30,8 @@ or `{"failure": "..."}` (anything else: the caller checks in its own
 process instead). Requests are served one at a time.
 
 `python -m checkers.service --socket PATH` is the service; `start`,
-`connect` and `from_environment` are the callers' side.
+`connect` and `from_environment` are the callers' side; `remove_stale`
+is `harness clean`'s.
 """
 
 from __future__ import annotations
