@@ -34,6 +34,7 @@ from checkers.check import Options, check_history
 from checkers.spark import conf_pairs, get_session
 from checkers.spark_cluster import standalone
 from core.errors import UserError
+from core.processes import descendants
 from core.history.parquet import arrow_schema, events_to_table
 
 PLANTED = dict(lost=5, duplicates=5, inconsistent=5, aborted=5, nonmonotonic_polls=5, skips=5,
@@ -169,21 +170,7 @@ class PeakRSS:
 
     @staticmethod
     def _tree(root: int) -> list[int]:
-        children: dict[int, list[int]] = {}
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                try:
-                    with open(f"/proc/{name}/stat") as f:
-                        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                    children.setdefault(ppid, []).append(int(name))
-                except (OSError, ValueError, IndexError):
-                    pass
-        out, todo = [], [root]
-        while todo:
-            pid = todo.pop()
-            out.append(pid)
-            todo.extend(children.get(pid, []))
-        return out
+        return [root, *descendants(root)]
 
     def _now(self) -> int:
         if self.roots is None:

@@ -55,7 +55,7 @@ import orjson
 from checkers.check import Options, check_history, prime
 from checkers.spark import JVM_LOG_ENV, conf_pairs, get_session
 from core.errors import UserError
-from core.processes import die_with_parent
+from core.processes import descendants, die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -158,18 +158,24 @@ def _niced(pre_exec, nice: int):
     return both
 
 
-def remove_stale(say) -> list[str]:
-    """Remove the socket folders of services no longer running (`harness clean`):
-    a service killed outright (SIGKILL) could not remove its own. A folder whose
-    socket a running service was started with is left alone."""
-    running = set()
+def running_services() -> dict[str, int]:
+    """The services running on this machine: socket address -> pid (from /proc)."""
+    found = {}
     for proc in Path("/proc").iterdir():
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else []
         except OSError:
             continue
         if b"checkers.service" in argv and b"--socket" in argv[:-1]:
-            running.add(Path(os.fsdecode(argv[argv.index(b"--socket") + 1])).parent)
+            found[os.fsdecode(argv[argv.index(b"--socket") + 1])] = int(proc.name)
+    return found
+
+
+def remove_stale(say) -> list[str]:
+    """Remove the socket folders of services no longer running (`harness clean`):
+    a service killed outright (SIGKILL) could not remove its own. A folder whose
+    socket a running service was started with is left alone."""
+    running = {Path(address).parent for address in running_services()}
     removed = []
     for folder in Path(tempfile.gettempdir()).glob(f"{_FOLDER_PREFIX}*"):
         if folder.is_dir() and folder not in running:
@@ -254,7 +260,7 @@ class _Session:
 
 def _renice_tree(nice: int) -> None:
     """Every thread of this process and of its descendants (the JVM) to `nice`."""
-    pids = [os.getpid()] + _descendants(os.getpid())
+    pids = [os.getpid()] + descendants(os.getpid())
     failed = 0
     for pid in pids:
         try:
@@ -269,26 +275,6 @@ def _renice_tree(nice: int) -> None:
     if failed:
         log.info("could not set %d thread(s) to nice %d (raising priority needs root): checks run niced",
                  failed, nice)
-
-
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def _serve_one(conn: socket.socket, session: _Session) -> None:

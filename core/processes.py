@@ -1,4 +1,5 @@
-"""Child processes that must not outlive the harness process that started them.
+"""Child processes: those that must not outlive the harness process that
+started them, and a process's descendants.
 
 `die_with_parent` is the `preexec_fn` for such a child: the kernel sends it
 SIGTERM when its parent dies (PR_SET_PDEATHSIG), even of a `kill -9`. The
@@ -27,3 +28,25 @@ def die_with_parent(parent: int) -> Callable[[], None]:
         if os.getppid() != parent:  # the parent died before the prctl: act as if told
             os.kill(os.getpid(), signal.SIGTERM)
     return pre_exec
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below `root` (children, their children, ...), from /proc's
+    parent links; `root` itself not included."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+            ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):  # gone meanwhile
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found

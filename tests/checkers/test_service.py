@@ -17,6 +17,7 @@ import pytest
 from checkers import service
 from checkers.check import Options, check_history
 from core.errors import UserError
+from core.processes import descendants
 from tests.support import REPO, wait_for
 
 pytestmark = pytest.mark.spark
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.spark
 def _nices(pid: int) -> dict[int, int]:
     """Each thread of process `pid` and of its descendants -> its nice value."""
     found = {}
-    for p in [pid] + service._descendants(pid):
+    for p in [pid] + descendants(pid):
         for tid in os.listdir(f"/proc/{p}/task"):
             try:
                 stat = Path(f"/proc/{p}/task/{tid}/stat").read_bytes()
@@ -36,7 +37,7 @@ def _nices(pid: int) -> dict[int, int]:
 
 
 def _java_children(pid: int) -> list[int]:
-    return [p for p in service._descendants(pid) if b"java" in Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0]]
+    return [p for p in descendants(pid) if b"java" in Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0]]
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from checkers import service
 from nemesis.partition import grudge_for
 from nemesis.registry import FAULTS
 from nemesis.schedule import plan, to_records
@@ -147,18 +148,8 @@ def test_a_run_is_checked_by_a_check_service_of_its_own_that_ends_with_it(real_r
     assert "Spark session started" in said and f"checked {faults_run.dir}" in said, said
     address = re.search(r"listening on (\S+) \(pid (\d+)\)", said)
     assert address and not Path(address[1]).parent.exists()
-    assert not Path(f"/proc/{address[2]}").exists() or address[2] not in _service_pids()
+    assert address[1] not in service.running_services()
     assert (faults_run.dir / "spark.log").is_file()
     run = json.loads((faults_run.dir / "run.json").read_text())
     assert run["check_phase_s"] > 0
 
-
-def _service_pids() -> set[str]:
-    pids = set()
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and b"checkers.service" in (proc / "cmdline").read_bytes():
-                pids.add(proc.name)
-        except OSError:
-            pass
-    return pids
