@@ -37,12 +37,14 @@ from __future__ import annotations
 
 import gc
 import heapq
+import multiprocessing
 import os
 import random
 import shutil
 import sys
 import time
 from collections import deque
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from itertools import islice
@@ -684,9 +686,6 @@ def _parts_in_order(plans: list[Plan], jobs: int) -> Iterator[Part]:
     if jobs == 1:
         yield from map(make_part, plans)
         return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     # Spawned, not forked: the caller may hold threads (a Spark session's, in tests).
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         todo = iter(plans)
