@@ -814,7 +814,11 @@ def run(args) -> int:
 
 def _write_one(plan: Plan, out: Path, fmt: str) -> int:
     """The history as one file (or one of each format) in `out`."""
-    syn = generate(plan)
+    with _gc_paused():
+        return _write_files(generate(plan), out, fmt)
+
+
+def _write_files(syn: Synthetic, out: Path, fmt: str) -> int:
     try:
         out.mkdir(parents=True, exist_ok=True)
         # What an earlier run left under the other names would be read instead of, or beside, this one.
