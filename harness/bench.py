@@ -11,7 +11,7 @@ from bench import broker_vs_kafka, checker_cost, cluster_up, own_broker_failover
 # target -> (module, one-line help)
 TARGETS = {
     "cluster": (cluster_up, "bring-up and teardown of a 5-node local cluster with ZooKeeper"),
-    "check": (checker_cost, "the checker's wall time and peak memory on 1M and 10M event histories "
+    "check": (checker_cost, "the checker's wall time and peak memory on histories of 1M, 10M (and 100M) events "
                             "(--standalone: also on a two-worker Spark cluster)"),
     "broker": (own_broker_throughput,
                "acks=all produce throughput and latency of the own broker on a local 3-node cluster"),
