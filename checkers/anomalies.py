@@ -201,6 +201,9 @@ class Frames:
     reads: object
     runs: object = None  # read runs (`read_runs`), kept
     by_value: object = None  # kept
+    # The events that restart read order: (process, index, the partition it
+    # restarts or None for all), from `reading.HistoryReader.restarts`.
+    restarts: list = field(default_factory=list)
     kept: list = field(default_factory=list)
 
 

@@ -192,6 +192,7 @@ def _analyse(df, read: HistoryReader, folded: dict[int, int], promised: dict, op
         faults = stats.faults(few)
         invokes = {f: n for f, n in read.invokes.items() if f != "send"}
         frames = an.build(df, logs)
+        frames.restarts = read.restarts
         runs = keep(an.read_runs(frames.reads))
         kept.append(runs)
         per_partition, split = _together(*an.run_totals(runs))

@@ -22,7 +22,7 @@ safe side.
 from __future__ import annotations
 
 from checkers.anomalies import MAX_EXAMPLES, OK, Frames, offset_of, partition_of, pos_of
-from checkers.spark import broadcast_if_small, local_frame
+from checkers.spark import broadcast_if_small, keep, local_frame, release
 
 # Gaps in a consumer's offsets up to this wide are checked offset by offset;
 # wider ones (rare: a jump to the end of a log) by ordering the known offsets.
@@ -52,19 +52,13 @@ def order_steps(frames: Frames):
     F = _F()
     runs = frames.runs
     null_long = F.lit(None).cast("long")
-    # Events that restart a process's read order: assign and crash for every
-    # partition it reads, a seek for its own partition; each at its
-    # completion, if it happened (ok or info), with an info seek's partition
-    # taken from its invocation.
+    # Events that restart a process's read order (gathered on the driver: a
+    # few per consumer and fault), for every partition it reads or the one named.
+    restarts = local_frame(runs.sparkSession, [(p, i, -1 if only is None else only) for p, i, only in frames.restarts],
+                           "process long, index long, only long")
     proc_parts = runs.select("process", "partition").distinct()
-    by_op = Window.partitionBy("process", "f").orderBy("index")
-    invoked = F.last(F.when(F.col("type") == "invoke", F.col("partition")), ignorenulls=True).over(by_op)
-    resets = (frames.client.where(F.col("f").isin("assign", "crash", "seek"))
-              .select("process", "index", "f", "type", F.coalesce(F.col("partition"), invoked).alias("named"))
-              .where(F.col("type").isin("ok", "info"))
-              .select("process", "index", F.when(F.col("f") == "seek", F.col("named")).alias("only")))
-    resets = resets.join(proc_parts, "process").where(
-        F.col("only").isNull() | (F.col("only") == F.col("partition"))).select(
+    resets = restarts.join(proc_parts, "process").where(
+        (F.col("only") < 0) | (F.col("only") == F.col("partition"))).select(
         F.lit(_READ).alias("kind"), "process", "partition", "index", F.lit(0).alias("slot"),
         *[null_long.alias(c) for c in ("first_offset", "first_value", "last_offset", "last_value", "ack_index")])
     # A producer's acknowledged sends, in invocation order, as one-record runs.
@@ -93,27 +87,47 @@ def order_steps(frames: Frames):
 def order_checks(steps, rows: list, by_pos) -> dict[str, tuple[int, list[dict]]]:
     """nonmonotonic-poll, poll-skip and nonmonotonic-send from `order_steps`:
     `rows` are its first STEPS_ON_DRIVER + 1 rows, classified on the driver
-    unless there are more (a pathological history), then in Spark."""
+    unless there are more (a history with many gaps: records it does not
+    know), then in Spark. Either way the gaps meet the known positions by
+    `_skipped`."""
     F = _F()
     offset, prev_offset = F.col("offset"), F.col("prev_offset")
     if len(rows) <= STEPS_ON_DRIVER:
-        found = _classify_steps([r for r in rows if r["kind"] == _READ], by_pos)
-        back = sorted((r for r in rows if r["kind"] == _SEND), key=lambda r: r["index"])
-        found["nonmonotonic-send"] = (len(back), [_send_step(r) for r in back[:MAX_EXAMPLES]])
-        return found
-    steps = steps.persist()
+        order = lambda r: (r["index"], r["slot"])  # noqa: E731
+        reads = [r for r in rows if r["kind"] == _READ]
+        back = sorted((r for r in reads if r["offset"] <= r["prev_offset"]), key=order)
+        gaps = [r for r in reads if r["offset"] > r["prev_offset"] + 1]
+        skipped = []
+        if gaps:
+            widths = [r["offset"] - r["prev_offset"] - 1 for r in gaps]
+            columns = [c.split()[0] for c in _STEP_SCHEMA.split(", ")]
+            gaps_df = local_frame(by_pos.sparkSession, [tuple(r[c] for c in columns) for r in gaps], _STEP_SCHEMA)
+            skipped = sorted((r.asDict() for r in _skipped(gaps_df, by_pos, sum(w for w in widths if w <= NARROW_GAP),
+                                                           sum(w > NARROW_GAP for w in widths)).collect()), key=order)
+        sends = sorted((r for r in rows if r["kind"] == _SEND), key=lambda r: r["index"])
+        return {"nonmonotonic-poll": (len(back), [_step(r) for r in back[:MAX_EXAMPLES]]),
+                "poll-skip": (len(skipped), [_step(r, skipped=True) for r in skipped[:MAX_EXAMPLES]]),
+                "nonmonotonic-send": (len(sends), [_send_step(r) for r in sends[:MAX_EXAMPLES]])}
+    kept = [keep(steps)]
     try:
+        steps = kept[0]
         reads, sends = steps.where(F.col("kind") == _READ), steps.where(F.col("kind") == _SEND)
         backwards = reads.where(offset <= prev_offset)
-        back_rows = backwards.orderBy("index", "slot").limit(MAX_EXAMPLES).collect()
-        skips = _skips(reads.where(offset > prev_offset + 1), by_pos)
-        skip_rows = skips.orderBy("index", "slot").limit(MAX_EXAMPLES).collect()
-        send_rows = sends.orderBy("index").limit(MAX_EXAMPLES).collect()
-        return {"nonmonotonic-poll": (backwards.count(), [_step(r) for r in back_rows]),
-                "poll-skip": (skips.count(), [_step(r, skipped=True) for r in skip_rows]),
-                "nonmonotonic-send": (sends.count(), [_send_step(r) for r in send_rows])}
+        gaps = reads.where(offset > prev_offset + 1).select(*[c.split()[0] for c in _STEP_SCHEMA.split(", ")])
+        width = offset - prev_offset - 1
+        sizes = gaps.agg(F.sum(F.when(width <= NARROW_GAP, width)).alias("narrow"),
+                         F.count(F.when(width > NARROW_GAP, 1)).alias("wide")).collect()[0]
+        skips = keep(_skipped(gaps, by_pos, sizes["narrow"] or 0, sizes["wide"]))
+        kept.append(skips)
+        examples = {name: frame.orderBy(*keys).limit(MAX_EXAMPLES).collect()
+                    for name, frame, keys in (("back", backwards, ("index", "slot")), ("skip", skips, ("index", "slot")),
+                                              ("send", sends, ("index",)))}
+        return {"nonmonotonic-poll": (backwards.count(), [_step(r) for r in examples["back"]]),
+                "poll-skip": (skips.count(), [_step(r, skipped=True) for r in examples["skip"]]),
+                "nonmonotonic-send": (sends.count(), [_send_step(r) for r in examples["send"]])}
     finally:
-        steps.unpersist()
+        for frame in kept:
+            release(frame)
 
 
 def _send_step(r) -> dict:
@@ -127,88 +141,48 @@ def _send_step(r) -> dict:
 WIDE_GAPS_BROADCAST = 1000
 
 
-def _classify_steps(rows: list, by_pos) -> dict[str, tuple[int, list[dict]]]:
-    """nonmonotonic-poll and poll-skip from the odd steps of reads, collected."""
-    order = lambda r: (r["index"], r["slot"])  # noqa: E731
-    back = sorted((r for r in rows if r["offset"] <= r["prev_offset"]), key=order)
-    gaps = [r for r in rows if r["offset"] > r["prev_offset"] + 1]
-    skipped = []
-    if gaps:
-        first_known = _skipped_offsets(gaps, by_pos)
-        for r in gaps:
-            key = (r["process"], r["partition"], r["index"], r["slot"])
-            if key in first_known:
-                skipped.append({**r, "skipped_offset": first_known[key]})
-        skipped.sort(key=order)
-    return {"nonmonotonic-poll": (len(back), [_step(r) for r in back[:MAX_EXAMPLES]]),
-            "poll-skip": (len(skipped), [_step(r, skipped=True) for r in skipped[:MAX_EXAMPLES]])}
+def _skipped(gaps, by_pos, narrow_width: int, wide: int):
+    """The gaps (`_STEP_SCHEMA` rows: prev_offset, offset) that skipped a known
+    offset, each with the first such (`skipped_offset`). `narrow_width`: the
+    offsets inside the narrow gaps (up to NARROW_GAP wide) together; `wide`:
+    how many are wider (both counted by the caller).
 
-
-def _skipped_offsets(gaps: list, by_pos) -> dict[tuple, int]:
-    """(process, partition, index, slot) -> the first known offset strictly inside
-    that gap, for the gaps (collected steps) that skipped one; in one job.
-
-    Narrow gaps are spelled out offset by offset and wide ones kept as ranges;
-    both go to every task (broadcast) and meet the known positions where they
-    lie, so the known positions are neither shuffled nor sorted."""
-    F = _F()
-    spark = by_pos.sparkSession
-    columns = [c.split()[0] for c in _STEP_SCHEMA.split(", ")]
-    narrow = [r for r in gaps if r["offset"] - r["prev_offset"] - 1 <= NARROW_GAP]
-    wide = [r for r in gaps if r["offset"] - r["prev_offset"] - 1 > NARROW_GAP]
-    if len(wide) > WIDE_GAPS_BROADCAST:
-        gaps_df = local_frame(spark, [tuple(r[c] for c in columns) for r in gaps], _STEP_SCHEMA)
-        return {(r["process"], r["partition"], r["index"], r["slot"]): r["skipped_offset"]
-                for r in _skips(gaps_df, by_pos).collect()}
-    key = ["process", "partition", "index", "slot"]
-    found = []
-    if narrow:
-        n_df = local_frame(spark, [tuple(r[c] for c in key + ["prev_offset", "offset"]) for r in narrow],
-                            _GAP_SCHEMA)
-        inside = n_df.select(*key, F.explode(F.sequence(F.col("prev_offset") + 1, F.col("offset") - 1))
-                             .alias("inside")).select(*key, "inside", pos_of(F.col("partition"), F.col("inside"))
-                                                      .alias("pos"))
-        width = sum(r["offset"] - r["prev_offset"] - 1 for r in narrow)
-        found.append(by_pos.select("pos").join(broadcast_if_small(inside, width), "pos")
-                     .groupBy(*key).agg(F.min("inside").alias("skipped_offset")))
-    if wide:
-        w_df = local_frame(spark, [tuple(r[c] for c in key + ["prev_offset", "offset"]) for r in wide],
-                            _GAP_SCHEMA)
-        known = by_pos.select(partition_of(F.col("pos")).alias("p"), offset_of(F.col("pos")).alias("o"))
-        found.append(known.join(F.broadcast(w_df), (F.col("p") == F.col("partition"))
-                                & (F.col("o") > F.col("prev_offset")) & (F.col("o") < F.col("offset")))
-                     .groupBy(*key).agg(F.min("o").alias("skipped_offset")))
-    union = found[0] if len(found) == 1 else found[0].unionByName(found[1])
-    return {(r["process"], r["partition"], r["index"], r["slot"]): r["skipped_offset"] for r in union.collect()}
-
-
-_GAP_SCHEMA = "process long, partition long, index long, slot int, prev_offset long, offset long"
-
-
-def _skips(gaps, by_pos):
-    """The gaps (prev_offset, offset) with a known offset strictly inside, and the first such offset
-    (in Spark, for histories with too many odd steps to collect)."""
+    Narrow gaps are spelled out offset by offset and, where that makes few
+    rows, go to every task (broadcast) to meet the known positions where
+    they lie, so the known positions are neither shuffled nor sorted; so do
+    wide ones, as ranges, when few; many wide gaps (a history that jumps
+    about) take the offset known next after each `prev_offset`, by ordering
+    the known offsets of each partition."""
     from pyspark.sql import Window
 
     F = _F()
-    width = F.col("offset") - F.col("prev_offset") - 1
     key = ["process", "partition", "index", "slot"]
-    known = by_pos.select("pos")
-    narrow = (gaps.where(width <= NARROW_GAP)
-              .select("*", F.explode(F.sequence(F.col("prev_offset") + 1, F.col("offset") - 1)).alias("inside"))
-              .join(known, pos_of(F.col("partition"), F.col("inside")) == F.col("pos"), "left_semi")
-              .groupBy(*key).agg(F.min("inside").alias("skipped_offset")))
-    narrow = gaps.join(narrow, key)
-    wide = gaps.where(width > NARROW_GAP)
-    if wide.limit(1).count() == 0:
-        return narrow
-    # Wide gaps: the offset known next after `prev_offset` lies before `offset`.
-    wk = Window.partitionBy("partition").orderBy("prev_offset")
-    next_known = known.select(partition_of(F.col("pos")).alias("partition"),
-                              offset_of(F.col("pos")).alias("prev_offset"))
-    next_known = next_known.select("*", F.lead("prev_offset").over(wk).alias("skipped_offset"))
-    wide = wide.join(next_known, ["partition", "prev_offset"]).where(F.col("skipped_offset") < F.col("offset"))
-    return narrow.unionByName(wide)
+    width = F.col("offset") - F.col("prev_offset") - 1
+    found = []
+    if narrow_width:
+        inside = (gaps.where(width <= NARROW_GAP).select(
+            *key, F.explode(F.sequence(F.col("prev_offset") + 1, F.col("offset") - 1)).alias("inside"))
+            .select(*key, "inside", pos_of(F.col("partition"), F.col("inside")).alias("pos")))
+        found.append(by_pos.select("pos").join(broadcast_if_small(inside, narrow_width), "pos")
+                     .groupBy(*key).agg(F.min("inside").alias("skipped_offset")))
+    if wide and wide <= WIDE_GAPS_BROADCAST:
+        known = by_pos.select(partition_of(F.col("pos")).alias("p"), offset_of(F.col("pos")).alias("o"))
+        found.append(known.join(F.broadcast(gaps.where(width > NARROW_GAP)),
+                                (F.col("p") == F.col("partition")) & (F.col("o") > F.col("prev_offset"))
+                                & (F.col("o") < F.col("offset")))
+                     .groupBy(*key).agg(F.min("o").alias("skipped_offset")))
+    elif wide:
+        # The offset known next after `prev_offset` (itself known: a record read) lies before `offset`.
+        wk = Window.partitionBy("partition").orderBy("prev_offset")
+        next_known = by_pos.select(partition_of(F.col("pos")).alias("partition"),
+                                   offset_of(F.col("pos")).alias("prev_offset"))
+        next_known = next_known.select("*", F.lead("prev_offset").over(wk).alias("skipped_offset"))
+        found.append(gaps.where(width > NARROW_GAP).join(next_known, ["partition", "prev_offset"])
+                     .where(F.col("skipped_offset") < F.col("offset")).select(*key, "skipped_offset"))
+    if not found:
+        return gaps.select("*", F.lit(None).cast("long").alias("skipped_offset")).limit(0)
+    union = found[0] if len(found) == 1 else found[0].unionByName(found[1])
+    return gaps.join(union, key)
 
 
 def _step(r, skipped: bool = False) -> dict:

@@ -7,6 +7,8 @@ per event), keeping only what later batches need:
 
 - the nemesis's events and the `final-reads` operations (`few`): few rows
   in any history, which say where the final reads are and what faults ran;
+- the events that restart a consumer's read order (`restarts`: assign,
+  crash and seek completions that happened), a few per consumer and fault;
 - every operation paired with its invocation: a send by its value (the
   invocations not yet answered are kept, sorted by value), every other
   operation by order within its process and `f` (the k-th completion
@@ -47,9 +49,13 @@ class HistoryReader:
     `invokes`, `histogram_rows()` and `columns()`."""
 
     FEW_COLUMNS = ("process", "index", "time", "type", "f", "partitions", "ends", "extra")
+    RESTARTS = ("assign", "crash", "seek")
 
     def __init__(self) -> None:
         self.few: list[dict] = []
+        # (process, index, partition or None: every partition it reads), in order.
+        self.restarts: list[tuple[int, int, int | None]] = []
+        self._seek_invoked: dict[int, int | None] = {}  # process -> the partition of its last seek invocation
         self.invokes: dict[str, int] = {}  # client invocations by f
         self._histogram: dict[tuple, list[int]] = {}  # (f, type, second, bucket) -> [count, max]
         self._fs: dict[str, int] = {}  # f -> a small id, in order seen
@@ -100,6 +106,7 @@ class HistoryReader:
         client = process >= 0
         invoke = typ == INVOKE
         self._gather_few(t, process, f, fid[FINAL_READS])
+        self._gather_restarts(process, f, typ, index, col("partition"))
         send = client & (f == fid["send"])
         comp_key, comp_inv_time = self._pair_sends(col("value"), col("key"), time, send, invoke)
         self._pair_others(process, f, typ, index, time, ~send, invoke)
@@ -118,6 +125,27 @@ class HistoryReader:
             few = t.take(pa.array(np.flatnonzero(wanted)))
             present = [c for c in self.FEW_COLUMNS if c in few.column_names]
             self.few += [{c: row.get(c) for c in self.FEW_COLUMNS} for row in few.select(present).to_pylist()]
+
+    def _gather_restarts(self, process, f, typ, index, partition) -> None:
+        """The completions that restart read order (docs/checker.md, "Readings
+        of the contract"): an assign or crash of the process restarts every
+        partition it reads, a seek the partition it names; only one that
+        happened (ok or info); an info seek that names none takes its
+        invocation's, and with none there either restarts them all."""
+        ids = [self._fs[name] for name in self.RESTARTS if name in self._fs]
+        rows = np.flatnonzero((process >= 0) & np.isin(f, ids))
+        if not len(rows):
+            return
+        seek = self._fs.get("seek", -1)
+        happened = (TYPES.index("ok"), TYPES.index("info"))
+        for proc, fi, ty, i, part in zip(process[rows].tolist(), f[rows].tolist(), typ[rows].tolist(),
+                                          index[rows].tolist(), partition[rows].tolist()):
+            named = None if part < 0 else part
+            if fi == seek and ty == INVOKE:
+                self._seek_invoked[proc] = named
+            elif ty in happened:
+                only = (named if named is not None else self._seek_invoked.get(proc)) if fi == seek else None
+                self.restarts.append((proc, i, only))
 
     def _pair_sends(self, value, key, time, send, invoke):
         """Each send completion's invocation: its key and time (-1 where none
