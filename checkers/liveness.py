@@ -130,22 +130,33 @@ _BLOCK = 1024  # waits per block of `Waits.overlapping`'s maxima
 
 
 def producer_waits(inv_t: np.ndarray, comp_t: np.ndarray, ack_t: np.ndarray, end: int) -> Waits:
-    """The waits of sends (module docstring); all three arrays sorted."""
+    """The waits of sends (module docstring); all three arrays sorted. The
+    gaps (before the first acknowledgement, between each two, after the
+    last) are taken _CHUNK at a time: a history's tens of millions of
+    acknowledgements need no dozen arrays of that length at once."""
     if len(inv_t) == 0:
         return Waits.none()
-    # The gaps: before the first acknowledgement, between each two, after the last.
-    prev = np.concatenate(([np.iinfo(np.int64).min], ack_t))
-    upto = np.concatenate((ack_t, [max(end, int(inv_t[-1]))]))
-    outstanding = np.searchsorted(inv_t, prev, "right") > np.searchsorted(comp_t, prev, "right")
-    nxt = np.searchsorted(inv_t, prev, "right")
-    first_inv = inv_t[np.minimum(nxt, len(inv_t) - 1)]
-    has_inv = (nxt < len(inv_t)) & (first_inv <= upto)
-    start = np.where(outstanding, prev, first_inv)
-    keep = outstanding | has_inv
-    is_open = np.zeros(len(prev), bool)
-    is_open[-1] = True
-    start, stop, is_open = np.minimum(start[keep], upto[keep]), upto[keep], is_open[keep]
-    return Waits(start, stop, is_open)
+    n, last = len(ack_t) + 1, max(end, int(inv_t[-1]))
+    kept = []
+    for a in range(0, n, _CHUNK):
+        b = min(n, a + _CHUNK)
+        prev = ack_t[max(a - 1, 0):b - 1]
+        if a == 0:
+            prev = np.concatenate(([np.iinfo(np.int64).min], prev))
+        upto = ack_t[a:b] if b < n else np.concatenate((ack_t[a:], [last]))
+        nxt = np.searchsorted(inv_t, prev, "right")
+        outstanding = nxt > np.searchsorted(comp_t, prev, "right")
+        first_inv = inv_t[np.minimum(nxt, len(inv_t) - 1)]
+        keep = outstanding | ((nxt < len(inv_t)) & (first_inv <= upto))
+        start = np.where(outstanding, prev, first_inv)
+        is_open = np.zeros(b - a, bool)
+        if b == n:
+            is_open[-1] = True
+        kept.append((np.minimum(start[keep], upto[keep]), upto[keep], is_open[keep]))
+    return Waits(*(np.concatenate(parts) for parts in zip(*kept)))
+
+
+_CHUNK = 1 << 22  # gaps at a time of `producer_waits`
 
 
 def consumer_waits(ack_t: np.ndarray, ack_o: np.ndarray, read_t: np.ndarray, read_o: np.ndarray,
@@ -298,12 +309,17 @@ def _since(t_sorted: np.ndarray, at: int | None) -> float | None:
 
 
 def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float = HANG_S) -> dict:
-    """results.json's `liveness` (docs/checker.md) from the columns and the nemesis's events."""
+    """results.json's `liveness` (docs/checker.md) from the columns and the
+    nemesis's events. It lets go of the completions' partitions and offsets
+    once it has the acknowledgements' (a large history's columns are
+    gigabytes): `c` is not to be measured again."""
     # A history is in time order, so these are sorted already (no copies then).
     inv_t, inv_key = _by_time(c.inv_time, c.inv_key)
     comp_t, comp_key, comp_ok, comp_p, comp_o = _by_time(c.comp_time, c.comp_key, c.comp_ok, c.comp_partition,
                                                         c.comp_offset)
     ack_t, ack_key, ack_p, ack_o = comp_t[comp_ok], comp_key[comp_ok], comp_p[comp_ok], comp_o[comp_ok]
+    c.comp_ok = c.comp_partition = c.comp_offset = None
+    del comp_ok, comp_p, comp_o
     end = max(c.end, int(inv_t[-1]) if len(inv_t) else -1)
 
     producers = producer_waits(inv_t, comp_t, ack_t, end)
@@ -327,10 +343,11 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
         if not len(lookup_k):
             return np.full(len(keys_), -1, np.int64)
         i = np.minimum(np.searchsorted(lookup_k, keys_), len(lookup_k) - 1)
-        return np.where(lookup_k[i] == keys_, lookup_p[i], -1)
+        return np.where(lookup_k[i] == keys_, lookup_p[i], -1).astype(np.int32)
 
     inv_part = part_of_keys(inv_key)
     comp_part = part_of_keys(comp_key)
+    del known, k_, p_, pairs
 
     partitions = sorted((set(np.unique(ack_p).tolist()) | set(np.unique(c.read_partition).tolist())) - {-1})
     r_order = np.lexsort((c.read_time, c.read_partition))
@@ -342,8 +359,9 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
     comps_of = _by_partition(comp_part, comp_t)
     none = np.empty(0, np.int64)
     by_partition: dict[str, dict] = {}
-    consumer_parts: dict[int, Waits] = {}
-    prod_parts: dict[int, Waits] = {}
+    # Of each partition's waits only the longest is reported: not kept.
+    consumer_longest: dict[int, int] = {}
+    producer_longest: dict[int, int] = {}
     part_sends: dict[int, tuple] = {}  # partition -> its sends' invocation and completion times, sorted
     columns: dict[int, tuple] = {}
     for p in partitions:
@@ -351,10 +369,10 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
         pt = invs_of.get(p, (none,))[0]
         pc_ = np.sort(comps_of.get(p, (none,))[0], kind="stable")
         part_sends[p] = (pt, pc_)
-        prod_parts[p] = producer_waits(pt, pc_, p_ack_t, end)
+        producer_longest[p] = producer_waits(pt, pc_, p_ack_t, end).longest_ns()
         lo, hi = np.searchsorted(r_p, p, "left"), np.searchsorted(r_p, p, "right")
         columns[p] = (p_ack_t, p_ack_o, r_t[lo:hi], r_o[lo:hi])
-        consumer_parts[p] = consumer_waits(*columns[p], end) if c.polls else Waits.none()
+        consumer_longest[p] = consumer_waits(*columns[p], end).longest_ns() if c.polls else 0
     consumers = consumer_overall(columns, c.read_time, end) if c.polls else Waits.none()
 
     faults, heal = fault_intervals(nemesis, ends)
@@ -383,8 +401,8 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
         lo, hi = np.searchsorted(r_p, p, "left"), np.searchsorted(r_p, p, "right")
         p_recovery = _since(columns[p][0], heal)
         by_partition[str(p)] = {
-            "producer_unavailable_s": _s(prod_parts[p].longest_ns()),
-            "consumer_unavailable_s": _s(consumer_parts[p].longest_ns()),
+            "producer_unavailable_s": _s(producer_longest[p]),
+            "consumer_unavailable_s": _s(consumer_longest[p]),
             "recovery_s": p_recovery,
             "consumer_recovery_s": _since(r_t[lo:hi], heal)}
         # One partition that never comes back is a hang too, though the others recovered

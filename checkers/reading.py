@@ -266,7 +266,7 @@ class HistoryReader:
         add("comp_time", []).append(time[comp])
         add("comp_key", []).append(comp_key)
         add("comp_ok", []).append(ok[comp])
-        add("comp_partition", []).append(np.where(ok, col("partition"), -1)[comp])
+        add("comp_partition", []).append(np.where(ok, col("partition"), -1)[comp].astype(np.int32))
         add("comp_offset", []).append(col("offset")[comp])
         rows = np.flatnonzero(client & is_poll & ok)
         rt = rp = ro = rproc = _EMPTY
@@ -313,6 +313,9 @@ class HistoryReader:
         """Liveness's columns of everything read; the reads and the workload's
         end leave out the processes that did final reads (none of theirs is
         the run's). Called once: the batches are let go as they are joined."""
+        import pyarrow as pa
+
+        pa.default_memory_pool().release_unused()  # what Arrow kept of the batches read
         arrays = {}
         for k in list(self._chunks):  # one column at a time: no more than one held twice
             arrays[k] = np.concatenate(self._chunks.pop(k))
