@@ -148,15 +148,22 @@ def broadcast_if_small(frame, rows: int):
     return F.broadcast(frame) if rows <= BROADCAST_ROWS else frame
 
 
+# Kept frames go to the executors' local disks (the operating system's page
+# cache keeps them in memory while it can): in the JVM's heap they took the
+# memory the aggregations need (a 100M-event history with 4 GB of driver
+# memory: out of memory), and were no faster at 10M events (docs/benchmarks.md).
+KEEP_LEVEL = "DISK_ONLY"
+
+
 def keep(frame):
     """`frame` computed now and kept for the reads that follow (a local
-    checkpoint: its rows as Spark computed them, on the executors' memory and
-    disk, without the columnar cache's encoding, which cost the checker more
-    than computing the frame again; docs/benchmarks.md). Give it back with
+    checkpoint: its rows as Spark computed them, on the executors' disks,
+    without the columnar cache's encoding, which cost the checker more than
+    computing the frame again; docs/benchmarks.md). Give it back with
     `release`."""
     from pyspark import StorageLevel
 
-    return frame.localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
+    return frame.localCheckpoint(eager=True, storageLevel=getattr(StorageLevel, KEEP_LEVEL))
 
 
 def release(frame) -> None:
