@@ -7,6 +7,8 @@ configure(parser) and run(args) -> int:
 - `cluster_up` (cluster): bring-up and teardown of a local cluster with ZooKeeper.
 - `checker_cost` (check): the checker's wall time and peak memory on 1M and 10M events, on
   `local[*]` and (`--standalone`) on a two-worker standalone Spark cluster beside it.
+- `cold_check` (cold): a cold `harness check` from the shell against a bare cold Spark scan of the
+  same history, alternated.
 - `own_broker_throughput` (broker): acks=all produce throughput and latency of the own broker.
 - `broker_vs_kafka` (kafka): the own broker against Apache Kafka, and Kafka's bring-up.
 - `report_cost` (report): building the report of a 10M-event run; page sizes and browser load time.

@@ -3,7 +3,7 @@
     harness bench report [--events 10000000] [--cache .cache/bench] [--repeat 1] [--out FILE]
 
 The history is the checker benchmark's (`harness bench check`: generated once
-by `harness gen-history` part by part into the cache, Parquet), checked once
+by `harness gen-history --parts` into the cache, Parquet parts), checked once
 by `harness check` for its results.json, and given a synthetic states.jsonl
 (every partition's leader moves every 30 s, a HW line each second, as the
 cluster-state observer writes them). Then `harness report` runs as a user runs
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import orjson
 
-from bench.checker_cost import PeakRSS, ensure_history
+from bench.checker_cost import PeakRSS, ensure_history, expected_of
 from core.errors import UserError
 
 
@@ -58,11 +58,11 @@ def _states(path: Path, partitions: int, seconds: int) -> None:
 
 def run_folder(events: int, cache: Path) -> Path:
     """A run folder (history, results.json, states.jsonl) of about `events` events, made once."""
-    history = ensure_history(events, cache)
-    source = history.parent
+    source = ensure_history(events, cache)
+    history = source / "history.parquet"  # a folder of parts
     if not (source / "results.json").is_file():
-        print(f"checking {history} (once) ...", file=sys.stderr)
-        proc = _harness("check", str(history), "--out", str(source))
+        print(f"checking {source} (once) ...", file=sys.stderr)
+        proc = _harness("check", str(source), "--out", str(source))
         if not (source / "results.json").is_file():
             raise UserError(f"harness check failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
     folder = cache / f"report-{events}"
@@ -124,7 +124,7 @@ def run(args) -> int:
             raise UserError(f"harness report failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
         if best is None or seconds < best["report_s"]:
             best = {"report_s": round(seconds, 2), "peak_rss_mb": round(mem.peak / 2**20)}
-    expected = orjson.loads((Path(args.cache) / f"check-{args.events}" / "expected.json").read_bytes())
+    expected = expected_of(ensure_history(args.events, Path(args.cache)))
     row = {"events": expected["events"], **best,
            "report_html_kb": round((folder / "report.html").stat().st_size / 1024),
            "timeline_html_kb": round((folder / "timeline.html").stat().st_size / 1024),

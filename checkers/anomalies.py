@@ -9,14 +9,17 @@ is read off one of them:
   completes once, after its invocation, in its process);
 - by position (partition, offset): the distinct values seen there
   (inconsistent-offset), and which offsets are known at all (poll-skip);
-- in each process's order: consecutive reads of one partition
-  (nonmonotonic-poll, poll-skip) and successive acknowledged sends
-  (nonmonotonic-send).
+- read runs: each poll's records from one partition, in runs of offsets
+  rising by one, which `checkers.order` puts in each process's order
+  (nonmonotonic-poll, poll-skip; nonmonotonic-send from the by-value frame).
 
 Aggregations use only numbers, so that Spark keeps them in its fast hash
 aggregation: an operation's type is a small code, and a position is one long,
-`partition << 40 | offset`. Examples (at most 20 of each) are looked up
-afterwards, with the history indexes that prove them.
+`partition << 40 | offset`. What later passes read again is kept (a local
+checkpoint, `checkers.spark.keep`); the records themselves are read from the
+history again by the few look-ups that need them, not kept. Examples (at
+most 20 of each) are looked up afterwards, with the history indexes that
+prove them.
 
 Durability is read from the final log: the `final-reads` operations are
 few, so their brackets (which polls are final reads) and the ends they
@@ -25,22 +28,15 @@ final or not on its way into the by-value frame. A value's partitions in
 the final log, and the partitions it was read from during the run, are kept
 as min/max per value; the rare value seen in two partitions or more (a
 duplicate across partitions) is settled exactly by a second, small pass.
-
-Read order restarts where the contract says: an `assign` or `crash` of the
-process restarts every partition it reads, a `seek` the partition it names.
-Only an operation that happened restarts it: one completed `ok`, or `info`
-(it may have happened), at its completion; a `fail` or an invocation that
-never completed does not. An `info` seek that names no partition takes its
-invocation's; one that names none at all restarts them all, to stay on the
-safe side.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from checkers.spark import broadcast_if_small, keep
 from core.errors import HistoryError
-from core.history.format import FINAL_READS, MAX_OFFSET, MAX_PARTITION, NEMESIS_PROCESS_ID
+from core.history.format import FINAL_READS, MAX_OFFSET, MAX_PARTITION
 
 # The anomaly vocabulary, defined here only: every anomaly the checker
 # reports, in report order, with when it counts as an error and what it
@@ -70,19 +66,8 @@ MAX_EXAMPLES = 20
 MISSING_SAMPLE = 1000
 
 OK, FAIL, INFO = 1, 2, 3  # a send's outcome, as a small number
-KIND_NAMES = {OK: "ok", FAIL: "fail", INFO: "info"}
 POS_BITS = 40  # history validation keeps offsets within 40 bits and partitions within 23
 assert MAX_OFFSET == (1 << POS_BITS) - 1 and MAX_PARTITION < (1 << (63 - POS_BITS))
-# Gaps in a consumer's offsets up to this wide are checked offset by offset;
-# wider ones (rare: a jump to the end of a log) by ordering the known offsets.
-NARROW_GAP = 1024
-# Odd steps of read order (backwards or jumping) are classified on the driver up to this many.
-STEPS_ON_DRIVER = 100_000
-# Whether the ok polls are cached (see `build`).
-CACHE_POLLS = True
-_STEP_SCHEMA = ("process long, partition long, index long, slot int, offset long, value long, "
-                "prev_offset long, prev_value long, prev_index long")
-
 
 def _F():
     from pyspark.sql import functions as F
@@ -153,18 +138,8 @@ def _ranges(ps: list[int]) -> str:
     return ", ".join(out)
 
 
-def few_events(df):
-    """The nemesis's events and the `final-reads` operations: few in any
-    history (faults and final reads, not records), the rows `final_logs` and
-    `stats.faults` read on the driver (collected with the first pass)."""
-    F = _F()
-    return (df.where((F.col("process") == NEMESIS_PROCESS_ID)
-                     | ((F.col("process") >= 0) & (F.col("f") == FINAL_READS)))
-            .select("process", "index", "time", "type", "f", "partitions", "ends", "extra"))
-
-
 def final_logs(few: list) -> FinalLogs:
-    """The final-reads operations (of `few_events`), paired by order within their process."""
+    """The final-reads operations (of `reading.HistoryReader.few`), paired by order within their process."""
     rows = sorted((r for r in few if r["process"] >= 0 and r["f"] == FINAL_READS), key=lambda r: r["index"])
     logs = FinalLogs(present=bool(rows))
     open_: dict[int, list[int]] = {}
@@ -188,58 +163,57 @@ def final_logs(few: list) -> FinalLogs:
     return logs
 
 
+# Final-reads brackets up to this many are tested by a plain expression per read,
+# compiled with the rest of its stage; more (readers replaced many times), by
+# looking the process up in a map of spans, which Spark evaluates row by row.
+BRACKETS_INLINE = 32
+
+
 def _in_brackets(brackets: dict[int, list[tuple[int, int]]]):
     """Whether an event (by its process and index) lies inside a final-reads bracket."""
     F = _F()
-    if not brackets:
+    spans = [(process, lo, hi) for process, pairs in brackets.items() for lo, hi in pairs]
+    if not spans:
         return F.lit(False)
+    if len(spans) <= BRACKETS_INLINE:
+        inside = F.lit(False)
+        for process, lo, hi in spans:
+            inside = inside | ((F.col("process") == process) & (F.col("index") > lo) & (F.col("index") < hi))
+        return inside
     pairs = []
-    for process, spans in brackets.items():
+    for process, spans_of in brackets.items():
         pairs += [F.lit(process), F.array(*[F.struct(F.lit(lo).alias("lo"), F.lit(hi).alias("hi"))
-                                            for lo, hi in spans])]
-    spans = F.element_at(F.create_map(*pairs), F.col("process"))
-    return F.coalesce(F.exists(spans, lambda b: (F.col("index") > b["lo"]) & (F.col("index") < b["hi"])),
+                                            for lo, hi in spans_of])]
+    spans_col = F.element_at(F.create_map(*pairs), F.col("process"))
+    return F.coalesce(F.exists(spans_col, lambda b: (F.col("index") > b["lo"]) & (F.col("index") < b["hi"])),
                       F.lit(False))
 
 
 @dataclass
 class Frames:
-    """The DataFrames an analysis shares; `cached` lists what to unpersist."""
+    """The DataFrames an analysis shares; `kept` lists the checkpoints to release."""
 
     client: object  # client events
-    polls: object  # the ok polls: process, index, time, records
-    poll_parts: object  # one row per (ok poll, partition it returned): first and last record, in-poll steps
-    cached: list
     # One row per record read: process, index, time, slot, partition, offset, value, and
     # `final` (read by the final reads), `in_final` (so, and below its partition's known end),
-    # `in_run` (read during the run, from a partition whose final log is known). Set by `add_by_value`.
-    reads: object = None
-    by_value: object = None
+    # `in_run` (read during the run, from a partition whose final log is known). Not kept:
+    # read from the history again by the few look-ups that need it.
+    reads: object
+    runs: object = None  # read runs (`read_runs`), kept
+    by_value: object = None  # kept
+    # The events that restart read order: (process, index, the partition it
+    # restarts or None for all), from `reading.HistoryReader.restarts`.
+    restarts: list = field(default_factory=list)
+    kept: list = field(default_factory=list)
 
 
-def build(df) -> Frames:
-    """The frames that need nothing from the driver: the client's events, the
-    ok polls, and the polls per partition."""
+def build(df, logs: FinalLogs) -> Frames:
+    """The client's events and their reads, marked by the final logs."""
     F = _F()
     client = df.where(F.col("process") >= 0)
-    # The ok polls, kept: the records are read from the history once, then
-    # exploded into one row per record (the by-value frame, example look-ups)
-    # and summarised per (poll, partition) (read order, highest offsets) from
-    # this cache instead of from the files each time.
-    polls = (client.where((F.col("f") == "poll") & (F.col("type") == "ok"))
-             .select("process", "index", "time", "records"))
-    if CACHE_POLLS:
-        polls = polls.persist()
-    poll_parts = _poll_parts(polls).persist()
-    return Frames(client, polls, poll_parts, [poll_parts] + ([polls] if CACHE_POLLS else []))
-
-
-def add_by_value(frames: Frames, logs: FinalLogs) -> None:
-    """The reads and the by-value frame (persisted), which need the final logs."""
-    F = _F()
-    client = frames.client
-    reads = (frames.polls.select("process", "index", "time", _in_brackets(logs.brackets).alias("final"),
-                                 F.posexplode("records").alias("slot", "r"))
+    polls = client.where((F.col("f") == "poll") & (F.col("type") == "ok"))
+    reads = (polls.select("process", "index", "time", _in_brackets(logs.brackets).alias("final"),
+                          F.posexplode("records").alias("slot", "r"))
              .select("process", "index", "time", "slot",
                      F.col("r.partition").alias("partition"), F.col("r.offset").alias("offset"),
                      F.col("r.value").alias("value"), "final"))
@@ -249,38 +223,97 @@ def add_by_value(frames: Frames, logs: FinalLogs) -> None:
                              (~F.col("final") & end.isNotNull()).alias("in_run"))
     else:
         reads = reads.select("*", F.lit(False).alias("in_final"), F.lit(False).alias("in_run"))
+    return Frames(client, reads)
+
+
+def read_runs(reads):
+    """The reads as runs: the records of one poll from one partition whose
+    offsets rise by one with their place in the poll (`offset - slot` is the
+    same), grouped by (process, index, partition, offset - slot). A poll's
+    records are all in one row of the history, so Spark's partial
+    aggregation settles each poll where it is read and only the runs, about
+    one per poll and partition, cross a shuffle.
+
+    Within a run whose slots are contiguous (no other record between them:
+    `contiguous`) every step is +1, so read order only has to compare each
+    run with the one before it (`checkers.order`); a gap (a record the
+    history does not know) or a step back inside a poll starts a new run.
+    Only a run whose slots are not contiguous (records of another partition
+    between, the offsets rising by exactly as many) hides steps: `exact_runs`
+    replaces the polls that have one."""
+    F = _F()
+    shift = F.col("offset") - F.col("slot")
+    runs = reads.groupBy("process", "index", "partition", shift.alias("shift")).agg(
+        F.min("time").alias("time"), F.count("*").alias("n"),
+        F.min("slot").alias("first_slot"), F.max("slot").alias("last_slot"),
+        F.min_by("value", "slot").alias("first_value"), F.max_by("value", "slot").alias("last_value"))
+    return runs.select("process", "index", "partition", "time", "n", "first_slot", "last_slot",
+                       (F.col("shift") + F.col("first_slot")).alias("first_offset"),
+                       (F.col("shift") + F.col("last_slot")).alias("last_offset"),
+                       "first_value", "last_value",
+                       (F.col("last_slot") - F.col("first_slot") + 1 == F.col("n")).alias("contiguous"))
+
+
+def exact_runs(runs, reads, polls_to_split: int):
+    """`runs` with every record of the polls that have a run whose slots are
+    not contiguous (`polls_to_split` of them, counted by `run_totals`) as a
+    run of its own: one record is a run, trivially."""
+    F = _F()
+    if not polls_to_split:
+        return runs
+    split = broadcast_if_small(runs.where(~F.col("contiguous")).select("process", "index").distinct(), polls_to_split)
+    singles = reads.join(split, ["process", "index"], "left_semi").select(
+        "process", "index", "partition", "time", F.lit(1).cast("long").alias("n"),
+        F.col("slot").alias("first_slot"), F.col("slot").alias("last_slot"),
+        F.col("offset").alias("first_offset"), F.col("offset").alias("last_offset"),
+        F.col("value").alias("first_value"), F.col("value").alias("last_value"), F.lit(True).alias("contiguous"))
+    return runs.join(split, ["process", "index"], "left_anti").unionByName(singles)
+
+
+def run_totals(runs) -> list:
+    """Two small frames of the runs, for `_together`: per partition the
+    highest offset read and the records read (`partition`, `m`, `n`), and how
+    many polls `exact_runs` must split (`polls`)."""
+    F = _F()
+    per_partition = runs.groupBy("partition").agg(F.max("last_offset").alias("m"), F.sum("n").alias("n"))
+    split = runs.where(~F.col("contiguous")).select("process", "index").distinct().agg(F.count("*").alias("polls"))
+    return [per_partition, split]
+
+
+def add_by_value(frames: Frames, logs: FinalLogs) -> None:
+    """The by-value frame (kept), which needs the final logs."""
+    F = _F()
+    client = frames.client
+    reads = frames.reads
     # Each side fills only the columns of its role, so that the aggregation
-    # below is plain min/max/count over columns (nulls skipped), no CASE per row.
-    typ, index, time, null = F.col("type"), F.col("index"), F.col("time"), F.lit(None).cast("long")
+    # below is plain min/max over columns (nulls skipped), no CASE per row.
+    # Counts are not kept: two invocations (or completions) of one value have
+    # two indexes, so their min and max differ, and a value no read returned
+    # has no read index.
+    typ, index, null = F.col("type"), F.col("index"), F.lit(None).cast("long")
     inv = typ == "invoke"
     sends = client.where(F.col("f") == "send").select(
-        "value", F.when(inv, index).alias("inv_index"), F.when(inv, time).alias("inv_time"),
-        F.when(~inv, index).alias("comp_index"), F.when(~inv, time).alias("comp_time"),
+        "value", F.when(inv, index).alias("inv_index"), F.when(~inv, index).alias("comp_index"),
         F.when(~inv, type_code(typ)).alias("outcome"),
         F.when(typ == "ok", pos_of(F.col("partition"), F.col("offset"))).alias("ack_pos"),
         F.col("process").alias("send_process"), null.alias("read_pos"), null.alias("read_index"),
         null.alias("final_part"), null.alias("run_part"), null.alias("run_index"))
     union = sends.unionByName(reads.select(
-        "value", *[null.alias(c) for c in ("inv_index", "inv_time", "comp_index", "comp_time")],
+        "value", *[null.alias(c) for c in ("inv_index", "comp_index")],
         F.lit(None).cast("int").alias("outcome"), null.alias("ack_pos"), null.alias("send_process"),
         pos_of(F.col("partition"), F.col("offset")).alias("read_pos"), F.col("index").alias("read_index"),
         F.when(F.col("in_final"), F.col("partition")).alias("final_part"),
         F.when(F.col("in_run"), F.col("partition")).alias("run_part"),
         F.when(F.col("in_run"), F.col("index")).alias("run_index")))
     by_value = union.groupBy("value").agg(
-        F.count("inv_index").alias("n_inv"),
         F.min("inv_index").alias("inv_index"),
         F.max("inv_index").alias("inv_index_last"),
-        F.min("inv_time").alias("inv_time"),
         F.min("send_process").alias("process"),
         F.max("send_process").alias("process_max"),
-        F.count("comp_index").alias("n_comp"),
         F.min("comp_index").alias("comp_index"),
         F.max("comp_index").alias("comp_index_last"),
-        F.min("comp_time").alias("comp_time"),
         F.max("outcome").alias("outcome"),
         F.max("ack_pos").alias("ack_pos"),
-        F.count("read_index").alias("n_read"),
         F.min("read_pos").alias("read_first_pos"),
         F.max("read_pos").alias("read_last_pos"),
         F.min("read_index").alias("read_index"),
@@ -293,42 +326,16 @@ def add_by_value(frames: Frames, logs: FinalLogs) -> None:
         F.min("run_index").alias("run_index"),
     )
     # least/greatest skip nulls: two or more distinct positions iff they differ.
-    by_value = by_value.select(
+    by_value = keep(by_value.select(
         "*", F.least("ack_pos", "read_first_pos").alias("first_pos"),
-        F.greatest("ack_pos", "read_last_pos").alias("last_pos")).persist()
-    # `reads` itself is not cached: one pass feeds the by-value frame; the
-    # example look-ups (only when anomalies were found) explode the cached polls again.
-    frames.reads, frames.by_value = reads, by_value
-    frames.cached.append(by_value)
+        F.greatest("ack_pos", "read_last_pos").alias("last_pos")))
+    frames.by_value = by_value
+    frames.kept.append(by_value)
 
 
-def _poll_parts(polls):
-    """Each ok poll, once per partition it returned: the first and the last
-    record of that partition in the poll, the largest offset, and the steps
-    within the poll that go back or jump (usually none). Consecutive reads
-    inside one poll are compared here, row by row, with no shuffle; only
-    the boundaries between polls need ordering across rows."""
-    F = _F()
-    records = F.transform("records", lambda r, i: F.struct(
-        i.alias("slot"), r["partition"].alias("partition"), r["offset"].alias("offset"), r["value"].alias("value")))
-    parts = (polls.select("process", "index", records.alias("recs"),
-                          F.explode(F.array_distinct(F.transform("records", lambda r: r["partition"]))).alias("partition")))
-    seq = F.filter("recs", lambda r: r["partition"] == F.col("partition"))
-    parts = parts.select("process", "index", "partition", seq.alias("seq"))
-    n = F.size("seq")
-    pairs = F.zip_with(F.slice("seq", 1, n - 1), F.slice("seq", 2, n - 1),
-                       lambda a, b: F.struct(a.alias("a"), b.alias("b")))
-    odd = F.filter(pairs, lambda x: (x["b"]["offset"] <= x["a"]["offset"]) | (x["b"]["offset"] > x["a"]["offset"] + 1))
-    return parts.select("process", "index", "partition", F.col("seq")[0].alias("first"),
-                        F.element_at("seq", -1).alias("last"),
-                        F.array_max(F.transform("seq", lambda r: r["offset"])).alias("max_offset"),
-                        odd.alias("odd"))
-
-
-def max_read_offsets(frames: Frames):
-    """The highest offset read of each partition: (partition, m), a few rows."""
-    F = _F()
-    return frames.poll_parts.groupBy("partition").agg(F.max("max_offset").alias("m"))
+# A mapping of non-negative keys below this (partitions) is looked up as an
+# array, by index; a map literal is searched key by key, for every row.
+DENSE_KEYS = 4096
 
 
 def _lookup(mapping: dict[int, int], column):
@@ -336,6 +343,9 @@ def _lookup(mapping: dict[int, int], column):
     F = _F()
     if not mapping:
         return F.lit(None).cast("long")
+    if min(mapping) >= 0 and max(mapping) < DENSE_KEYS:
+        values = [F.lit(mapping.get(k)).cast("long") for k in range(max(mapping) + 1)]
+        return F.get(F.array(*values), column.cast("int"))
     pairs = []
     for k, v in mapping.items():
         pairs += [F.lit(k), F.lit(v)]
@@ -351,12 +361,13 @@ def value_checks(frames: Frames, max_read: dict[int, int], logs: FinalLogs) -> d
     """
     F = _F()
     v = frames.by_value
-    outcome, n_read = F.col("outcome"), F.col("n_read")
-    unfinished = (F.col("n_inv") == 1) & (F.col("n_comp") == 0)
+    outcome = F.col("outcome")
+    invoked, completed, read = (F.col(c).isNotNull() for c in ("inv_index", "comp_index", "read_index"))
+    unfinished = invoked & ~completed
     ack_part = partition_of(F.col("ack_pos"))
     maxread = _lookup(max_read, ack_part)
     ack_end = _lookup(logs.ends, ack_part)
-    never_read = n_read == 0
+    never_read = ~read
     read_past = offset_of(F.col("ack_pos")) < F.coalesce(maxread, F.lit(-1))
     fin_min, fin_max = F.col("final_part_min"), F.col("final_part_max")
     run_part = F.col("run_part_min")
@@ -372,7 +383,7 @@ def value_checks(frames: Frames, max_read: dict[int, int], logs: FinalLogs) -> d
         "lost-acked": (outcome == OK) & ack_end.isNotNull() & ~in_final(ack_part) & ~lost_write & ~multi,
         "dirty-read": unsettled & run_part.isNotNull() & ~in_final(run_part) & ~multi,
         "unseen": (outcome == OK) & never_read & ~read_past & ack_end.isNull(),
-        "aborted-read": (outcome == FAIL) & (n_read > 0),
+        "aborted-read": (outcome == FAIL) & read,
         "duplicate": F.col("first_pos") != F.col("last_pos"),
     }
 
@@ -383,20 +394,20 @@ def value_checks(frames: Frames, max_read: dict[int, int], logs: FinalLogs) -> d
         return F.count(F.when(cond, 1))
 
     row = v.agg(
-        first_index(F.col("n_inv") > 1, "inv_index_last").alias("bad_dup_send"),
-        first_index((F.col("n_comp") > 0) & (F.col("n_inv") == 0), "comp_index").alias("bad_orphan"),
-        first_index(F.col("n_comp") > 1, "comp_index_last").alias("bad_double"),
+        first_index(F.col("inv_index") != F.col("inv_index_last"), "inv_index_last").alias("bad_dup_send"),
+        first_index(completed & ~invoked, "comp_index").alias("bad_orphan"),
+        first_index(F.col("comp_index") != F.col("comp_index_last"), "comp_index_last").alias("bad_double"),
         first_index(F.col("comp_index") < F.col("inv_index"), "comp_index").alias("bad_early"),
-        first_index((F.col("n_comp") > 0) & (F.col("process_max") != F.col("process")),
+        first_index(completed & (F.col("process_max") != F.col("process")),
                     "comp_index").alias("bad_process"),
         count_if(outcome == OK).alias("ok"), count_if(outcome == FAIL).alias("fail"),
         count_if(outcome == INFO).alias("info"), count_if(unfinished).alias("unfinished"),
-        count_if(((outcome == INFO) | unfinished) & (n_read > 0)).alias("info_read"),
+        count_if(((outcome == INFO) | unfinished) & read).alias("info_read"),
         count_if(((outcome == INFO) | unfinished) & never_read).alias("info_unread"),
-        count_if((F.col("n_inv") == 0) & (n_read > 0)).alias("unknown_values"),
+        count_if(~invoked & read).alias("unknown_values"),
         count_if(multi).alias("multi"),
-        F.sum("n_read").alias("records_read"),
-        F.sum("n_inv").alias("send_invokes"),
+        # Each value is invoked once, or the history is refused (bad_dup_send).
+        count_if(invoked).alias("send_invokes"),
         *[count_if(cond).alias(name) for name, cond in flags.items()],
     ).collect()[0]
     problems = [
@@ -469,23 +480,29 @@ def examples(checked: dict, frames: Frames, multi: dict[str, tuple[int, list[dic
     `missing` sample, and the inconsistent-offset examples (positions
     `inconsistent_at`, in order).
     """
+    from pyspark.sql import Window
+
     F = _F()
     frame = checked["frame"].select("*", F.least("read_index", "comp_index").alias("first_seen"))
-    branches = []
-    for name, key in _EXAMPLE_ORDER.items():
-        if checked[name]:
-            limit = MISSING_SAMPLE if name in ("lost-write", "lost-acked") else MAX_EXAMPLES
-            branches.append(frame.where(F.col("is_" + name)).orderBy(key, "value").limit(limit).select(
-                F.lit(name).alias("name"), F.col(key).alias("k"), *_EXAMPLE_COLUMNS))
+    # One scan of the by-value frame: each row once per example list it may
+    # join (its anomalies, an acknowledgement at an inconsistent position),
+    # then the first of each list by a window over those few rows.
+    wanted = [F.when(F.col("is_" + name), F.struct(F.lit(name).alias("name"), F.col(key).alias("k")))
+              for name, key in _EXAMPLE_ORDER.items() if checked[name]]
     if inconsistent_at:
-        branches.append(frame.where((F.col("outcome") == OK) & F.col("ack_pos").isin(inconsistent_at)).select(
-            F.lit("acked-at").alias("name"), F.lit(None).cast("long").alias("k"), *_EXAMPLE_COLUMNS))
+        wanted.append(F.when((F.col("outcome") == OK) & F.col("ack_pos").isin(inconsistent_at),
+                             F.struct(F.lit("acked-at").alias("name"), F.lit(None).cast("long").alias("k"))))
     rows: dict[str, list] = {}
-    if branches:
-        union = branches[0]
-        for b in branches[1:]:
-            union = union.unionByName(b)
-        for r in union.collect():
+    if wanted:
+        any_ = F.lit(False)
+        for w in wanted:
+            any_ = any_ | w.isNotNull()
+        lists = frame.where(any_).select(F.explode(F.filter(F.array(*wanted), lambda x: x.isNotNull())).alias("e"),
+                                         *_EXAMPLE_COLUMNS).select("e.name", "e.k", *_EXAMPLE_COLUMNS)
+        limit = (F.when(F.col("name").isin("lost-write", "lost-acked"), MISSING_SAMPLE)
+                 .when(F.col("name") == "acked-at", F.lit(None)).otherwise(MAX_EXAMPLES))
+        rank = F.row_number().over(Window.partitionBy("name").orderBy("k", "value"))
+        for r in lists.select("*", rank.alias("rank")).where(limit.isNull() | (F.col("rank") <= limit)).collect():
             rows.setdefault(r["name"], []).append(r)
         for name, found in rows.items():
             found.sort(key=lambda r: (r["k"] if r["k"] is not None else -1, r["value"]))
@@ -601,20 +618,10 @@ def by_position(frames: Frames, duplicates: int):
     dup_values = v.where(F.col("first_pos") != F.col("last_pos"))
     dup_acks = dup_values.where(F.col("ack_pos").isNotNull()).select(F.col("ack_pos").alias("pos"), "value")
     # `duplicates` values: few beside the reads, so they go to every task rather than the reads to a shuffle.
-    dup_reads = frames.reads.join(_small(dup_values.select("value"), duplicates), "value", "left_semi").select(
-        pos_of(F.col("partition"), F.col("offset")).alias("pos"), "value")
+    dup_reads = (frames.reads.join(broadcast_if_small(dup_values.select("value"), duplicates), "value", "left_semi")
+                 .select(pos_of(F.col("partition"), F.col("offset")).alias("pos"), "value"))
     positions = single.unionByName(dup_acks.unionByName(dup_reads).distinct())
     return positions.groupBy("pos").agg(F.count("*").alias("n_values"), F.min("value").alias("some_value"))
-
-
-# A side of a join with at most this many rows is broadcast (sent whole to every task).
-BROADCAST_ROWS = 1_000_000
-
-
-def _small(frame, rows: int):
-    """`frame`, hinted for broadcast if `rows` (known on the driver) is small."""
-    F = _F()
-    return F.broadcast(frame) if rows <= BROADCAST_ROWS else frame
 
 
 def inconsistent_first(by_pos):
@@ -630,209 +637,3 @@ def inconsistent_positions(by_pos, first: list) -> tuple[int, list[int]]:
     keys = sorted(r["pos"] for r in first)
     n = by_pos.where(F.col("n_values") >= 2).count() if len(keys) == MAX_EXAMPLES else len(keys)
     return n, keys
-
-
-_READ, _SEND = 0, 1  # the kinds of ordered streams
-
-
-def order_steps(frames: Frames):
-    """The odd steps of read order (backwards or jumping) and of send order
-    (backwards) from one window pass, partitioned by kind (reads or sends),
-    process and partition, ordered by index: each process's consecutive reads
-    of a partition, and its successive acknowledged sends to a partition.
-    Few in any real history: `order_checks` takes them to the driver."""
-    from pyspark.sql import Window
-
-    F = _F()
-    parts = frames.poll_parts
-    rec = parts.schema["first"].dataType
-    null_long = F.lit(None).cast("long")
-    # Steps inside one poll were found row by row.
-    inside = parts.select("process", "partition", "index", F.explode("odd").alias("s")).select(
-        F.lit(_READ).alias("kind"), "process", "partition", "index", F.col("s.b.slot").alias("slot"),
-        F.col("s.b.offset").alias("offset"), F.col("s.b.value").alias("value"),
-        F.col("s.a.offset").alias("prev_offset"), F.col("s.a.value").alias("prev_value"),
-        F.col("index").alias("prev_index"), null_long.alias("ack_index"))
-    # Steps from one poll to the next: events that restart a process's read
-    # order come between them: assign and crash for every partition it reads,
-    # a seek for its own partition; each at its completion, if it happened
-    # (ok or info), with an info seek's partition taken from its invocation.
-    proc_parts = parts.select("process", "partition").distinct()
-    by_op = Window.partitionBy("process", "f").orderBy("index")
-    invoked = F.last(F.when(F.col("type") == "invoke", F.col("partition")), ignorenulls=True).over(by_op)
-    resets = (frames.client.where(F.col("f").isin("assign", "crash", "seek"))
-              .select("process", "index", "f", "type", F.coalesce(F.col("partition"), invoked).alias("named"))
-              .where(F.col("type").isin("ok", "info"))
-              .select("process", "index", F.when(F.col("f") == "seek", F.col("named")).alias("only")))
-    resets = resets.join(proc_parts, "process").where(
-        F.col("only").isNull() | (F.col("only") == F.col("partition"))).select(
-        F.lit(_READ).alias("kind"), "process", "partition", "index", F.lit(None).cast(rec).alias("first"),
-        F.lit(None).cast(rec).alias("last"), null_long.alias("ack_index"))
-    # A producer's acknowledged sends, in invocation order, as one-record "polls".
-    ack_part = partition_of(F.col("ack_pos"))
-    sent = F.struct(F.lit(0).alias("slot"), ack_part.alias("partition"), offset_of(F.col("ack_pos")).alias("offset"),
-                    F.col("value").alias("value"))
-    sends = frames.by_value.where(F.col("outcome") == OK).select(
-        F.lit(_SEND).alias("kind"), "process", ack_part.alias("partition"), F.col("inv_index").alias("index"),
-        sent.alias("first"), sent.alias("last"), F.col("comp_index").alias("ack_index"))
-    stream = (parts.select(F.lit(_READ).alias("kind"), "process", "partition", "index", "first", "last",
-                           null_long.alias("ack_index"))
-              .unionByName(resets).unionByName(sends))
-    w = Window.partitionBy("kind", "process", "partition").orderBy("index")
-    offset, prev_offset = F.col("offset"), F.col("prev_offset")
-    between = stream.select(
-        "kind", "process", "partition", "index", "first", "ack_index", F.lag("last").over(w).alias("prev"),
-        F.lag("index").over(w).alias("prev_index"),
-    ).where(F.col("first").isNotNull() & F.col("prev").isNotNull()).select(
-        "kind", "process", "partition", "index", F.col("first.slot").alias("slot"),
-        F.col("first.offset").alias("offset"), F.col("first.value").alias("value"),
-        F.col("prev.offset").alias("prev_offset"), F.col("prev.value").alias("prev_value"), "prev_index",
-        "ack_index",
-    ).where(F.when(F.col("kind") == _SEND, offset < prev_offset)
-            .otherwise((offset <= prev_offset) | (offset > prev_offset + 1)))
-    return inside.unionByName(between)
-
-
-def order_checks(steps, rows: list, by_pos) -> dict[str, tuple[int, list[dict]]]:
-    """nonmonotonic-poll, poll-skip and nonmonotonic-send from `order_steps`:
-    `rows` are its first STEPS_ON_DRIVER + 1 rows, classified on the driver
-    unless there are more (a pathological history), then in Spark."""
-    F = _F()
-    offset, prev_offset = F.col("offset"), F.col("prev_offset")
-    if len(rows) <= STEPS_ON_DRIVER:
-        found = _classify_steps([r for r in rows if r["kind"] == _READ], by_pos)
-        back = sorted((r for r in rows if r["kind"] == _SEND), key=lambda r: r["index"])
-        found["nonmonotonic-send"] = (len(back), [_send_step(r) for r in back[:MAX_EXAMPLES]])
-        return found
-    steps = steps.persist()
-    try:
-        reads, sends = steps.where(F.col("kind") == _READ), steps.where(F.col("kind") == _SEND)
-        backwards = reads.where(offset <= prev_offset)
-        back_rows = backwards.orderBy("index", "slot").limit(MAX_EXAMPLES).collect()
-        skips = _skips(reads.where(offset > prev_offset + 1), by_pos)
-        skip_rows = skips.orderBy("index", "slot").limit(MAX_EXAMPLES).collect()
-        send_rows = sends.orderBy("index").limit(MAX_EXAMPLES).collect()
-        return {"nonmonotonic-poll": (backwards.count(), [_step(r) for r in back_rows]),
-                "poll-skip": (skips.count(), [_step(r, skipped=True) for r in skip_rows]),
-                "nonmonotonic-send": (sends.count(), [_send_step(r) for r in send_rows])}
-    finally:
-        steps.unpersist()
-
-
-def _send_step(r) -> dict:
-    return {"process": r["process"], "partition": r["partition"],
-            "prev_value": r["prev_value"], "prev_offset": r["prev_offset"], "prev_invoke_index": r["prev_index"],
-            "value": r["value"], "offset": r["offset"], "invoke_index": r["index"], "ack_index": r["ack_index"]}
-
-
-# Wide gaps up to this many are matched against the known offsets of their
-# partition by a broadcast join (no sort); more, by ordering the known offsets.
-WIDE_GAPS_BROADCAST = 1000
-
-
-def _classify_steps(rows: list, by_pos) -> dict[str, tuple[int, list[dict]]]:
-    """nonmonotonic-poll and poll-skip from the odd steps of reads, collected."""
-    order = lambda r: (r["index"], r["slot"])  # noqa: E731
-    back = sorted((r for r in rows if r["offset"] <= r["prev_offset"]), key=order)
-    gaps = [r for r in rows if r["offset"] > r["prev_offset"] + 1]
-    skipped = []
-    if gaps:
-        first_known = _skipped_offsets(gaps, by_pos)
-        for r in gaps:
-            key = (r["process"], r["partition"], r["index"], r["slot"])
-            if key in first_known:
-                skipped.append({**r, "skipped_offset": first_known[key]})
-        skipped.sort(key=order)
-    return {"nonmonotonic-poll": (len(back), [_step(r) for r in back[:MAX_EXAMPLES]]),
-            "poll-skip": (len(skipped), [_step(r, skipped=True) for r in skipped[:MAX_EXAMPLES]])}
-
-
-def _skipped_offsets(gaps: list, by_pos) -> dict[tuple, int]:
-    """(process, partition, index, slot) -> the first known offset strictly inside
-    that gap, for the gaps (collected steps) that skipped one; in one job.
-
-    Narrow gaps are spelled out offset by offset and wide ones kept as ranges;
-    both go to every task (broadcast) and meet the known positions where they
-    lie, so the known positions are neither shuffled nor sorted."""
-    F = _F()
-    spark = by_pos.sparkSession
-    columns = [c.split()[0] for c in _STEP_SCHEMA.split(", ")]
-    narrow = [r for r in gaps if r["offset"] - r["prev_offset"] - 1 <= NARROW_GAP]
-    wide = [r for r in gaps if r["offset"] - r["prev_offset"] - 1 > NARROW_GAP]
-    if len(wide) > WIDE_GAPS_BROADCAST:
-        gaps_df = _local_frame(spark, [tuple(r[c] for c in columns) for r in gaps], _STEP_SCHEMA)
-        return {(r["process"], r["partition"], r["index"], r["slot"]): r["skipped_offset"]
-                for r in _skips(gaps_df, by_pos).collect()}
-    key = ["process", "partition", "index", "slot"]
-    found = []
-    if narrow:
-        n_df = _local_frame(spark, [tuple(r[c] for c in key + ["prev_offset", "offset"]) for r in narrow],
-                            _GAP_SCHEMA)
-        inside = n_df.select(*key, F.explode(F.sequence(F.col("prev_offset") + 1, F.col("offset") - 1))
-                             .alias("inside")).select(*key, "inside", pos_of(F.col("partition"), F.col("inside"))
-                                                      .alias("pos"))
-        width = sum(r["offset"] - r["prev_offset"] - 1 for r in narrow)
-        found.append(by_pos.select("pos").join(_small(inside, width), "pos")
-                     .groupBy(*key).agg(F.min("inside").alias("skipped_offset")))
-    if wide:
-        w_df = _local_frame(spark, [tuple(r[c] for c in key + ["prev_offset", "offset"]) for r in wide],
-                            _GAP_SCHEMA)
-        known = by_pos.select(partition_of(F.col("pos")).alias("p"), offset_of(F.col("pos")).alias("o"))
-        found.append(known.join(F.broadcast(w_df), (F.col("p") == F.col("partition"))
-                                & (F.col("o") > F.col("prev_offset")) & (F.col("o") < F.col("offset")))
-                     .groupBy(*key).agg(F.min("o").alias("skipped_offset")))
-    union = found[0] if len(found) == 1 else found[0].unionByName(found[1])
-    return {(r["process"], r["partition"], r["index"], r["slot"]): r["skipped_offset"] for r in union.collect()}
-
-
-_GAP_SCHEMA = "process long, partition long, index long, slot int, prev_offset long, offset long"
-
-
-def _local_frame(spark, rows: list[tuple], schema: str):
-    """A DataFrame of rows the driver holds (a DDL schema of `long` and `int`
-    columns), handed to Spark as Arrow: the JVM reads it, and no Python runs
-    on the executors. `createDataFrame` of Python tuples would start a Python
-    worker on every executor that reads the rows, which a cluster's executors
-    may lack (or have in another version than the driver's)."""
-    import pyarrow as pa
-
-    fields = [field.split() for field in schema.split(", ")]
-    types = {"long": pa.int64(), "int": pa.int32()}
-    table = pa.table({name: pa.array([r[i] for r in rows], type=types[kind])
-                      for i, (name, kind) in enumerate(fields)})
-    return spark.createDataFrame(table, schema)
-
-
-def _skips(gaps, by_pos):
-    """The gaps (prev_offset, offset) with a known offset strictly inside, and the first such offset
-    (in Spark, for histories with too many odd steps to collect)."""
-    from pyspark.sql import Window
-
-    F = _F()
-    width = F.col("offset") - F.col("prev_offset") - 1
-    key = ["process", "partition", "index", "slot"]
-    known = by_pos.select("pos")
-    narrow = (gaps.where(width <= NARROW_GAP)
-              .select("*", F.explode(F.sequence(F.col("prev_offset") + 1, F.col("offset") - 1)).alias("inside"))
-              .join(known, pos_of(F.col("partition"), F.col("inside")) == F.col("pos"), "left_semi")
-              .groupBy(*key).agg(F.min("inside").alias("skipped_offset")))
-    narrow = gaps.join(narrow, key)
-    wide = gaps.where(width > NARROW_GAP)
-    if wide.limit(1).count() == 0:
-        return narrow
-    # Wide gaps: the offset known next after `prev_offset` lies before `offset`.
-    wk = Window.partitionBy("partition").orderBy("prev_offset")
-    next_known = known.select(partition_of(F.col("pos")).alias("partition"),
-                              offset_of(F.col("pos")).alias("prev_offset"))
-    next_known = next_known.select("*", F.lead("prev_offset").over(wk).alias("skipped_offset"))
-    wide = wide.join(next_known, ["partition", "prev_offset"]).where(F.col("skipped_offset") < F.col("offset"))
-    return narrow.unionByName(wide)
-
-
-def _step(r, skipped: bool = False) -> dict:
-    step = {"process": r["process"], "partition": r["partition"],
-            "prev_offset": r["prev_offset"], "prev_value": r["prev_value"], "prev_index": r["prev_index"],
-            "offset": r["offset"], "value": r["value"], "index": r["index"]}
-    if skipped:
-        step["skipped_offset"] = r["skipped_offset"]
-    return step

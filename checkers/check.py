@@ -16,9 +16,10 @@ from pathlib import Path
 import orjson
 
 from checkers import anomalies as an
-from checkers import liveness, node_logs, offsets, stats
+from checkers import liveness, node_logs, offsets, order, stats
 from checkers.load import load, prepare, scratch_for
-from checkers.spark import QUICK_START_JAVA, default_master, get_session
+from checkers.reading import HistoryReader
+from checkers.spark import QUICK_START_JAVA, default_master, get_session, keep, release
 from core.history.files import load_run_json, resolve
 from core.history.format import FINAL_READS
 from core.history.parquet import write_parquet
@@ -66,22 +67,27 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
     master = spark.sparkContext.master if spark is not None else (opts.master or default_master())
     with scratch_for(source, master, opts.scratch) as scratch:
         # Validate before Spark starts: bad input fails fast, with line numbers.
-        prepared = prepare(source, scratch)
+        # The same read of the history gathers what the driver takes from it
+        # (checkers/reading.py): it is read once on the driver.
+        read = HistoryReader()
+        t = time.monotonic()
+        prepared = prepare(source, scratch, read.add)
+        validated = round(time.monotonic() - t, 3)
         if spark is None:  # a session for this one check: sized by the history now known
             spark = get_session(opts.master, opts.spark_conf,
                                 java_options=QUICK_START_JAVA if prepared.events <= SMALL_EVENTS else "")
         loaded = load(spark, prepared)
         df, folded = offsets.fold(loaded.df, prepared.to_fold)
         with _sized(spark, loaded.events, opts.spark_conf):
-            results = offsets.unfold(_analyse(df, promised, opts), folded)
+            results = offsets.unfold(_analyse(df, read, folded, promised, opts), folded)
         if folded:
             results["warnings"].append(offsets.warning(folded))
-        # Liveness reads its few columns with Arrow, not Spark: sorted arrays and
-        # searchsorted beat a shuffle here (docs/benchmarks.md).
+        # Liveness works on sorted arrays on the driver, not in Spark:
+        # searchsorted beats a shuffle here (docs/benchmarks.md).
         t = time.monotonic()
-        results["liveness"] = liveness.measure(liveness.load_columns(prepared.files), results["stats"]["faults"],
+        results["liveness"] = liveness.measure(read.columns(), results["stats"]["faults"],
                                                opts.fault_ends, opts.hang_s)
-        results["stages"]["liveness"] = round(time.monotonic() - t, 3)
+        results["stages"] = {"validate": validated, **results["stages"], "liveness": round(time.monotonic() - t, 3)}
         results["warnings"] = loaded.warnings + results.get("warnings", [])
     results["checker"] = {"engine": "spark", "master": spark.sparkContext.master,
                           "seconds": round(time.monotonic() - started, 3),
@@ -167,39 +173,49 @@ def _together(*frames) -> list[list[dict]]:
     return out
 
 
-def _analyse(df, promised: dict, opts: Options) -> dict:
-    # Three Spark jobs for a history without anomalies (docs/checker.md, "How
-    # it works"): (1) the few nemesis and final-reads events, operations
-    # paired in process order, and the highest offset read per partition;
-    # (2) the by-value aggregation; (3) the first inconsistent positions of
-    # the by-position aggregation, read and send order from one window pass,
-    # and the latency histograms, which also count completions. Examples and
-    # skipped offsets, only where anomalies were found, take a few more.
+def _analyse(df, read: HistoryReader, folded: dict[int, int], promised: dict, opts: Options) -> dict:
+    # Four Spark jobs for a history without anomalies (docs/checker.md,
+    # "Passes"); what the driver gathered while it validated the history
+    # (`read`: the nemesis's events and the final reads, every operation
+    # paired, latency histograms) takes none: (1) the read runs, kept, and
+    # (2) their totals (highest offset read per partition, records read);
+    # (3) the by-value aggregation, kept, and every by-value anomaly and
+    # count in one aggregation over it; (4) the by-position aggregation
+    # (kept: poll-skip joins it again) and read and send order from one
+    # window pass. Examples and skipped offsets, only where anomalies were
+    # found, take a few more.
     stage = _Stages()
-    frames = an.build(df)
-    cached = []  # beside frames.cached
+    kept: list = []
     try:
-        ops, ops_summary = stats.ordered_ops(df)
-        cached.append(ops)
-        few, summary, max_read = _together(an.few_events(df), ops_summary, an.max_read_offsets(frames))
-        pipelined, invokes = stats.paired(summary)
+        few = read.folded_few(folded)
         logs = an.final_logs(few)
         faults = stats.faults(few)
-        stage.done("pair-operations-faults-max-read")
+        invokes = {f: n for f, n in read.invokes.items() if f != "send"}
+        frames = an.build(df, logs)
+        frames.restarts = read.restarts
+        runs = keep(an.read_runs(frames.reads))
+        kept.append(runs)
+        per_partition, split = _together(*an.run_totals(runs))
+        if split[0]["polls"]:
+            runs = keep(an.exact_runs(runs, frames.reads, split[0]["polls"]))
+            kept.append(runs)
+        frames.runs = runs
+        max_read = {r["partition"]: r["m"] for r in per_partition}
+        records_read = sum(r["n"] for r in per_partition)
+        stage.done("read-runs")
         an.add_by_value(frames, logs)
-        checked = an.value_checks(frames, {r["partition"]: r["m"] for r in max_read}, logs)
+        kept += frames.kept
+        checked = an.value_checks(frames, max_read, logs)
         multi = an.multi_partition_checks(checked, frames, logs)
         stage.done("by-value")
-        by_pos = an.by_position(frames, checked["duplicate"]).persist()
-        cached.append(by_pos)
-        steps = an.order_steps(frames)
-        first_inconsistent, step_rows, histogram = _together(
-            an.inconsistent_first(by_pos), steps.limit(an.STEPS_ON_DRIVER + 1),
-            stats.latency_histogram(frames.by_value, ops, pipelined))
-        stage.done("by-position-order-latency")
-        found = an.order_checks(steps, step_rows, by_pos)
+        by_pos = keep(an.by_position(frames, checked["duplicate"]))
+        kept.append(by_pos)
+        steps = order.order_steps(frames)
+        first_inconsistent, step_rows = _together(an.inconsistent_first(by_pos), steps.limit(order.STEPS_ON_DRIVER + 1))
+        stage.done("by-position-order")
+        found = order.order_checks(steps, step_rows, by_pos)
         n_inconsistent, inconsistent_at = an.inconsistent_positions(by_pos, first_inconsistent)
-        lat = stats.latency(histogram)
+        lat = stats.latency(read.histogram_rows())
         stage.done("skips")
         examples, missing, inconsistent = an.examples(checked, frames, multi, inconsistent_at)
         found.update({name: (int(checked[name]) + multi.get(name, (0, []))[0], examples.get(name, []))
@@ -207,8 +223,8 @@ def _analyse(df, promised: dict, opts: Options) -> dict:
         found["inconsistent-offset"] = (n_inconsistent, inconsistent)
         stage.done("examples")
     finally:
-        for frame in frames.cached + cached:
-            frame.unpersist()
+        for frame in kept:
+            release(frame)
     # Events by f and type: invocations counted while pairing (sends by value),
     # completions from the latency histograms.
     totals: dict[str, dict[str, int]] = {f: {"invoke": n} for f, n in invokes.items()}
@@ -245,7 +261,7 @@ def _analyse(df, promised: dict, opts: Options) -> dict:
         "ops": sum(t.get("invoke", 0) for t in totals.values()),
         "sends": sends,
         "polls": outcomes("poll", unfinished_other.get("poll", 0)),
-        "records_read": int(checked["records_read"] or 0),
+        "records_read": int(records_read),
         "unfinished": {"send": int(checked["unfinished"]), **unfinished_other},
     }
     counts["other_ops"] = {f: outcomes(f, unfinished_other.get(f, 0))

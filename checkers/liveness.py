@@ -58,9 +58,8 @@ class Columns:
 
     inv_time: np.ndarray  # send invocations
     inv_key: np.ndarray  # -1 where the send had no key
-    inv_value: np.ndarray
     comp_time: np.ndarray  # send completions, any outcome
-    comp_value: np.ndarray
+    comp_key: np.ndarray  # its invocation's key (-1: none, or no invocation)
     comp_ok: np.ndarray  # bool
     comp_partition: np.ndarray  # -1 where not ok
     comp_offset: np.ndarray
@@ -69,89 +68,6 @@ class Columns:
     read_offset: np.ndarray  # the largest offset of that partition in the poll
     end: int  # the workload's end: the last client event outside the final reads
     polls: int = 0  # poll invocations during the run (none: no consumer to wait)
-
-
-# Rows of the history read at a time: the driver holds one batch of the
-# columns below and the arrays kept from it, never the whole history's table.
-BATCH_ROWS = 500_000
-
-
-def load_columns(files, batch_rows: int = BATCH_ROWS) -> Columns:
-    """Columns of Parquet history files (core.history.parquet's layout, or a
-    user's with those column names), read in batches."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    want = ("time", "process", "type", "f", "key", "value", "partition", "offset", "records")
-
-    def col(t, name, default=-1):
-        if name not in t.column_names:
-            return np.full(t.num_rows, default, dtype=np.int64)
-        return pc.fill_null(pc.cast(t[name], pa.int64()), default).to_numpy()
-
-    def is_(t, name, value):  # string comparisons in Arrow: no Python strings per row
-        return pc.fill_null(pc.equal(t[name], value), False).to_numpy(zero_copy_only=False)
-
-    chunks: dict[str, list] = {}
-    end = -1
-    n_polls = 0
-    for path in files:
-        pf = pq.ParquetFile(str(path))
-        names = set(pf.schema_arrow.names)
-        # The processes of this file that did final reads: none of their events is the run's.
-        final_procs = np.empty(0, np.int64)
-        for batch in pf.iter_batches(batch_size=batch_rows, columns=["process", "f"]):
-            t = pa.Table.from_batches([batch])
-            process = col(t, "process")
-            final_procs = np.union1d(final_procs, process[(process >= 0) & is_(t, "f", "final-reads")])
-        for batch in pf.iter_batches(batch_size=batch_rows, columns=[c for c in want if c in names]):
-            t = pa.Table.from_batches([batch])
-            process = col(t, "process")
-            time = col(t, "time")
-            client = process >= 0
-            in_run = client & ~np.isin(process, final_procs)
-            if in_run.any():
-                end = max(end, int(time[in_run].max()))
-            is_poll = is_(t, "f", "poll")
-            send = client & is_(t, "f", "send")
-            invoke = is_(t, "type", "invoke")
-            inv = send & invoke
-            comp = send & ~invoke
-            ok = is_(t, "type", "ok")
-            add = chunks.setdefault
-            add("inv_time", []).append(time[inv])
-            add("inv_key", []).append(col(t, "key")[inv])
-            add("inv_value", []).append(col(t, "value")[inv])
-            add("comp_time", []).append(time[comp])
-            add("comp_value", []).append(col(t, "value")[comp])
-            add("comp_ok", []).append(ok[comp])
-            add("comp_partition", []).append(np.where(ok, col(t, "partition"), -1)[comp])
-            add("comp_offset", []).append(col(t, "offset")[comp])
-            n_polls += int((in_run & is_poll & invoke).sum())
-            polls = np.flatnonzero(in_run & is_poll & ok)
-            rt, rp, ro = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
-            if len(polls) and "records" in t.column_names:
-                recs = t["records"].take(pa.array(polls))
-                parent = pc.list_parent_indices(recs).to_numpy()
-                flat = pc.list_flatten(recs)
-                if len(flat):
-                    p = pc.fill_null(pc.cast(pc.struct_field(flat, "partition"), pa.int64()), -1).to_numpy()
-                    o = pc.fill_null(pc.cast(pc.struct_field(flat, "offset"), pa.int64()), -1).to_numpy()
-                    # The largest offset per (poll, partition): sort by (poll, partition, offset), keep the last.
-                    order = np.lexsort((o, p, parent))
-                    parent, p, o = parent[order], p[order], o[order]
-                    last = np.ones(len(p), bool)
-                    last[:-1] = (parent[1:] != parent[:-1]) | (p[1:] != p[:-1])
-                    rt, rp, ro = time[polls][parent[last]], p[last], o[last]
-            add("read_time", []).append(rt)
-            add("read_partition", []).append(rp)
-            add("read_offset", []).append(ro)
-    arrays = {k: np.concatenate(v) if v else np.empty(0, np.int64) for k, v in chunks.items()}
-    if not arrays:
-        arrays = {k: np.empty(0, bool if k == "comp_ok" else np.int64) for k in Columns.__dataclass_fields__
-                  if k not in ("end", "polls")}
-    return Columns(**arrays, end=end, polls=n_polls)
 
 
 # ---------------------------------------------------------------------------------
@@ -176,28 +92,71 @@ class Waits:
         return int((self.end - self.start).max()) if len(self.start) else 0
 
     def overlapping(self, lo: int, hi: int) -> int:
-        """The longest wait overlapping [lo, hi], ns (0 if none)."""
-        m = (self.start <= hi) & (self.end >= lo)
-        return int((self.end[m] - self.start[m]).max()) if m.any() else 0
+        """The longest wait overlapping [lo, hi], ns (0 if none). Waits one
+        after another (starts and ends both in order, as every kind here
+        is: each lies between two acknowledgements or reads) overlap an
+        interval in one run of them, found by searchsorted, its longest by
+        blocks of precomputed maxima: a history's thousands of faults then
+        cost no pass over its millions of waits each."""
+        if not hasattr(self, "_blocks"):
+            self._index()
+        if self._blocks is None:
+            m = (self.start <= hi) & (self.end >= lo)
+            return int((self.end[m] - self.start[m]).max()) if m.any() else 0
+        i0, i1 = int(np.searchsorted(self.end, lo, "left")), int(np.searchsorted(self.start, hi, "right"))
+        if i1 <= i0:
+            return 0
+        b0, b1 = -(-i0 // _BLOCK), i1 // _BLOCK  # whole blocks inside [i0, i1)
+        if b0 >= b1:
+            return int(self._length[i0:i1].max())
+        parts = [self._blocks[b0:b1].max()]
+        if i0 < b0 * _BLOCK:
+            parts.append(self._length[i0:b0 * _BLOCK].max())
+        if b1 * _BLOCK < i1:
+            parts.append(self._length[b1 * _BLOCK:i1].max())
+        return int(max(parts))
+
+    def _index(self) -> None:
+        self._length = self.end - self.start
+        ordered = len(self.start) < 2 or bool((np.diff(self.start) >= 0).all() and (np.diff(self.end) >= 0).all())
+        if not ordered or not len(self.start):
+            self._blocks = None
+            return
+        whole = len(self._length) // _BLOCK * _BLOCK
+        self._blocks = self._length[:whole].reshape(-1, _BLOCK).max(axis=1) if whole else np.empty(0, np.int64)
+
+
+_BLOCK = 1024  # waits per block of `Waits.overlapping`'s maxima
 
 
 def producer_waits(inv_t: np.ndarray, comp_t: np.ndarray, ack_t: np.ndarray, end: int) -> Waits:
-    """The waits of sends (module docstring); all three arrays sorted."""
+    """The waits of sends (module docstring); all three arrays sorted. The
+    gaps (before the first acknowledgement, between each two, after the
+    last) are taken _CHUNK at a time: a history's tens of millions of
+    acknowledgements need no dozen arrays of that length at once."""
     if len(inv_t) == 0:
         return Waits.none()
-    # The gaps: before the first acknowledgement, between each two, after the last.
-    prev = np.concatenate(([np.iinfo(np.int64).min], ack_t))
-    upto = np.concatenate((ack_t, [max(end, int(inv_t[-1]))]))
-    outstanding = np.searchsorted(inv_t, prev, "right") > np.searchsorted(comp_t, prev, "right")
-    nxt = np.searchsorted(inv_t, prev, "right")
-    first_inv = inv_t[np.minimum(nxt, len(inv_t) - 1)]
-    has_inv = (nxt < len(inv_t)) & (first_inv <= upto)
-    start = np.where(outstanding, prev, first_inv)
-    keep = outstanding | has_inv
-    is_open = np.zeros(len(prev), bool)
-    is_open[-1] = True
-    start, stop, is_open = np.minimum(start[keep], upto[keep]), upto[keep], is_open[keep]
-    return Waits(start, stop, is_open)
+    n, last = len(ack_t) + 1, max(end, int(inv_t[-1]))
+    kept = []
+    for a in range(0, n, _CHUNK):
+        b = min(n, a + _CHUNK)
+        prev = ack_t[max(a - 1, 0):b - 1]
+        if a == 0:
+            prev = np.concatenate(([np.iinfo(np.int64).min], prev))
+        upto = ack_t[a:b] if b < n else np.concatenate((ack_t[a:], [last]))
+        nxt = np.searchsorted(inv_t, prev, "right")
+        outstanding = nxt > np.searchsorted(comp_t, prev, "right")
+        first_inv = inv_t[np.minimum(nxt, len(inv_t) - 1)]
+        keep = outstanding | ((nxt < len(inv_t)) & (first_inv <= upto))
+        start = np.where(outstanding, prev, first_inv)
+        is_open = np.zeros(b - a, bool)
+        if b == n:
+            is_open[-1] = True
+        kept.append((np.minimum(start[keep], upto[keep]), upto[keep], is_open[keep]))
+    return Waits(*(np.concatenate(parts) for parts in zip(*kept)))
+
+
+_CHUNK = 1 << 22  # gaps at a time of `producer_waits`
 
 
 def consumer_waits(ack_t: np.ndarray, ack_o: np.ndarray, read_t: np.ndarray, read_o: np.ndarray,
@@ -227,23 +186,35 @@ def consumer_overall(parts: dict[int, tuple], read_t: np.ndarray, end: int) -> W
     partition, and starts at the previous one if some partition had a backlog
     then, else at the first acknowledgement that made one. `parts`: per
     partition (ack times, ack offsets, read times, read offsets), each sorted
-    by time. One vector pass per partition over the gaps."""
+    by time. One vector pass per partition over the gaps in which it can
+    matter: from the one its first acknowledgement ends to the one in which
+    everything it acknowledged has been read."""
     big = np.iinfo(np.int64).max
     reads = np.unique(read_t)
     prev = np.concatenate(([np.iinfo(np.int64).min], reads))
     upto = np.concatenate((reads, [end]))
+    for ack_t, _, _, _ in parts.values():
+        if len(ack_t):
+            upto[-1] = max(upto[-1], int(ack_t[-1]))
     best = np.full(len(prev), big)
     for ack_t, ack_o, r_t, r_o in parts.values():
         if len(ack_t) == 0:
             continue
-        upto[-1] = max(upto[-1], int(ack_t[-1]))
         ackmax = np.maximum.accumulate(ack_o)
         readmax = np.concatenate(([-1], np.maximum.accumulate(r_o))) if len(r_o) else np.array([-1])
-        seen = readmax[np.searchsorted(r_t, prev, "right")]  # highest offset of p read as of prev
+        # Before the gap its first acknowledgement ends, a backlog would start
+        # after the gap; from the read that caught up with its last, it has none.
+        g0 = int(np.searchsorted(upto, ack_t[0], "right")) if len(upto) < 2 or upto[-1] >= upto[-2] else 0
+        caught_up = np.flatnonzero(readmax[1:] >= ackmax[-1])
+        g1 = int(np.searchsorted(prev, r_t[caught_up[0]], "left")) if len(caught_up) else len(prev)
+        if g1 <= g0:
+            continue
+        gaps = prev[g0:g1]
+        seen = readmax[np.searchsorted(r_t, gaps, "right")]  # highest offset of p read as of prev
         first_beyond = np.searchsorted(ackmax, seen, "right")
         exists = first_beyond < len(ack_t)
-        start = np.maximum(prev, ack_t[np.minimum(first_beyond, len(ack_t) - 1)])
-        best = np.where(exists, np.minimum(best, start), best)
+        start = np.maximum(gaps, ack_t[np.minimum(first_beyond, len(ack_t) - 1)])
+        best[g0:g1] = np.where(exists, np.minimum(best[g0:g1], start), best[g0:g1])
     keep = best < upto
     is_open = np.zeros(len(prev), bool)
     is_open[-1] = True
@@ -338,31 +309,25 @@ def _since(t_sorted: np.ndarray, at: int | None) -> float | None:
 
 
 def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float = HANG_S) -> dict:
-    """results.json's `liveness` (docs/checker.md) from the columns and the nemesis's events."""
-    inv_order = np.argsort(c.inv_time, kind="stable")
-    inv_t, inv_key, inv_value = c.inv_time[inv_order], c.inv_key[inv_order], c.inv_value[inv_order]
-    comp_t = np.sort(c.comp_time, kind="stable")
-    ack_mask = c.comp_ok
-    ack_t_all, ack_p_all, ack_o_all = c.comp_time[ack_mask], c.comp_partition[ack_mask], c.comp_offset[ack_mask]
-    o = np.argsort(ack_t_all, kind="stable")
-    ack_t, ack_p, ack_o = ack_t_all[o], ack_p_all[o], ack_o_all[o]
+    """results.json's `liveness` (docs/checker.md) from the columns and the
+    nemesis's events. It lets go of the completions' partitions and offsets
+    once it has the acknowledgements' (a large history's columns are
+    gigabytes): `c` is not to be measured again."""
+    # A history is in time order, so these are sorted already (no copies then).
+    inv_t, inv_key = _by_time(c.inv_time, c.inv_key)
+    comp_t, comp_key, comp_ok, comp_p, comp_o = _by_time(c.comp_time, c.comp_key, c.comp_ok, c.comp_partition,
+                                                        c.comp_offset)
+    ack_t, ack_key, ack_p, ack_o = comp_t[comp_ok], comp_key[comp_ok], comp_p[comp_ok], comp_o[comp_ok]
+    c.comp_ok = c.comp_partition = c.comp_offset = None
+    del comp_ok, comp_p, comp_o
     end = max(c.end, int(inv_t[-1]) if len(inv_t) else -1)
 
     producers = producer_waits(inv_t, comp_t, ack_t, end)
 
     # Sends' partitions: by key, where a key's acknowledged sends all went to one partition.
-    by_value = np.argsort(inv_value, kind="stable")
-    sorted_values = inv_value[by_value]
-
-    def key_of(values):
-        i = np.minimum(np.searchsorted(sorted_values, values), max(len(sorted_values) - 1, 0))
-        found = (len(sorted_values) > 0) & (sorted_values[i] == values) if len(sorted_values) else np.zeros(len(values), bool)
-        return np.where(found, inv_key[by_value][i] if len(sorted_values) else -1, -1)
-
-    ack_key = key_of(c.comp_value[ack_mask])
-    known = (ack_key >= 0) & (ack_p_all >= 0)
+    known = (ack_key >= 0) & (ack_p >= 0)
     # Distinct (key, partition) pairs, as one int64 where they fit (they do for any real topic).
-    k_, p_ = ack_key[known], ack_p_all[known]
+    k_, p_ = ack_key[known], ack_p[known]
     if len(k_) and k_.max() < 2**31 and p_.max() < 2**31:
         combined = np.unique((k_ << 32) | p_)
         pairs = np.stack([combined >> 32, combined & 0xFFFFFFFF])
@@ -378,39 +343,50 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
         if not len(lookup_k):
             return np.full(len(keys_), -1, np.int64)
         i = np.minimum(np.searchsorted(lookup_k, keys_), len(lookup_k) - 1)
-        return np.where(lookup_k[i] == keys_, lookup_p[i], -1)
+        return np.where(lookup_k[i] == keys_, lookup_p[i], -1).astype(np.int32)
 
     inv_part = part_of_keys(inv_key)
-    comp_part = part_of_keys(key_of(c.comp_value))
-    comp_part_t = c.comp_time
+    comp_part = part_of_keys(comp_key)
+    del known, k_, p_, pairs
 
-    partitions = sorted((set(ack_p.tolist()) | set(c.read_partition.tolist())) - {-1})
+    partitions = sorted((set(np.unique(ack_p).tolist()) | set(np.unique(c.read_partition).tolist())) - {-1})
     r_order = np.lexsort((c.read_time, c.read_partition))
     r_p, r_t, r_o = c.read_partition[r_order], c.read_time[r_order], c.read_offset[r_order]
+    # Each partition's acknowledgements and attributed sends, by one stable sort
+    # each (time order kept within a partition), not a pass per partition.
+    acks_of = _by_partition(ack_p, ack_t, ack_o)
+    invs_of = _by_partition(inv_part, inv_t)
+    comps_of = _by_partition(comp_part, comp_t)
+    none = np.empty(0, np.int64)
     by_partition: dict[str, dict] = {}
-    consumer_parts: dict[int, Waits] = {}
-    prod_parts: dict[int, Waits] = {}
+    # Of each partition's waits only the longest is reported: not kept.
+    consumer_longest: dict[int, int] = {}
+    producer_longest: dict[int, int] = {}
     part_sends: dict[int, tuple] = {}  # partition -> its sends' invocation and completion times, sorted
     columns: dict[int, tuple] = {}
     for p in partitions:
-        pa_ = ack_p == p
-        pt = inv_t[inv_part == p]
-        pc_ = np.sort(comp_part_t[comp_part == p], kind="stable")
+        p_ack_t, p_ack_o = acks_of.get(p, (none, none))
+        pt = invs_of.get(p, (none,))[0]
+        pc_ = np.sort(comps_of.get(p, (none,))[0], kind="stable")
         part_sends[p] = (pt, pc_)
-        prod_parts[p] = producer_waits(pt, pc_, ack_t[pa_], end)
+        producer_longest[p] = producer_waits(pt, pc_, p_ack_t, end).longest_ns()
         lo, hi = np.searchsorted(r_p, p, "left"), np.searchsorted(r_p, p, "right")
-        columns[p] = (ack_t[pa_], ack_o[pa_], r_t[lo:hi], r_o[lo:hi])
-        consumer_parts[p] = consumer_waits(*columns[p], end) if c.polls else Waits.none()
+        columns[p] = (p_ack_t, p_ack_o, r_t[lo:hi], r_o[lo:hi])
+        consumer_longest[p] = consumer_waits(*columns[p], end).longest_ns() if c.polls else 0
     consumers = consumer_overall(columns, c.read_time, end) if c.polls else Waits.none()
 
     faults, heal = fault_intervals(nemesis, ends)
     read_t = np.unique(c.read_time)
     fault_rows = []
-    for fault in faults:
+    starts = np.array([x["start_ns"] for x in faults], np.int64)
+    stops = np.array([x["end_ns"] for x in faults], np.int64)
+    for i, fault in enumerate(faults):
         lo, hi = fault["start_ns"], fault["end_ns"]
         pw, cw = producers.overlapping(lo, hi), consumers.overlapping(lo, hi)
         # The other faults in force at some time of this one (their start actions, by start).
-        others = [x["fault"] for x in faults if x is not fault and x["start_ns"] < hi and lo < x["end_ns"]]
+        together = (starts < hi) & (lo < stops)
+        together[i] = False
+        others = [faults[j]["fault"] for j in np.flatnonzero(together).tolist()]
         row = {"fault": fault["fault"], **({"mode": fault["mode"]} if "mode" in fault else {}),
                "index": fault["index"], "start": _s(lo), "end": _s(hi), "overlapping": others,
                "unavailable_s": _s(max(pw, cw)), "producer_unavailable_s": _s(pw),
@@ -422,12 +398,11 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
     hang = bool(_attempted_after(inv_t, comp_t, heal) and (recovery is None or recovery > hang_s))
     hung_partitions = []
     for p in partitions:
-        pa_ = ack_p == p
         lo, hi = np.searchsorted(r_p, p, "left"), np.searchsorted(r_p, p, "right")
-        p_recovery = _since(ack_t[pa_], heal)
+        p_recovery = _since(columns[p][0], heal)
         by_partition[str(p)] = {
-            "producer_unavailable_s": _s(prod_parts[p].longest_ns()),
-            "consumer_unavailable_s": _s(consumer_parts[p].longest_ns()),
+            "producer_unavailable_s": _s(producer_longest[p]),
+            "consumer_unavailable_s": _s(consumer_longest[p]),
             "recovery_s": p_recovery,
             "consumer_recovery_s": _since(r_t[lo:hi], heal)}
         # One partition that never comes back is a hang too, though the others recovered
@@ -452,6 +427,24 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
         "by_partition": by_partition,
         "unattributed_sends": int((inv_part < 0).sum()),
     }
+
+
+def _by_time(time: np.ndarray, *arrays: np.ndarray) -> tuple:
+    """`time` and `arrays` in time order (a stable sort), as they are if already so."""
+    if len(time) < 2 or bool((time[1:] >= time[:-1]).all()):
+        return (time, *arrays)
+    order = np.argsort(time, kind="stable")
+    return (time[order], *[a[order] for a in arrays])
+
+
+def _by_partition(parts: np.ndarray, *arrays: np.ndarray) -> dict[int, tuple]:
+    """partition -> the elements of each of `arrays` whose `parts` entry is it,
+    in their order (one stable sort)."""
+    order = np.argsort(parts, kind="stable")
+    keys, starts = np.unique(parts[order], return_index=True)
+    bounds = np.append(starts, len(order)).tolist()
+    grouped = [a[order] for a in arrays]
+    return {int(k): tuple(g[bounds[i]:bounds[i + 1]] for g in grouped) for i, k in enumerate(keys.tolist())}
 
 
 def _attempted_after(inv_t: np.ndarray, comp_t: np.ndarray, heal: int | None) -> bool:

@@ -23,7 +23,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from core.history.files import HistorySource, iter_source_jsonl
 from core.history.jsonl import ReadReport
@@ -110,17 +110,19 @@ def scratch_for(source: HistorySource, master: str, named: str | os.PathLike | N
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def prepare(source: HistorySource, scratch: Path | None) -> Prepared:
-    """Validate a history; JSONL is converted to Parquet in `scratch` on the way."""
+def prepare(source: HistorySource, scratch: Path | None, on_batch: Callable | None = None) -> Prepared:
+    """Validate a history; JSONL is converted to Parquet in `scratch` on the way.
+    `on_batch` is given every batch of the history, in order, once it is
+    validated: the one read of the whole history on the driver."""
     to_fold: set[int] = set()
     if source.format == "jsonl":
         if scratch is None:
             raise ValueError("a JSONL history needs a scratch folder for its conversion (scratch_for)")
         report = ReadReport()
         dest = scratch / "history.parquet"
-        n = write_parquet(iter_source_jsonl(source, report), dest, big_offsets=to_fold)
+        n = write_parquet(iter_source_jsonl(source, report), dest, big_offsets=to_fold, on_batch=on_batch)
         return Prepared([dest], n, "jsonl", list(report.warnings), to_fold)
-    n = validate_parquet(source.files, big_offsets=to_fold)
+    n = validate_parquet(source.files, big_offsets=to_fold, on_batch=on_batch)
     return Prepared(list(source.files), n, "parquet", to_fold=to_fold)
 
 

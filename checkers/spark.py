@@ -135,3 +135,53 @@ def jvm_log_path() -> Path:
     """Where the JVM's own output goes: `JVM_LOG_ENV` if set (a run's or a night's
     check service keeps its own), else one file in the temporary folder."""
     return Path(os.environ.get(JVM_LOG_ENV) or Path(tempfile.gettempdir()) / "harness-spark.log")
+
+
+# A side of a join with at most this many rows is broadcast (sent whole to every task).
+BROADCAST_ROWS = 1_000_000
+
+
+def broadcast_if_small(frame, rows: int):
+    """`frame`, hinted for broadcast if `rows` (known on the driver) is small."""
+    from pyspark.sql import functions as F
+
+    return F.broadcast(frame) if rows <= BROADCAST_ROWS else frame
+
+
+# Kept frames go to the executors' local disks (the operating system's page
+# cache keeps them in memory while it can): in the JVM's heap they took the
+# memory the aggregations need (a 100M-event history with 4 GB of driver
+# memory: out of memory), and were no faster at 10M events (docs/benchmarks.md).
+KEEP_LEVEL = "DISK_ONLY"
+
+
+def keep(frame):
+    """`frame` computed now and kept for the reads that follow (a local
+    checkpoint: its rows as Spark computed them, on the executors' disks,
+    without the columnar cache's encoding, which cost the checker more than
+    computing the frame again; docs/benchmarks.md). Give it back with
+    `release`."""
+    from pyspark import StorageLevel
+
+    return frame.localCheckpoint(eager=True, storageLevel=getattr(StorageLevel, KEEP_LEVEL))
+
+
+def release(frame) -> None:
+    """Free what `keep` holds (a session checks many histories: the check
+    service, tests)."""
+    frame._jdf.queryExecution().logical().rdd().unpersist(False)
+
+
+def local_frame(spark, rows: list[tuple], schema: str):
+    """A DataFrame of rows the driver holds (a DDL schema of `long` and `int`
+    columns), handed to Spark as Arrow: the JVM reads it, and no Python runs
+    on the executors. `createDataFrame` of Python tuples would start a Python
+    worker on every executor that reads the rows, which a cluster's executors
+    may lack (or have in another version than the driver's)."""
+    import pyarrow as pa
+
+    fields = [field.split() for field in schema.split(", ")]
+    types = {"long": pa.int64(), "int": pa.int32()}
+    table = pa.table({name: pa.array([r[i] for r in rows], type=types[kind])
+                      for i, (name, kind) in enumerate(fields)})
+    return spark.createDataFrame(table, schema)

@@ -6,13 +6,15 @@ run(args) -> int; this module only dispatches to them.
 
 from __future__ import annotations
 
-from bench import broker_vs_kafka, checker_cost, cluster_up, own_broker_failover, own_broker_throughput, report_cost
+from bench import (broker_vs_kafka, checker_cost, cluster_up, cold_check, own_broker_failover, own_broker_throughput,
+                   report_cost)
 
 # target -> (module, one-line help)
 TARGETS = {
     "cluster": (cluster_up, "bring-up and teardown of a 5-node local cluster with ZooKeeper"),
-    "check": (checker_cost, "the checker's wall time and peak memory on 1M and 10M event histories "
+    "check": (checker_cost, "the checker's wall time and peak memory on histories of 1M, 10M (and 100M) events "
                             "(--standalone: also on a two-worker Spark cluster)"),
+    "cold": (cold_check, "a cold harness check from the shell against a bare cold Spark scan of the same history"),
     "broker": (own_broker_throughput,
                "acks=all produce throughput and latency of the own broker on a local 3-node cluster"),
     "failover": (own_broker_failover,

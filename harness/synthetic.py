@@ -19,20 +19,43 @@ the final reads (replicas that lost what they had served); unseen records
 are appended past the final reads' reach in the last partition, which the
 final reads then do not report as read to its end.
 
+A history in parts (`--parts K`, Parquet only): K independent simulations
+of events/K events each, made by worker processes (`--jobs`) and written in
+order as DIR/history.parquet/part-00000.parquet, ... (a folder of parts, as
+docs/history.md allows): part k on partitions and values of its own (the
+simulation numbers them from its plan's `first_partition` and
+`first_value`), its indexes, times and processes moved on after part k-1's
+by the writer (the only fields that must continue from part to part, and
+flat columns, so an Arrow addition each). The anomalies planted are shared
+out among the parts and expected.json holds the sums. Memory holds a part
+per worker, whatever the size.
+
 Used by tests (property test against the checker) and by benchmarks.
 """
 
 from __future__ import annotations
 
+import gc
 import heapq
+import multiprocessing
+import os
 import random
-from dataclasses import dataclass, field
+import shutil
+import sys
+import time
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from itertools import islice
 from pathlib import Path
+from typing import Iterator
 
 import orjson
 
 from core.errors import UserError
-from core.history.parquet import write_parquet
+from core.history.format import NEMESIS_PROCESS_ID
+from core.history.parquet import events_to_table, write_parquet
 from nemesis.partition import grudge_for
 from nemesis.registry import FAULTS
 
@@ -68,14 +91,22 @@ class Plan:
     hole_rate: float = 0.002  # offsets taken by records the history does not know
     nemesis: bool = True
     final_reads: bool = True  # bracket the final reads (False: a history of a tool that has none)
+    # Where numbering starts: a part of a history in parts has partitions and values of its own.
+    first_partition: int = 0
+    first_value: int = 0
 
 
-@dataclass
-class Entry:
-    """One offset of a partition log."""
+# A partition log holds, at each offset, a value (>= 0); None, a record the
+# history does not know (a hole); or hidden(v) < 0, the lost write of v
+# (acknowledged at that offset, never delivered). Plain ints, not objects:
+# a part of a large history holds a million of them.
+def hidden(value: int) -> int:
+    return -1 - value
 
-    value: int | None  # None: a record the history does not know (a hole)
-    hidden: bool = False  # a lost write: acknowledged here, never delivered
+
+def readable(entry: int | None) -> bool:
+    """A record a consumer is given: not a hole, not a lost write."""
+    return entry is not None and entry >= 0
 
 
 @dataclass
@@ -91,12 +122,17 @@ class _Sim:
     def __init__(self, plan: Plan):
         self.p = plan
         self.rng = random.Random(plan.seed)
-        self.logs: list[list[Entry]] = [[] for _ in range(plan.partitions)]
-        self.pending: list[tuple[int, int, dict]] = []  # (time, seq, event) for later completion
+        # randrange(n) is _randbelow(n) and randint(a, b) a + _randbelow(b - a + 1): the
+        # same draws without the argument checks around them (a million calls a part).
+        self.below = self.rng._randbelow
+        self.parts = list(range(plan.first_partition, plan.first_partition + plan.partitions))
+        self.logs: dict[int, list[int | None]] = {p: [] for p in self.parts}
+        # (time, seq, droppable, event) for later completion; index and time are set when it is due.
+        self.pending: list[tuple[int, int, bool, dict]] = []
         self.seq = 0
         self.out: list[dict] = []
         self.now = 0
-        self.next_value = 0
+        self.next_value = plan.first_value
         self.next_process = 0
         self.expected = {name: 0 for name in ANOMALY_OF.values()}
         self.outcome: dict[int, str] = {}  # value -> ok/fail/info/unfinished
@@ -131,15 +167,19 @@ class _Sim:
         self.out.append(event)
         return event
 
-    def later(self, delay: int, process, type_, f, **fields) -> None:
+    def later(self, delay: int, process, type_, f, droppable: bool = False, **fields) -> None:
+        """A completion `delay` from now; a droppable one may never come (_end_sends)."""
         self.seq += 1
-        heapq.heappush(self.pending, (self.now + delay, self.seq, (process, type_, f, fields)))
+        event = {"index": None, "time": None, "process": process, "type": type_, "f": f, **fields}
+        heapq.heappush(self.pending, (self.now + delay, self.seq, droppable, event))
 
     def flush_due(self) -> None:
-        while self.pending and self.pending[0][0] <= self.now:
-            _, _, (process, type_, f, fields) = heapq.heappop(self.pending)
-            fields.pop("droppable", None)
-            self.emit(process, type_, f, **fields)
+        pending, out, now = self.pending, self.out, self.now
+        while pending and pending[0][0] <= now:
+            event = heapq.heappop(pending)[3]
+            event["index"] = len(out)
+            event["time"] = now
+            out.append(event)
 
     def new_value(self) -> int:
         self.next_value += 1
@@ -149,9 +189,9 @@ class _Sim:
         self.next_process += 1
         return self.next_process - 1
 
-    def append(self, partition: int, value: int | None, hidden: bool = False) -> int:
+    def append(self, partition: int, entry: int | None) -> int:
         log = self.logs[partition]
-        log.append(Entry(value, hidden))
+        log.append(entry)
         return len(log) - 1
 
 
@@ -180,49 +220,55 @@ class _Consumer:
             self.last_read[p] = None
 
     def poll(self, limit_of: dict[int, int] | None = None) -> int:
-        """One poll; returns how many records it delivered."""
+        """One poll; returns how many records it delivered.
+
+        Every record delivered at offset `o` after `last` (the offset last read
+        from its partition) is counted as a checker sees it: `o <= last` is a
+        nonmonotonic poll, `o > last + 1` over a record that is there (a lost
+        write's included) a poll skip."""
         sim = self.sim
-        sim.emit(self.pid, "invoke", "poll")
-        records = []
+        out, batch, expected, read = sim.out, sim.p.batch, sim.expected, sim.read_values.add
+        out.append({"index": len(out), "time": sim.now, "process": self.pid, "type": "invoke", "f": "poll"})
+        records: list[dict] = []
         for p in sim.rng.sample(self.partitions, len(self.partitions)):
-            end = len(sim.logs[p]) if limit_of is None else limit_of[p]
-            while self.position[p] < end and len(records) < sim.p.batch:
-                o = self.position[p]
-                entry = sim.logs[p][o]
-                self.position[p] += 1
-                if entry.hidden or entry.value is None:
+            log = sim.logs[p]
+            end = len(log) if limit_of is None else limit_of[p]
+            o, last = self.position[p], self.last_read[p]
+            while o < end and len(records) < batch:
+                value = log[o]
+                o += 1
+                if value is None or value < 0:
                     continue
-                if self.skip_next and self.last_read[p] is not None and o + 1 < end:
-                    nxt = sim.logs[p][o + 1]
-                    if not nxt.hidden and nxt.value is not None:
-                        # A planted skip: jump over a record that is there.
-                        self.skip_next = False
-                        continue
-                records.append(self._deliver(p, o, entry.value))
-                if self.rewind_next and o >= 5:
-                    back = o - sim.rng.randint(1, 5)
-                    if not sim.logs[p][back].hidden and sim.logs[p][back].value is not None:
+                at = o - 1
+                if self.skip_next and last is not None and o < end and readable(log[o]):
+                    # A planted skip: jump over a record that is there.
+                    self.skip_next = False
+                    continue
+                if last is not None and at != last + 1:
+                    if at <= last:
+                        expected["nonmonotonic-poll"] += 1
+                    elif any(log[x] is not None for x in range(last + 1, at)):
+                        expected["poll-skip"] += 1
+                last = at
+                read(value)
+                records.append({"partition": p, "offset": at, "key": value % 97, "value": value})
+                if self.rewind_next and at >= 5:
+                    back = at - 1 - sim.below(5)
+                    if readable(log[back]):
                         # A planted rewind: deliver an earlier record again, then go on from there.
                         self.rewind_next = False
-                        records.append(self._deliver(p, back, sim.logs[p][back].value))
-                        self.position[p] = back + 1
-            if len(records) >= sim.p.batch:
+                        expected["nonmonotonic-poll"] += 1
+                        last = back
+                        read(log[back])
+                        records.append({"partition": p, "offset": back, "key": log[back] % 97, "value": log[back]})
+                        o = back + 1
+            self.position[p], self.last_read[p] = o, last
+            if len(records) >= batch:
                 break
-        sim.now += sim.rng.randint(0, 2) * MS
-        sim.emit(self.pid, "ok", "poll", records=records)
+        sim.now += sim.below(3) * MS
+        out.append({"index": len(out), "time": sim.now, "process": self.pid, "type": "ok", "f": "poll",
+                    "records": records})
         return len(records)
-
-    def _deliver(self, p: int, o: int, value: int) -> dict:
-        sim = self.sim
-        last = self.last_read[p]
-        if last is not None:
-            if o <= last:
-                sim.expected["nonmonotonic-poll"] += 1
-            elif o > last + 1 and any(sim.logs[p][x].value is not None for x in range(last + 1, o)):
-                sim.expected["poll-skip"] += 1
-        self.last_read[p] = o
-        sim.read_values.add(value)
-        return {"partition": p, "offset": o, "key": value % 97, "value": value}
 
     def commit(self) -> None:
         sim = self.sim
@@ -247,7 +293,28 @@ class _Consumer:
             self.last_read[p] = None
 
 
+@contextmanager
+def _gc_paused():
+    """The cyclic collector off while a simulation allocates its million small,
+    acyclic objects (events, records): it would scan them again and again for
+    cycles there are none of (40 % of the time); reference counting frees them."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def generate(plan: Plan) -> Synthetic:
+    check_plan(plan)
+    with _gc_paused():
+        return _simulate(plan)
+
+
+def check_plan(plan: Plan) -> None:
+    """What a plan must hold before it is simulated (UserError, naming the flag)."""
     if plan.events < 200:
         raise UserError("--events must be at least 200")
     for name in PLANTABLE:
@@ -260,34 +327,39 @@ def generate(plan: Plan) -> Synthetic:
         raise UserError("--lost-acked and --dirty-reads need final reads (drop --no-final-reads)")
     if tails and plan.unseen and plan.partitions < 2:
         raise UserError("--unseen with --lost-acked or --dirty-reads needs at least 2 partitions")
+
+
+def _simulate(plan: Plan) -> Synthetic:
     sim = _Sim(plan)
     rng = sim.rng
     producers = [sim.process_id() for _ in range(plan.producers)]
-    parts = list(range(plan.partitions))
+    parts = sim.parts
     consumers = [_Consumer(sim, parts[i::plan.consumers]) for i in range(min(plan.consumers, plan.partitions))]
     read_plants = ["skip"] * plan.skips + ["rewind"] * plan.nonmonotonic_polls
     rng.shuffle(read_plants)
     fault_open = pause_open = False  # a partition and a pause, which overlap
+    tails = plan.lost_acked + plan.dirty_reads
     fixed_tail = 4 * plan.unseen + 8 * plan.inconsistent + 8 * tails + 4 * plan.partitions + 22
     tick = 0
+    random_, out = rng.random, sim.out
     # Stop the fault phase when what is left (catch-up and final reads, about
     # two events per batch of records) would bring the total to `events`.
-    while len(sim.out) + fixed_tail + 2 * (sim.sends_done // plan.batch) * 1.1 < plan.events:
+    while len(out) + fixed_tail + 2 * (sim.sends_done // plan.batch) * 1.1 < plan.events:
         tick += 1
         sim.now = max(sim.now, tick * MS)
         sim.flush_due()
         for pid in producers:
-            if rng.random() < 0.9:
+            if random_() < 0.9:
                 _send(sim, pid)
         if tick % 3 == 0:
-            c = consumers[rng.randrange(len(consumers))]
-            if read_plants and tick > 30 and rng.random() < 0.25 and not (c.skip_next or c.rewind_next):
+            c = consumers[sim.below(len(consumers))]
+            if read_plants and tick > 30 and random_() < 0.25 and not (c.skip_next or c.rewind_next):
                 if read_plants.pop() == "skip":
                     c.skip_next = True
                 else:
                     c.rewind_next = True
             c.poll()
-            r = rng.random()
+            r = random_()
             if r < 0.05:
                 c.commit()
             elif r < 0.06:
@@ -378,35 +450,37 @@ def _end_sends(sim: _Sim) -> None:
     """The fault phase ends: a few sends in flight never complete (info), the rest do."""
     due = sorted(sim.pending)
     sim.pending = []
-    for when, seq, item in due:
-        process, type_, f, fields = item
-        if fields.pop("droppable", False) and sim.rng.random() < 0.3:
-            sim.outcome[fields["value"]] = "info"
-            sim.info_values.add(fields["value"])
+    for when, seq, droppable, event in due:
+        if droppable and sim.rng.random() < 0.3:
+            sim.outcome[event["value"]] = "info"
+            sim.info_values.add(event["value"])
             continue
-        heapq.heappush(sim.pending, (when, seq, item))
+        heapq.heappush(sim.pending, (when, seq, False, event))
     if sim.pending:
-        sim.now = max(sim.now, max(w for w, _, _ in sim.pending))
+        sim.now = max(sim.now, max(w for w, _, _, _ in sim.pending))
     sim.flush_due()
 
 
 def _send(sim: _Sim, pid: int) -> None:
-    rng = sim.rng
-    value = sim.new_value()
-    key = rng.randrange(97)
-    partition = key % sim.p.partitions
-    sim.emit(pid, "invoke", "send", key=key, value=value)
-    plant = sim.plant_at.pop(sim.sends_done, None)
+    rng, below, out = sim.rng, sim.below, sim.out
+    value = sim.next_value
+    sim.next_value += 1
+    key = below(97)
+    partition = sim.p.first_partition + key % sim.p.partitions
+    out.append({"index": len(out), "time": sim.now, "process": pid, "type": "invoke", "f": "send", "key": key,
+                "value": value})
+    plant = sim.plant_at.pop(sim.sends_done, None) if sim.plant_at else None
     sim.sends_done += 1
-    delay = rng.randint(1, 8) * MS
+    delay = (1 + below(8)) * MS
     if plant == "nonmonotonic_sends" and (pid, partition) not in sim.held:
         # Held back, to be appended after this producer's next acknowledged send here.
         sim.held[(pid, partition)] = value
         sim.outcome[value] = "ok"
         return
     acked = False
+    log = sim.logs[partition]
     if plant == "lost":
-        offset = sim.append(partition, value, hidden=True)
+        offset = sim.append(partition, hidden(value))
         sim.later(delay, pid, "ok", "send", value=value, partition=partition, offset=offset)
         sim.outcome[value] = "ok"
         sim.lost.append((partition, offset))
@@ -426,24 +500,24 @@ def _send(sim: _Sim, pid: int) -> None:
         sim.expected["aborted-read"] += 1
     else:
         if rng.random() < sim.p.hole_rate:
-            sim.append(partition, None)
+            log.append(None)
         r = rng.random()
         if r < sim.p.fail_rate:
             sim.later(delay, pid, "fail", "send", value=value, error="NOT_ENOUGH_REPLICAS")
             sim.outcome[value] = "fail"
         elif r < sim.p.fail_rate + sim.p.info_rate:
             if rng.random() < 0.5:
-                sim.append(partition, value)
+                log.append(value)
             sim.later(delay, pid, "info", "send", value=value, error="_MSG_TIMED_OUT")
             sim.outcome[value] = "info"
             sim.info_values.add(value)
         else:
-            offset = sim.append(partition, value)
-            sim.later(delay, pid, "ok", "send", value=value, partition=partition, offset=offset,
-                      droppable=True)
+            log.append(value)
+            sim.later(delay, pid, "ok", "send", droppable=True, value=value, partition=partition,
+                      offset=len(log) - 1)
             sim.outcome[value] = "ok"
             acked = True
-    if acked and (pid, partition) in sim.held:
+    if acked and sim.held and (pid, partition) in sim.held:
         # The held send lands after this one: acks in invocation order go backwards once.
         _append_held(sim, pid, partition)
         sim.expected["nonmonotonic-send"] += 1
@@ -452,7 +526,7 @@ def _send(sim: _Sim, pid: int) -> None:
 def _append_held(sim: _Sim, pid: int, partition: int) -> None:
     value = sim.held.pop((pid, partition))
     offset = sim.append(partition, value)
-    sim.later(sim.rng.randint(1, 8) * MS, pid, "ok", "send", value=value, partition=partition, offset=offset)
+    sim.later((1 + sim.below(8)) * MS, pid, "ok", "send", value=value, partition=partition, offset=offset)
 
 
 def _pause(sim: _Sim, paused: bool) -> bool:
@@ -483,12 +557,12 @@ def _plant_inconsistent(sim: _Sim, producer: int, used: set) -> int:
     Returns the partition (where its final log is known, also a dirty read)."""
     rng = sim.rng
     for _ in range(10_000):
-        p = rng.randrange(sim.p.partitions)
+        p = sim.p.first_partition + rng.randrange(sim.p.partitions)
         if not sim.logs[p]:
             continue
         o = rng.randrange(len(sim.logs[p]))
         entry = sim.logs[p][o]
-        if (p, o) not in used and not entry.hidden and sim.outcome.get(entry.value) == "ok":
+        if (p, o) not in used and readable(entry) and sim.outcome.get(entry) == "ok":
             break
     else:
         raise UserError("could not place an inconsistent offset; use more --events")
@@ -518,7 +592,7 @@ def _count_lost(sim: _Sim, limit: dict[int, int], known: set[int]) -> None:
     """A hidden record is a lost write where a later one was read; else
     lost-acked where its partition's final log is known, unseen where not."""
     for p, o in sim.lost:
-        read_after = any(not e.hidden and e.value is not None for e in sim.logs[p][o + 1:limit[p]])
+        read_after = any(readable(e) for e in sim.logs[p][o + 1:limit[p]])
         sim.expected["lost-write" if read_after else "lost-acked" if p in known else "unseen"] += 1
 
 
@@ -531,44 +605,235 @@ def _finish(sim: _Sim) -> Synthetic:
 
 
 # --------------------------------------------------------------------------
+# A history in parts
+
+
+@dataclass
+class Tally:
+    """A history's size and what a correct checker reports of it (expected.json),
+    added up part by part for a history in parts."""
+
+    events: int = 0
+    expected: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ANOMALY_OF.values(), 0))
+    sends: dict[str, int] = field(default_factory=lambda: {"ok": 0, "fail": 0, "info": 0})
+    info_read: int = 0
+    info_unread: int = 0
+
+    @classmethod
+    def of(cls, syn: Synthetic) -> Tally:
+        return cls(len(syn.events), dict(syn.expected), dict(syn.sends), syn.info_read, syn.info_unread)
+
+    def add(self, other: Tally) -> None:
+        self.events += other.events
+        for mine, theirs in ((self.expected, other.expected), (self.sends, other.sends)):
+            for name, n in theirs.items():
+                mine[name] = mine.get(name, 0) + n
+        self.info_read += other.info_read
+        self.info_unread += other.info_unread
+
+    def write(self, out: Path, parts: int | None) -> None:
+        """out/expected.json (with `parts` for a history in parts)."""
+        (out / "expected.json").write_bytes(orjson.dumps(
+            {"events": self.events, **({"parts": parts} if parts else {}), "anomalies": self.expected,
+             "sends": self.sends, "info_sends": {"read": self.info_read, "unread": self.info_unread}},
+            option=orjson.OPT_INDENT_2))
+
+
+@dataclass
+class Part:
+    """One part of a history in parts, as its worker made it: its events as an
+    Arrow table whose indexes, times and processes count from 0 (the writer
+    moves them on), whose partitions and values are already the part's own."""
+
+    table: object  # a pyarrow.Table in core.history.parquet's schema
+    processes: int
+    tally: Tally
+
+
+def part_plans(plan: Plan, parts: int) -> list[Plan]:
+    """The plans of `plan` in `parts` parts: independent simulations of about
+    events/parts events each, seeds seed, seed+1, ..., each on partitions of
+    its own (part k's are k*partitions on) and values of its own (from k*10^d,
+    10^d above a part's events, so above its values); the planted anomalies
+    shared out, the first parts taking what does not divide."""
+    if parts < 1:
+        raise UserError("--parts must be at least 1")
+    if plan.events // parts < 200:
+        raise UserError(f"--events {plan.events} in {parts} parts: each part needs at least 200 events")
+    stride = 10 ** len(str(-(-plan.events // parts)))
+    plans = []
+    for k in range(parts):
+        share = {name: getattr(plan, name) // parts + (k < getattr(plan, name) % parts) for name in PLANTABLE}
+        plans.append(replace(plan, events=plan.events // parts + (k < plan.events % parts), seed=plan.seed + k,
+                             first_partition=plan.first_partition + k * plan.partitions,
+                             first_value=plan.first_value + k * stride, **share))
+    return plans
+
+
+def make_part(plan: Plan) -> Part:
+    """One part: simulated, then turned into Arrow columns (in a worker process)."""
+    import pyarrow.compute as pc
+
+    with _gc_paused():
+        syn = generate(plan)
+        table = events_to_table(syn.events)
+    return Part(table, pc.max(table["process"]).as_py() + 1, Tally.of(syn))
+
+
+def _parts_in_order(plans: list[Plan], jobs: int) -> Iterator[Part]:
+    """The parts of `plans`, in order, made by `jobs` worker processes; no more
+    than `jobs` are made or waiting at a time, so memory holds a part per worker."""
+    if jobs == 1:
+        yield from map(make_part, plans)
+        return
+    # Spawned, not forked: the caller may hold threads (a Spark session's, in tests).
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        todo = iter(plans)
+        running = deque(pool.submit(make_part, plan) for plan in islice(todo, jobs))
+        while running:
+            part = running.popleft().result()
+            following = next(todo, None)
+            if following is not None:
+                running.append(pool.submit(make_part, following))
+            yield part
+
+
+def write_parts(plan: Plan, parts: int, jobs: int, folder: Path, say=lambda line: None) -> Tally:
+    """Write `plan` as `parts` Parquet files in `folder` (part-00000.parquet, ...):
+    each part moved on to the indexes, times and processes after the previous
+    one's (the next part starts 1 ms after it ends), as docs/history.md's
+    histories in parts have it. The folder is written beside and then put in
+    place whole, so an interrupted write leaves no half history."""
+    plans = part_plans(plan, parts)
+    tmp = folder.with_name(folder.name + ".tmp")
+    _remove(tmp)
+    tmp.mkdir(parents=True)
+    try:
+        written = _write_parts_into(tmp, plans, jobs, say)
+    except BaseException:
+        _remove(tmp)
+        raise
+    _remove(folder)
+    os.replace(tmp, folder)
+    return written
+
+
+def _write_parts_into(folder: Path, plans: list[Plan], jobs: int, say) -> Tally:
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    width = max(5, len(str(len(plans) - 1)))
+    index = time_base = process = 0
+    total = Tally()
+    for k, part in enumerate(_parts_in_order(plans, jobs)):
+        table = part.table
+        if k + 1 < len(plans) and pc.max(table["value"]).as_py() >= plans[k + 1].first_value:
+            raise UserError(f"part {k} of {plans[k].events} events ran into the next part's values; "
+                            "plant fewer anomalies per part")
+        own = table["process"]
+        moved = {"index": pc.add(table["index"], index), "time": pc.add(table["time"], time_base),
+                 "process": pc.if_else(pc.equal(own, NEMESIS_PROCESS_ID), own, pc.add(own, process))}
+        for name, column in moved.items():
+            table = table.set_column(table.schema.get_field_index(name), name, column)
+        pq.write_table(table, folder / f"part-{k:0{width}d}.parquet", compression="zstd", row_group_size=250_000)
+        index += table.num_rows
+        time_base = pc.max(table["time"]).as_py() + MS
+        process += part.processes
+        total.add(part.tally)
+        say(f"part {k + 1}/{len(plans)}: {table.num_rows} events")
+    return total
+
+
+def _remove(path: Path) -> None:
+    """A file or a folder, if there."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+# --------------------------------------------------------------------------
 # CLI
 
 
 def configure(parser) -> None:
     parser.add_argument("--events", type=int, default=10_000, help="about how many events (default 10000)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", metavar="DIR", required=True, help="folder for history.jsonl/.parquet and expected.json")
-    parser.add_argument("--format", choices=("jsonl", "parquet", "both"), default="both")
-    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--out", metavar="DIR", required=True,
+                        help="folder for history.jsonl/.parquet (a folder of parts with --parts) and expected.json")
+    parser.add_argument("--format", choices=("jsonl", "parquet", "both"), default=None,
+                        help="default both; with --parts, parquet (the only one)")
+    parser.add_argument("--parts", type=int, default=None, metavar="K",
+                        help="write the history as K Parquet parts in DIR/history.parquet/, each an independent "
+                             "simulation of events/K events on partitions, processes and values of its own, "
+                             "later than the one before; planted anomalies are shared out")
+    parser.add_argument("--jobs", type=int, default=None, metavar="J",
+                        help="with --parts: make parts in J worker processes (default: as many as cores)")
+    parser.add_argument("--partitions", type=int, default=6, help="partitions (of each part, with --parts)")
     parser.add_argument("--producers", type=int, default=4)
     parser.add_argument("--consumers", type=int, default=3)
     parser.add_argument("--no-final-reads", dest="final_reads", action="store_false",
                         help="leave out the final-reads bracket, as a tool without one would")
     for name in PLANTABLE:
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=0, metavar="K",
-                            help=f"plant K {ANOMALY_OF[name]} anomalies")
+                            help=f"plant K {ANOMALY_OF[name]} anomalies (in all, with --parts)")
 
 
 def run(args) -> int:
-
     plan = Plan(events=args.events, seed=args.seed, partitions=args.partitions, producers=args.producers,
                 consumers=args.consumers, final_reads=args.final_reads,
                 **{name: getattr(args, name) for name in PLANTABLE})
-    syn = generate(plan)
+    if args.parts is None:
+        if args.jobs is not None:
+            raise UserError("--jobs goes with --parts")
+        return _write_one(plan, Path(args.out), args.format or "both")
+    if args.format not in (None, "parquet"):
+        raise UserError("--parts writes Parquet parts: --format parquet or none")
+    jobs = (os.cpu_count() or 1) if args.jobs is None else args.jobs
+    if jobs < 1:
+        raise UserError("--jobs must be at least 1")
+    # Bad flags are found here, not in a worker, and before anything is written.
+    check_plan(plan)
+    part_plans(plan, args.parts)
     out = Path(args.out)
+    started = time.monotonic()
     try:
         out.mkdir(parents=True, exist_ok=True)
-        if args.format in ("jsonl", "both"):
+        _remove(out / "expected.json")  # until this history's is written
+        written = write_parts(plan, args.parts, min(jobs, args.parts), out / "history.parquet",
+                              say=lambda line: print(line, file=sys.stderr, flush=True))
+        _remove(out / "history.jsonl")  # an earlier one's, which would be read beside it
+        written.write(out, args.parts)
+    except OSError as e:
+        raise UserError(f"cannot write to {out}: {e.strerror}") from None
+    print(f"wrote {written.events} events in {args.parts} part{'s' * (args.parts != 1)} to "
+          f"{out / 'history.parquet'} in {time.monotonic() - started:.1f} s (expected: "
+          + ", ".join(f"{k} {v}" for k, v in written.expected.items() if v) + ")")
+    return 0
+
+
+def _write_one(plan: Plan, out: Path, fmt: str) -> int:
+    """The history as one file (or one of each format) in `out`."""
+    with _gc_paused():
+        return _write_files(generate(plan), out, fmt)
+
+
+def _write_files(syn: Synthetic, out: Path, fmt: str) -> int:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        # What an earlier run left under the other names would be read instead of, or beside, this one.
+        for name in ("expected.json", "history.jsonl", "history.parquet"):
+            _remove(out / name)
+        if fmt in ("jsonl", "both"):
             with open(out / "history.jsonl", "wb") as f:
                 for e in syn.events:
                     f.write(orjson.dumps(e) + b"\n")
-        if args.format in ("parquet", "both"):
+        if fmt in ("parquet", "both"):
             write_parquet(syn.events, out / "history.parquet")
-        (out / "expected.json").write_bytes(orjson.dumps(
-            {"anomalies": syn.expected, "sends": syn.sends,
-             "info_sends": {"read": syn.info_read, "unread": syn.info_unread}}, option=orjson.OPT_INDENT_2))
+        Tally.of(syn).write(out, None)
     except OSError as e:
         raise UserError(f"cannot write to {out}: {e.strerror}") from None
     print(f"wrote {len(syn.events)} events to {out} (expected: "
           + ", ".join(f"{k} {v}" for k, v in syn.expected.items() if v) + ")")
     return 0
+

@@ -1,37 +1,87 @@
-"""The checker benchmark's large histories are parts stitched together
-(bench/checker_cost.py): each part's events move onto partitions, processes,
-values, indexes and times of their own, every field that names a partition
-included, so that the parts' final-reads brackets never speak of each
-other's partitions (they did once, before the brackets' `ends` were moved:
-the checker then found 644 lost-acked values in a 10M history where none
-was planted)."""
+"""The checker benchmark (bench/checker_cost.py): its histories come from
+`harness gen-history --parts` into a cache folder per size, made once and
+made again when the folder is not of that making (the earlier one-file
+layout); its table; and its end: exit 2 with one line when the checker's
+counts differ from the planted ones. (The parts' own correctness is
+tests/run/test_synthetic.py's.)"""
 
 from __future__ import annotations
 
-from bench.checker_cost import _shifted
+import orjson
+import pytest
+
+from bench.checker_cost import PLANTED, differences, ensure_history, print_table
+from core.errors import UserError
+from core.history.files import resolve
+from core.history.parquet import validate_parquet
+from tests.support import harness
 
 
-def test_every_field_that_names_a_partition_moves_with_its_part():
-    bases = dict(index=100, time_base=5_000, process_base=1000, partition_base=6, value_base=10_000_000)
-    events = [
-        {"index": 0, "time": 1, "process": 0, "type": "ok", "f": "send", "value": 3, "partition": 2, "offset": 7},
-        {"index": 1, "time": 2, "process": 1, "type": "ok", "f": "assign", "partitions": [0, 5]},
-        {"index": 2, "time": 3, "process": 1, "type": "ok", "f": "seek", "partition": 4, "offset": 0},
-        {"index": 3, "time": 4, "process": 1, "type": "ok", "f": "commit", "offsets": [{"partition": 1, "offset": 9}]},
-        {"index": 4, "time": 5, "process": 1, "type": "ok", "f": "poll",
-         "records": [{"partition": 2, "offset": 7, "key": 0, "value": 3}]},
-        {"index": 5, "time": 6, "process": 2, "type": "invoke", "f": "final-reads", "partitions": [0, 1]},
-        {"index": 6, "time": 7, "process": 2, "type": "ok", "f": "final-reads", "ends": [{"partition": 1, "offset": 8}]},
-        {"index": 7, "time": 8, "process": "nemesis", "type": "ok", "f": "start-partition", "value": {"n1": ["n2"]}},
-    ]
-    moved = [_shifted(e, **bases) for e in events]
-    assert [e["index"] for e in moved] == list(range(100, 108))
-    assert [e["time"] for e in moved] == list(range(5_001, 5_009))
-    send, assign, seek, commit, poll, bracket, ends, nemesis = moved
-    assert (send["process"], send["partition"], send["value"], send["offset"]) == (1000, 8, 10_000_003, 7)
-    assert assign["partitions"] == [6, 11] and seek["partition"] == 10
-    assert commit["offsets"] == [{"partition": 7, "offset": 9}]
-    assert poll["records"] == [{"partition": 8, "offset": 7, "key": 0, "value": 10_000_003}]
-    assert bracket["partitions"] == [6, 7] and ends["ends"] == [{"partition": 7, "offset": 8}]
-    assert nemesis["process"] == "nemesis" and nemesis["value"] == {"n1": ["n2"]}
-    assert events[0]["partition"] == 2  # the part's own events are left as they were
+def test_a_size_is_made_once_in_parts_and_an_old_layout_again(tmp_path):
+    folder = ensure_history(20_000, tmp_path)
+    assert folder == tmp_path / "check-20000"
+    files = resolve(folder).files
+    assert [f.relative_to(folder).as_posix() for f in files] == ["history.parquet/part-00000.parquet"]
+    expected = orjson.loads((folder / "expected.json").read_bytes())
+    assert expected["parts"] == 1 and expected["events"] == validate_parquet(files)
+    assert expected["anomalies"]["duplicate"] == PLANTED["duplicates"]
+    made = files[0].stat().st_mtime_ns
+    assert ensure_history(20_000, tmp_path) == folder and files[0].stat().st_mtime_ns == made
+    # The earlier layout: one history.parquet file, an expected.json without parts.
+    old = tmp_path / "check-30000"
+    old.mkdir()
+    (old / "history.parquet").write_bytes(b"PAR1")
+    (old / "expected.json").write_bytes(orjson.dumps({"events": 1, "anomalies": {}}))
+    (old / "results.json").write_bytes(b"{}")
+    assert ensure_history(30_000, tmp_path) == old
+    assert (old / "history.parquet").is_dir() and not (old / "results.json").exists()
+
+
+def test_differences_name_each_anomaly_that_differs():
+    assert differences({"duplicate": 5, "lost-write": 5}, {"duplicate": 5, "lost-write": 5}) == ""
+    assert differences({"duplicate": 4, "lost-write": 5}, {"duplicate": 5, "lost-write": 5}) == \
+        "duplicate 4 against 5"
+
+
+def test_the_table_holds_each_size_on_both_masters(capsys):
+    row = {"events": 994_979, "parts": 1, "check_s": 15.75, "bare_scan_s": 0.32, "ratio": 49.2,
+           "peak_rss_mb": 2826}
+    there = {**row, "check_s": 30.5, "bare_scan_s": 1.5, "ratio": 20.3, "peak_rss_mb": 1500}
+    print_table({"master": "local[*]", "cpus": 2, "driver_memory": "8g", "session_start_s": 5.0,
+                 "runs": [row], "cold_cli_s": 40.0, "cold_cli_exit": 0,
+                 "standalone": {"runs": [there], "cold_cli_s": 60.0, "memory_per_worker": "1g",
+                                "executors_peak_rss_mb": 2048}})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("driver memory 8g; local[*], 2 CPUs | standalone")
+    assert lines[2].split() == ["994,979", "15.75", "0.32", "49.2x", "2,826", "MiB", "|",
+                                "30.50", "1.50", "20.3x", "1,500", "MiB"]
+
+
+def test_bad_sizes_are_refused():
+    from bench.checker_cost import _sizes
+
+    with pytest.raises(UserError, match="comma list"):
+        _sizes("1e6")
+    with pytest.raises(UserError, match="at least 10000"):
+        _sizes("5000")
+
+
+@pytest.mark.spark
+def test_the_bench_prints_its_table_and_fails_on_counts_not_planted(tmp_path):
+    cache = tmp_path / "cache"
+    args = ["bench", "check", "--sizes", "20000", "--repeat", "1", "--no-cold", "--cache", str(cache),
+            "--driver-memory", "1g"]
+    proc = harness(*args)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("driver memory 1g; local[*]")
+    events = orjson.loads((cache / "check-20000" / "expected.json").read_bytes())["events"]
+    assert lines[2].split()[0] == f"{events:,}"
+    # A planted count the checker does not find: one line, exit 2.
+    expected = orjson.loads((cache / "check-20000" / "expected.json").read_bytes())
+    expected["anomalies"]["duplicate"] += 1
+    (cache / "check-20000" / "expected.json").write_bytes(orjson.dumps(expected))
+    proc = harness(*args)
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("harness: error: ") and "duplicate 5 against 6" in last, proc.stderr

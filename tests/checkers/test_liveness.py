@@ -252,17 +252,24 @@ def test_expect_limits_and_hang_judge_the_measured_values(check, timed):
 
 def test_columns_read_in_small_batches_are_the_columns_read_at_once(tmp_path):
     # The history is read a batch at a time (the driver never holds all of it):
-    # batch edges must not change a column, nor which processes did final reads.
+    # batch edges must not change a column, nor which processes did final reads,
+    # nor the pairing of completions with invocations that came batches before.
     import numpy as np
 
-    from checkers.liveness import Columns, load_columns
+    from checkers.liveness import Columns
+    from checkers.reading import read_files
     from core.history.parquet import write_parquet
     from harness.synthetic import Plan, generate
 
     path = tmp_path / "history.parquet"
     write_parquet(generate(Plan(events=5_000, seed=5, lost=1, dirty_reads=1)).events, path)
-    whole, batched = load_columns([path], batch_rows=1_000_000), load_columns([path], batch_rows=333)
+    whole, batched = read_files([path], batch_rows=1_000_000), read_files([path], batch_rows=333)
+    rows = lambda r: sorted(tuple(x.values()) for x in r.histogram_rows())  # noqa: E731
+    assert rows(whole) == rows(batched) and whole.invokes == batched.invokes
+    assert whole.few == batched.few
+    whole, batched = whole.columns(), batched.columns()
     for name in Columns.__dataclass_fields__:
         a, b = getattr(whole, name), getattr(batched, name)
         assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b, name
     assert whole.polls > 0 and len(whole.read_time) > 0 and whole.end > 0
+    assert (whole.comp_key >= 0).all(), "every completion found its invocation's key"

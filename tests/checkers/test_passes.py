@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from checkers import anomalies as an
 from checkers import check as check_module
+from checkers import order
 from checkers.check import Options, check_history, sized_conf
 from core.history.parquet import write_parquet
 from harness.synthetic import Plan, generate
@@ -67,13 +67,35 @@ def test_the_spark_side_paths_of_read_order_agree_with_the_driver_side(spark, pl
     assert [driver_side[0]["anomalies"][k]["count"] for k in ("poll-skip", "nonmonotonic-poll", "nonmonotonic-send")] \
         == [2, 1, 1]
     # Every odd step kept in Spark, wide gaps by ordering the known offsets.
-    monkeypatch.setattr(an, "STEPS_ON_DRIVER", 0)
+    monkeypatch.setattr(order, "STEPS_ON_DRIVER", 0)
     spark_side = [check_history(p, Options(), spark=spark) for p in (small, path)]
-    monkeypatch.setattr(an, "STEPS_ON_DRIVER", 100_000)
-    monkeypatch.setattr(an, "WIDE_GAPS_BROADCAST", 0)
+    monkeypatch.setattr(order, "STEPS_ON_DRIVER", 100_000)
+    monkeypatch.setattr(order, "WIDE_GAPS_BROADCAST", 0)
     ordered = [check_history(p, Options(), spark=spark) for p in (small, path)]
     for a, b, c in zip(driver_side, spark_side, ordered):
         assert _without_timing(a) == _without_timing(b) == _without_timing(c)
+
+
+def test_polls_that_interleave_partitions_are_read_record_by_record(check, hist):
+    # Read order is checked on runs of a poll's records whose offsets rise
+    # with their place in the poll (checkers.anomalies.read_runs). Records of
+    # one partition with another's between them fall in one run when their
+    # offsets rise by exactly as many places: 10, (another), 12 hides the
+    # skip of 11, known here, so such polls are split record by record.
+    for v, o in enumerate((10, 11, 12, 13)):
+        hist.send(0, v, 0, o)
+    hist.send(0, 100, 1, 0)
+    hist.send(0, 101, 1, 1)
+    hist.poll(1, (0, 10, 0), (1, 0, 100), (0, 12, 2), (1, 1, 101), (0, 13, 3))
+    hist.poll(2, (0, 10, 0), (1, 0, 100), (0, 11, 1), (1, 1, 101), (0, 12, 2))  # interleaved, in order
+    hist.poll(3, (0, 12, 2), (1, 1, 101), (0, 10, 0))  # interleaved, back by two
+    results = check(hist)
+    assert results["counts_by_anomaly"]["poll-skip"] == 1
+    assert results["counts_by_anomaly"]["nonmonotonic-poll"] == 1
+    (skip,) = results["anomalies"]["poll-skip"]["examples"]
+    assert (skip["process"], skip["prev_offset"], skip["offset"], skip["skipped_offset"]) == (1, 10, 12, 11)
+    (back,) = results["anomalies"]["nonmonotonic-poll"]["examples"]
+    assert (back["process"], back["prev_offset"], back["offset"]) == (3, 12, 10)
 
 
 def test_a_small_check_runs_few_spark_jobs_and_leaves_the_session_as_it_was(spark, hist, tmp_path):
@@ -91,9 +113,9 @@ def test_a_small_check_runs_few_spark_jobs_and_leaves_the_session_as_it_was(spar
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
     assert results["valid"] is True
-    # Three jobs of passes collected together (docs/checker.md, "Passes"), and
-    # the few Spark adds (broadcasts, caches): before the passes were merged,
-    # a small history took about 40 (docs/benchmarks.md).
+    # Four passes (docs/checker.md, "Passes"), what they keep, and the few
+    # jobs Spark adds: before the passes were merged, a small history took
+    # about 40 (docs/benchmarks.md).
     assert len(sc.statusTracker().getJobIdsForGroup("test-passes")) <= 8
     assert {k: spark.conf.get(k, None) for k in keys} == before
     assert sized_conf(1_000, 2) == {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false"}

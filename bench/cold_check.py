@@ -1,0 +1,87 @@
+"""Benchmark: a cold `harness check` from the shell against a bare cold Spark
+scan-and-group-by of the same history, alternated, each in a fresh process.
+
+    harness bench cold HISTORY [--tries 3]
+
+The bare scan is Spark's floor for any check from the shell: a Python
+process that starts a session as `harness check` does (`local[*]`, its
+settings), reads the history's Parquet files, groups by process with a
+count, the records' sum and the latest time, and collects. The check is the
+installed `harness check HISTORY --out DIR` (its results written to a
+temporary folder). Each is timed as a whole process, tries alternated so a
+change in the machine's load falls on both; the medians and their ratio are
+printed (issue 16's target: the check at most 1.3x the bare scan for a
+history of about 60,000 events).
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+from checkers.load import file_uri
+from checkers.spark import get_session
+from core.errors import UserError
+from core.history.files import resolve
+
+
+def configure(parser) -> None:
+    """Flags, for `harness bench cold`."""
+    parser.add_argument("history", help="a Parquet history (a file, a folder of parts, or a run folder)")
+    parser.add_argument("--tries", type=int, default=3, help="alternated tries of each (default 3)")
+    parser.add_argument("--out", default=None, help="write the measurements as JSON here")
+
+
+def bare_scan(history: str) -> None:
+    """The bare cold scan itself (run in a process of its own by `run`)."""
+    from pyspark.sql import functions as F
+
+    source = resolve(history)
+    spark = get_session()
+    spark.read.parquet(*[file_uri(f) for f in source.files]).groupBy("process").agg(
+        F.count("*"), F.sum(F.size("records")), F.max("time")).collect()
+
+
+def _timed(argv: list[str]) -> float:
+    started = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    seconds = time.monotonic() - started
+    if proc.returncode not in (0, 1):  # 1: the check found anomalies, which is a check done
+        raise UserError(f"{' '.join(argv[:4])} ...: exit {proc.returncode}: "
+                        f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    return seconds
+
+
+def run(args) -> int:
+    """Alternate the two, print each try and the medians' ratio."""
+    source = resolve(args.history)
+    if source.format != "parquet":
+        raise UserError(f"{args.history}: a Parquet history, please (the bare scan reads Parquet)")
+    if args.tries < 1:
+        raise UserError("--tries: at least 1")
+    bare, check = [], []
+    with tempfile.TemporaryDirectory(prefix="harness-bench-cold-") as out:
+        for i in range(args.tries):
+            bare.append(_timed([sys.executable, "-m", "bench.cold_check", "--bare", args.history]))
+            check.append(_timed([sys.executable, "-m", "harness.cli", "check", args.history, "--out", out]))
+            print(f"try {i + 1}: bare cold scan {bare[-1]:.2f} s, cold harness check {check[-1]:.2f} s")
+    ratio = statistics.median(check) / statistics.median(bare)
+    print(f"median: bare cold scan {statistics.median(bare):.2f} s, cold harness check "
+          f"{statistics.median(check):.2f} s: {ratio:.2f}x")
+    if args.out:
+        Path(args.out).write_bytes(orjson.dumps({"history": args.history, "bare_s": bare, "check_s": check,
+                                                 "ratio_of_medians": round(ratio, 3)}))
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--bare"] and len(sys.argv) == 3:
+        bare_scan(sys.argv[2])
+    else:
+        sys.exit("usage: python -m bench.cold_check --bare HISTORY (harness bench cold runs it)")

@@ -1,0 +1,194 @@
+"""Read order and send order: nonmonotonic-poll, poll-skip, nonmonotonic-send.
+
+Each process's reads of a partition, in the order it was given them, and
+each producer's acknowledged sends to a partition, in the order it invoked
+them, come from one window pass over small rows: the read runs of
+`anomalies.read_runs` (a run's inside steps are all +1, so only the step
+into each run is looked at), the events that restart read order, and the
+acknowledged sends of the by-value frame. Only the odd steps (backwards, or
+jumping forwards) leave the pass; they are few in any real history and are
+classified on the driver, the known offsets that a jump skipped found by a
+join with the by-position frame.
+
+Read order restarts where the contract says: an `assign` or `crash` of the
+process restarts every partition it reads, a `seek` the partition it names.
+Only an operation that happened restarts it: one completed `ok`, or `info`
+(it may have happened), at its completion; a `fail` or an invocation that
+never completed does not. An `info` seek that names no partition takes its
+invocation's; one that names none at all restarts them all, to stay on the
+safe side.
+"""
+
+from __future__ import annotations
+
+from checkers.anomalies import MAX_EXAMPLES, OK, Frames, offset_of, partition_of, pos_of
+from checkers.spark import broadcast_if_small, keep, local_frame, release
+
+# Gaps in a consumer's offsets up to this wide are checked offset by offset;
+# wider ones (rare: a jump to the end of a log) by ordering the known offsets.
+NARROW_GAP = 1024
+# Odd steps of read order (backwards or jumping) are classified on the driver up to this many.
+STEPS_ON_DRIVER = 100_000
+_STEP_SCHEMA = ("process long, partition long, index long, slot int, offset long, value long, "
+                "prev_offset long, prev_value long, prev_index long")
+_READ, _SEND = 0, 1  # the kinds of ordered streams
+
+
+def _F():
+    from pyspark.sql import functions as F
+
+    return F
+
+
+def order_steps(frames: Frames):
+    """The odd steps of read order (backwards or jumping) and of send order
+    (backwards) from one window pass, partitioned by kind (reads or sends),
+    process and partition, ordered by index (and slot, within a poll): each
+    process's consecutive read runs of a partition, and its successive
+    acknowledged sends to a partition. Few in any real history:
+    `order_checks` takes them to the driver."""
+    from pyspark.sql import Window
+
+    F = _F()
+    runs = frames.runs
+    null_long = F.lit(None).cast("long")
+    # Events that restart a process's read order (gathered on the driver: a
+    # few per consumer and fault), for every partition it reads or the one named.
+    restarts = local_frame(runs.sparkSession, [(p, i, -1 if only is None else only) for p, i, only in frames.restarts],
+                           "process long, index long, only long")
+    proc_parts = runs.select("process", "partition").distinct()
+    resets = restarts.join(proc_parts, "process").where(
+        (F.col("only") < 0) | (F.col("only") == F.col("partition"))).select(
+        F.lit(_READ).alias("kind"), "process", "partition", "index", F.lit(0).alias("slot"),
+        *[null_long.alias(c) for c in ("first_offset", "first_value", "last_offset", "last_value", "ack_index")])
+    # A producer's acknowledged sends, in invocation order, as one-record runs.
+    ack_offset = offset_of(F.col("ack_pos"))
+    sends = frames.by_value.where(F.col("outcome") == OK).select(
+        F.lit(_SEND).alias("kind"), "process", partition_of(F.col("ack_pos")).alias("partition"),
+        F.col("inv_index").alias("index"), F.lit(0).alias("slot"),
+        ack_offset.alias("first_offset"), F.col("value").alias("first_value"),
+        ack_offset.alias("last_offset"), F.col("value").alias("last_value"), F.col("comp_index").alias("ack_index"))
+    stream = (runs.select(F.lit(_READ).alias("kind"), "process", "partition", "index",
+                          F.col("first_slot").alias("slot"), "first_offset", "first_value", "last_offset",
+                          "last_value", null_long.alias("ack_index"))
+              .unionByName(resets).unionByName(sends))
+    w = Window.partitionBy("kind", "process", "partition").orderBy("index", "slot")
+    offset, prev_offset = F.col("offset"), F.col("prev_offset")
+    # A restart has no records: it is never a step, and the run after it has none before it.
+    return stream.select(
+        "kind", "process", "partition", "index", "slot", F.col("first_offset").alias("offset"),
+        F.col("first_value").alias("value"), F.lag("last_offset").over(w).alias("prev_offset"),
+        F.lag("last_value").over(w).alias("prev_value"), F.lag("index").over(w).alias("prev_index"), "ack_index",
+    ).where(offset.isNotNull() & prev_offset.isNotNull()).where(
+        F.when(F.col("kind") == _SEND, offset < prev_offset)
+        .otherwise((offset <= prev_offset) | (offset > prev_offset + 1)))
+
+
+def order_checks(steps, rows: list, by_pos) -> dict[str, tuple[int, list[dict]]]:
+    """nonmonotonic-poll, poll-skip and nonmonotonic-send from `order_steps`:
+    `rows` are its first STEPS_ON_DRIVER + 1 rows, classified on the driver
+    unless there are more (a history with many gaps: records it does not
+    know), then in Spark. Either way the gaps meet the known positions by
+    `_skipped`."""
+    F = _F()
+    offset, prev_offset = F.col("offset"), F.col("prev_offset")
+    if len(rows) <= STEPS_ON_DRIVER:
+        order = lambda r: (r["index"], r["slot"])  # noqa: E731
+        reads = [r for r in rows if r["kind"] == _READ]
+        back = sorted((r for r in reads if r["offset"] <= r["prev_offset"]), key=order)
+        gaps = [r for r in reads if r["offset"] > r["prev_offset"] + 1]
+        skipped = []
+        if gaps:
+            widths = [r["offset"] - r["prev_offset"] - 1 for r in gaps]
+            columns = [c.split()[0] for c in _STEP_SCHEMA.split(", ")]
+            gaps_df = local_frame(by_pos.sparkSession, [tuple(r[c] for c in columns) for r in gaps], _STEP_SCHEMA)
+            skipped = sorted((r.asDict() for r in _skipped(gaps_df, by_pos, sum(w for w in widths if w <= NARROW_GAP),
+                                                           sum(w > NARROW_GAP for w in widths)).collect()), key=order)
+        sends = sorted((r for r in rows if r["kind"] == _SEND), key=lambda r: r["index"])
+        return {"nonmonotonic-poll": (len(back), [_step(r) for r in back[:MAX_EXAMPLES]]),
+                "poll-skip": (len(skipped), [_step(r, skipped=True) for r in skipped[:MAX_EXAMPLES]]),
+                "nonmonotonic-send": (len(sends), [_send_step(r) for r in sends[:MAX_EXAMPLES]])}
+    kept = [keep(steps)]
+    try:
+        steps = kept[0]
+        reads, sends = steps.where(F.col("kind") == _READ), steps.where(F.col("kind") == _SEND)
+        backwards = reads.where(offset <= prev_offset)
+        gaps = reads.where(offset > prev_offset + 1).select(*[c.split()[0] for c in _STEP_SCHEMA.split(", ")])
+        width = offset - prev_offset - 1
+        sizes = gaps.agg(F.sum(F.when(width <= NARROW_GAP, width)).alias("narrow"),
+                         F.count(F.when(width > NARROW_GAP, 1)).alias("wide")).collect()[0]
+        skips = keep(_skipped(gaps, by_pos, sizes["narrow"] or 0, sizes["wide"]))
+        kept.append(skips)
+        examples = {name: frame.orderBy(*keys).limit(MAX_EXAMPLES).collect()
+                    for name, frame, keys in (("back", backwards, ("index", "slot")), ("skip", skips, ("index", "slot")),
+                                              ("send", sends, ("index",)))}
+        return {"nonmonotonic-poll": (backwards.count(), [_step(r) for r in examples["back"]]),
+                "poll-skip": (skips.count(), [_step(r, skipped=True) for r in examples["skip"]]),
+                "nonmonotonic-send": (sends.count(), [_send_step(r) for r in examples["send"]])}
+    finally:
+        for frame in kept:
+            release(frame)
+
+
+def _send_step(r) -> dict:
+    return {"process": r["process"], "partition": r["partition"],
+            "prev_value": r["prev_value"], "prev_offset": r["prev_offset"], "prev_invoke_index": r["prev_index"],
+            "value": r["value"], "offset": r["offset"], "invoke_index": r["index"], "ack_index": r["ack_index"]}
+
+
+# Wide gaps up to this many are matched against the known offsets of their
+# partition by a broadcast join (no sort); more, by ordering the known offsets.
+WIDE_GAPS_BROADCAST = 1000
+
+
+def _skipped(gaps, by_pos, narrow_width: int, wide: int):
+    """The gaps (`_STEP_SCHEMA` rows: prev_offset, offset) that skipped a known
+    offset, each with the first such (`skipped_offset`). `narrow_width`: the
+    offsets inside the narrow gaps (up to NARROW_GAP wide) together; `wide`:
+    how many are wider (both counted by the caller).
+
+    Narrow gaps are spelled out offset by offset and, where that makes few
+    rows, go to every task (broadcast) to meet the known positions where
+    they lie, so the known positions are neither shuffled nor sorted; so do
+    wide ones, as ranges, when few; many wide gaps (a history that jumps
+    about) take the offset known next after each `prev_offset`, by ordering
+    the known offsets of each partition."""
+    from pyspark.sql import Window
+
+    F = _F()
+    key = ["process", "partition", "index", "slot"]
+    width = F.col("offset") - F.col("prev_offset") - 1
+    found = []
+    if narrow_width:
+        inside = (gaps.where(width <= NARROW_GAP).select(
+            *key, F.explode(F.sequence(F.col("prev_offset") + 1, F.col("offset") - 1)).alias("inside"))
+            .select(*key, "inside", pos_of(F.col("partition"), F.col("inside")).alias("pos")))
+        found.append(by_pos.select("pos").join(broadcast_if_small(inside, narrow_width), "pos")
+                     .groupBy(*key).agg(F.min("inside").alias("skipped_offset")))
+    if wide and wide <= WIDE_GAPS_BROADCAST:
+        known = by_pos.select(partition_of(F.col("pos")).alias("p"), offset_of(F.col("pos")).alias("o"))
+        found.append(known.join(F.broadcast(gaps.where(width > NARROW_GAP)),
+                                (F.col("p") == F.col("partition")) & (F.col("o") > F.col("prev_offset"))
+                                & (F.col("o") < F.col("offset")))
+                     .groupBy(*key).agg(F.min("o").alias("skipped_offset")))
+    elif wide:
+        # The offset known next after `prev_offset` (itself known: a record read) lies before `offset`.
+        wk = Window.partitionBy("partition").orderBy("prev_offset")
+        next_known = by_pos.select(partition_of(F.col("pos")).alias("partition"),
+                                   offset_of(F.col("pos")).alias("prev_offset"))
+        next_known = next_known.select("*", F.lead("prev_offset").over(wk).alias("skipped_offset"))
+        found.append(gaps.where(width > NARROW_GAP).join(next_known, ["partition", "prev_offset"])
+                     .where(F.col("skipped_offset") < F.col("offset")).select(*key, "skipped_offset"))
+    if not found:
+        return gaps.select("*", F.lit(None).cast("long").alias("skipped_offset")).limit(0)
+    union = found[0] if len(found) == 1 else found[0].unionByName(found[1])
+    return gaps.join(union, key)
+
+
+def _step(r, skipped: bool = False) -> dict:
+    step = {"process": r["process"], "partition": r["partition"],
+            "prev_offset": r["prev_offset"], "prev_value": r["prev_value"], "prev_index": r["prev_index"],
+            "offset": r["offset"], "value": r["value"], "index": r["index"]}
+    if skipped:
+        step["skipped_offset"] = r["skipped_offset"]
+    return step

@@ -1,0 +1,359 @@
+"""The driver's one read of a history, while it is validated.
+
+`checkers.load.prepare` hands every batch of the history, in order, to a
+`HistoryReader`, which gathers what the checker takes from the driver
+rather than from Spark, each batch vectorised (NumPy and Arrow, no Python
+per event), keeping only what later batches need:
+
+- the nemesis's events and the `final-reads` operations (`few`): few rows
+  in any history, which say where the final reads are and what faults ran;
+- the events that restart a consumer's read order (`restarts`: assign,
+  crash and seek completions that happened), a few per consumer and fault;
+- every operation paired with its invocation: a send by its value (the
+  invocations not yet answered are kept, sorted by value), every other
+  operation by order within its process and `f` (the k-th completion
+  answers the k-th invocation; the unanswered invocations' times are kept),
+  where a completion that answers nothing is refused, by its index, as
+  Spark refused it before;
+- from the pairs, the latency histograms (`histogram_rows`: completions by
+  f, outcome, second of completion and 4 % latency bucket, with the largest
+  latency) and the invocations by f;
+- liveness's columns (`columns`; checkers/liveness.py).
+
+The rest (every anomaly) is Spark's: its passes are over the whole history
+at once, by value and by position, which no single read in order can do
+within bounded memory.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from checkers.liveness import Columns
+from checkers.stats import BUCKET_FLOOR_NS, BUCKET_GROWTH, HISTOGRAM_COLUMNS
+from core.errors import HistoryError
+from core.history.format import FINAL_READS, NEMESIS_PROCESS_ID, TYPES
+
+INVOKE = TYPES.index("invoke")
+_EMPTY = np.empty(0, np.int64)
+# An operation's place among its process's operations of one f, packed with the group.
+_ORDINAL_BITS = 40
+# A group's (process, f) packed in one int64: f's id in the low bits.
+_F_BITS = 16
+_F_MASK = (1 << _F_BITS) - 1
+
+
+class HistoryReader:
+    """What the checker gathers from the history on the driver (module
+    docstring): hand it every batch in order (`add`), then read `few`,
+    `invokes`, `histogram_rows()` and `columns()`."""
+
+    FEW_COLUMNS = ("process", "index", "time", "type", "f", "partitions", "ends", "extra")
+    RESTARTS = ("assign", "crash", "seek")
+
+    def __init__(self) -> None:
+        self.few: list[dict] = []
+        # (process, index, partition or None: every partition it reads), in order.
+        self.restarts: list[tuple[int, int, int | None]] = []
+        self._seek_invoked: dict[int, int | None] = {}  # process -> the partition of its last seek invocation
+        self.invokes: dict[str, int] = {}  # client invocations by f
+        self._histogram: dict[tuple, list[int]] = {}  # (f, type, second, bucket) -> [count, max]
+        self._fs: dict[str, int] = {}  # f -> a small id, in order seen
+        # Sends invoked and not yet answered, sorted by value: value, key, time.
+        self._sends = (_EMPTY, _EMPTY, _EMPTY)
+        # Other operations, by (process, f) group: invocations and completions so far,
+        # and the invocations not yet answered (group << _ORDINAL_BITS | ordinal, time).
+        self._groups: dict[tuple[int, int], int] = {}
+        self._invoked = np.zeros(0, np.int64)
+        self._completed = np.zeros(0, np.int64)
+        self._open = (_EMPTY, _EMPTY)
+        # Liveness's columns, a list of batches per column; and per client process,
+        # its last event's time and its poll invocations; the processes of final reads.
+        self._chunks: dict[str, list] = {}
+        self._last_time: dict[int, int] = {}
+        self._poll_invokes: dict[int, int] = {}
+        self._final: set[int] = set()
+
+    # -----------------------------------------------------------------------
+    # one batch
+
+    def add(self, batch) -> None:
+        """Read one batch (an Arrow table or record batch in
+        core.history.parquet's layout, or a user's with those column names)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        t = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+        if not t.num_rows:
+            return
+
+        def col(name, default=-1):
+            if name not in t.column_names:
+                return np.full(t.num_rows, default, dtype=np.int64)
+            return pc.fill_null(pc.cast(t[name], pa.int64()), default).to_numpy()
+
+        process, time, index = col("process"), col("time"), col("index")
+        typ = pc.fill_null(pc.index_in(t["type"], value_set=pa.array(TYPES)), -1).to_numpy()
+        f_col = t["f"].combine_chunks() if isinstance(t["f"], pa.ChunkedArray) else t["f"]
+        f_codes = pc.dictionary_encode(pc.cast(f_col, pa.string()))
+        names = f_codes.dictionary.to_pylist()
+        for name in names:
+            self._fs.setdefault(name, len(self._fs))
+        if len(self._fs) > 0xFF:
+            raise HistoryError(f"more than {0xFF} distinct operation names ('f'): not a history of this contract")
+        f = np.array([self._fs[name] for name in names], np.int64)[pc.fill_null(f_codes.indices, 0).to_numpy()]
+        fid = {name: self._fs.get(name, -1) for name in ("send", "poll", FINAL_READS)}
+        client = process >= 0
+        invoke = typ == INVOKE
+        self._gather_few(t, process, f, fid[FINAL_READS])
+        self._gather_restarts(process, f, typ, index, col("partition"))
+        send = client & (f == fid["send"])
+        comp_key, comp_inv_time = self._pair_sends(col("value"), col("key"), time, send, invoke)
+        self._pair_others(process, f, typ, index, time, ~send, invoke)
+        self._count(process, f, client & invoke)
+        self._gather_liveness(t, col, process, time, typ, f, fid, send, invoke, comp_key)
+        comp = send & ~invoke
+        found = comp_inv_time >= 0
+        self._add_latencies(np.full(int(found.sum()), fid["send"]), typ[comp][found], time[comp][found],
+                            (time[comp] - comp_inv_time)[found])
+
+    def _gather_few(self, t, process, f, final_reads: int) -> None:
+        wanted = (process == NEMESIS_PROCESS_ID) | ((process >= 0) & (f == final_reads))
+        if wanted.any():
+            import pyarrow as pa
+
+            few = t.take(pa.array(np.flatnonzero(wanted)))
+            present = [c for c in self.FEW_COLUMNS if c in few.column_names]
+            self.few += [{c: row.get(c) for c in self.FEW_COLUMNS} for row in few.select(present).to_pylist()]
+
+    def _gather_restarts(self, process, f, typ, index, partition) -> None:
+        """The completions that restart read order (docs/checker.md, "Readings
+        of the contract"): an assign or crash of the process restarts every
+        partition it reads, a seek the partition it names; only one that
+        happened (ok or info); an info seek that names none takes its
+        invocation's, and with none there either restarts them all."""
+        ids = [self._fs[name] for name in self.RESTARTS if name in self._fs]
+        rows = np.flatnonzero((process >= 0) & np.isin(f, ids))
+        if not len(rows):
+            return
+        seek = self._fs.get("seek", -1)
+        happened = (TYPES.index("ok"), TYPES.index("info"))
+        for proc, fi, ty, i, part in zip(process[rows].tolist(), f[rows].tolist(), typ[rows].tolist(),
+                                          index[rows].tolist(), partition[rows].tolist()):
+            named = None if part < 0 else part
+            if fi == seek and ty == INVOKE:
+                self._seek_invoked[proc] = named
+            elif ty in happened:
+                only = (named if named is not None else self._seek_invoked.get(proc)) if fi == seek else None
+                self.restarts.append((proc, i, only))
+
+    def _pair_sends(self, value, key, time, send, invoke):
+        """Each send completion's invocation: its key and time (-1 where none
+        was invoked before it, which the checker's Spark pass refuses)."""
+        inv, comp = send & invoke, send & ~invoke
+        values = np.concatenate((self._sends[0], value[inv]))
+        keys = np.concatenate((self._sends[1], key[inv]))
+        times = np.concatenate((self._sends[2], time[inv]))
+        order = np.argsort(values, kind="stable")
+        values, keys, times = values[order], keys[order], times[order]
+        wanted = value[comp]
+        if not len(values):
+            return np.full(len(wanted), -1), np.full(len(wanted), -1)
+        i = np.minimum(np.searchsorted(values, wanted), len(values) - 1)
+        found = values[i] == wanted
+        answered = np.zeros(len(values), bool)
+        answered[i[found]] = True
+        self._sends = (values[~answered], keys[~answered], times[~answered])
+        return np.where(found, keys[i], -1), np.where(found, times[i], -1)
+
+    def _pair_others(self, process, f, typ, index, time, others, invoke) -> None:
+        """Every operation but a client's send, by order within its (process,
+        f): a completion with no invocation left to answer is refused."""
+        rows = np.flatnonzero(others)
+        if not len(rows):
+            return
+        # Each event's group (process, f), numbered in order seen.
+        unique, where = np.unique(((process[rows] + 1) << _F_BITS) | f[rows], return_inverse=True)
+        gids = np.array([self._groups.setdefault((int(k >> _F_BITS) - 1, int(k & _F_MASK)), len(self._groups))
+                         for k in unique.tolist()], np.int64)
+        group = gids[where.reshape(-1)]
+        grown = len(self._groups) - len(self._invoked)
+        if grown > 0:
+            self._invoked = np.concatenate((self._invoked, np.zeros(grown, np.int64)))
+            self._completed = np.concatenate((self._completed, np.zeros(grown, np.int64)))
+        inv = invoke[rows]
+        # Within each group, in file order: invocations and completions so far.
+        order = np.argsort(group, kind="stable")
+        g = group[order]
+        starts = np.flatnonzero(np.concatenate(([True], g[1:] != g[:-1])))
+        is_inv = inv[order].astype(np.int64)
+        run_inv, run_comp = _cumsum_by_run(is_inv, starts), _cumsum_by_run(1 - is_inv, starts)
+        k_inv, k_comp = self._invoked[g] + run_inv, self._completed[g] + run_comp
+        comp = ~inv[order]
+        orphan = comp & (k_comp > k_inv)
+        if orphan.any():
+            first = int(index[rows[order][orphan]].min())
+            raise HistoryError(f"index {first}: a completion without an invocation (same process and f) before it")
+        ends = np.append(starts[1:], len(g)) - 1
+        self._invoked[g[ends]], self._completed[g[ends]] = k_inv[ends], k_comp[ends]
+        # The k-th completion answers the k-th invocation: its time.
+        at = rows[order]
+        new = (g[~comp] << _ORDINAL_BITS) | k_inv[~comp]
+        keys = np.concatenate((self._open[0], new))
+        times = np.concatenate((self._open[1], time[at[~comp]]))
+        sort = np.argsort(keys, kind="stable")
+        keys, times = keys[sort], times[sort]
+        wanted = (g[comp] << _ORDINAL_BITS) | k_comp[comp]
+        i = np.searchsorted(keys, wanted)  # always found: k_comp <= k_inv
+        answered = np.zeros(len(keys), bool)
+        answered[i] = True
+        self._open = (keys[~answered], times[~answered])
+        client = process[at[comp]] >= 0
+        done = at[comp][client]
+        self._add_latencies(f[done], typ[done], time[done], (time[done] - times[i][client]))
+
+    def _count(self, process, f, invocations) -> None:
+        ids, n = np.unique(f[invocations], return_counts=True)
+        names = {i: name for name, i in self._fs.items()}
+        for i, k in zip(ids.tolist(), n.tolist()):
+            self.invokes[names[i]] = self.invokes.get(names[i], 0) + k
+
+    def _add_latencies(self, f, typ, time, latency) -> None:
+        """Count completions by (f, type, second of completion, latency bucket),
+        with the largest latency: the same buckets and seconds Spark counted."""
+        if not len(latency):
+            return
+        second = np.floor(time / 1e9).astype(np.int64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            bucket = np.where(latency <= BUCKET_FLOOR_NS, 0,
+                              np.ceil(np.log(latency / BUCKET_FLOOR_NS) / np.log(BUCKET_GROWTH))).astype(np.int64)
+        # One int64 per key: second (40 bits), bucket (12), f (8), type (2); f ids
+        # count the distinct operation names seen, a few dozen.
+        keys = (((second << 12 | bucket) << 8 | f.astype(np.int64)) << 2) | typ.astype(np.int64)
+        unique, where = np.unique(keys, return_inverse=True)
+        where = where.reshape(-1)
+        count = np.bincount(where, minlength=len(unique))
+        top = np.full(len(unique), np.iinfo(np.int64).min)
+        np.maximum.at(top, where, latency)
+        for k, n, m in zip(unique.tolist(), count.tolist(), top.tolist()):
+            key = (k >> 2 & 0xFF, k & 3, k >> 22, k >> 10 & 0xFFF)  # f, type, second, bucket
+            entry = self._histogram.get(key)
+            if entry is None:
+                self._histogram[key] = [n, m]
+            else:
+                entry[0] += n
+                entry[1] = max(entry[1], m)
+
+    def _gather_liveness(self, t, col, process, time, typ, f, fid, send, invoke, comp_key) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        client = process >= 0
+        self._final.update(np.unique(process[client & (f == fid[FINAL_READS])]).tolist())
+        is_poll, ok = f == fid["poll"], typ == TYPES.index("ok")
+        procs, where = np.unique(process[client], return_inverse=True)
+        where = where.reshape(-1)
+        last = np.full(len(procs), np.iinfo(np.int64).min)
+        np.maximum.at(last, where, time[client])
+        polls = np.bincount(where, weights=(is_poll & invoke)[client], minlength=len(procs))
+        for proc, t_last, n in zip(procs.tolist(), last.tolist(), polls.tolist()):
+            self._last_time[proc] = max(self._last_time.get(proc, t_last), t_last)
+            self._poll_invokes[proc] = self._poll_invokes.get(proc, 0) + int(n)
+        inv, comp = send & invoke, send & ~invoke
+        add = self._chunks.setdefault
+        add("inv_time", []).append(time[inv])
+        add("inv_key", []).append(col("key")[inv])
+        add("comp_time", []).append(time[comp])
+        add("comp_key", []).append(comp_key)
+        add("comp_ok", []).append(ok[comp])
+        add("comp_partition", []).append(np.where(ok, col("partition"), -1)[comp].astype(np.int32))
+        add("comp_offset", []).append(col("offset")[comp])
+        rows = np.flatnonzero(client & is_poll & ok)
+        rt = rp = ro = rproc = _EMPTY
+        if len(rows) and "records" in t.column_names:
+            recs = t["records"].take(pa.array(rows))
+            parent = pc.list_parent_indices(recs).to_numpy()
+            flat = pc.list_flatten(recs)
+            if len(flat):
+                p = pc.fill_null(pc.cast(pc.struct_field(flat, "partition"), pa.int64()), -1).to_numpy()
+                o = pc.fill_null(pc.cast(pc.struct_field(flat, "offset"), pa.int64()), -1).to_numpy()
+                # The largest offset per (poll, partition). A poll's records are
+                # together and mostly in runs of one partition, so the keys are
+                # nearly sorted already (a stable sort finds the runs).
+                key = parent * (int(p.max()) + 2) + (p + 1)
+                order = np.argsort(key, kind="stable")
+                key, o = key[order], o[order]
+                starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+                first = order[starts]
+                polls_of = rows[parent[first]]
+                rt, rp, ro, rproc = time[polls_of], p[first], np.maximum.reduceat(o, starts), process[polls_of]
+        add("read_time", []).append(rt)
+        add("read_partition", []).append(rp)
+        add("read_offset", []).append(ro)
+        add("read_process", []).append(rproc)
+
+    # -----------------------------------------------------------------------
+    # what was gathered
+
+    def histogram_rows(self) -> list[dict]:
+        """The latency histograms' rows (stats.HISTOGRAM_COLUMNS), for `stats.latency`."""
+        names = {i: name for name, i in self._fs.items()}
+        return [dict(zip(HISTOGRAM_COLUMNS, (names[f], TYPES[typ], second, bucket, n, m)))
+                for (f, typ, second, bucket), (n, m) in self._histogram.items()]
+
+    def folded_few(self, mapping: dict[int, int]) -> list[dict]:
+        """`few` with the offsets of `ends` folded as the checker's
+        (checkers/offsets.py: true -> folded; empty: none folded)."""
+        if not mapping:
+            return self.few
+        return [{**r, "ends": [{**e, "offset": mapping.get(e["offset"], e["offset"])} for e in r["ends"]]}
+                if r.get("ends") else r for r in self.few]
+
+    def columns(self) -> Columns:
+        """Liveness's columns of everything read; the reads and the workload's
+        end leave out the processes that did final reads (none of theirs is
+        the run's). Called once: the batches are let go as they are joined."""
+        import pyarrow as pa
+
+        pa.default_memory_pool().release_unused()  # what Arrow kept of the batches read
+        arrays = {}
+        for k in list(self._chunks):  # one column at a time: no more than one held twice
+            arrays[k] = np.concatenate(self._chunks.pop(k))
+        if not arrays:
+            arrays = {k: np.empty(0, bool if k == "comp_ok" else np.int64)
+                      for k in list(Columns.__dataclass_fields__) + ["read_process"] if k not in ("end", "polls")}
+        in_run = ~np.isin(arrays.pop("read_process"), list(self._final))
+        for k in ("read_time", "read_partition", "read_offset"):
+            arrays[k] = arrays[k][in_run]
+        run_procs = [proc for proc in self._last_time if proc not in self._final]
+        end = max((self._last_time[proc] for proc in run_procs), default=-1)
+        polls = sum(self._poll_invokes[proc] for proc in run_procs)
+        return Columns(**arrays, end=end, polls=polls)
+
+
+def _cumsum_by_run(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Cumulative sums of `x` restarting at each of `starts` (run boundaries)."""
+    total = np.cumsum(x)
+    before = np.zeros(len(x), np.int64)
+    before[starts[1:]] = total[starts[1:] - 1]
+    return total - np.maximum.accumulate(before)
+
+
+# Rows of a history read at a time by `read_files`.
+BATCH_ROWS = 500_000
+_WANTED = ("index", "time", "process", "type", "f", "key", "value", "partition", "offset", "records", "partitions",
+           "ends", "extra")
+
+
+def read_files(files, batch_rows: int = BATCH_ROWS) -> HistoryReader:
+    """A `HistoryReader` of Parquet history files, read in batches (no
+    validation: that is `checkers.load.prepare`'s, which feeds the same reader)."""
+    import pyarrow.parquet as pq
+
+    reader = HistoryReader()
+    for path in files:
+        pf = pq.ParquetFile(str(path))
+        names = set(pf.schema_arrow.names)
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=[c for c in _WANTED if c in names]):
+            reader.add(batch)
+    return reader

@@ -1,0 +1,138 @@
+"""`harness gen-history` in parts (harness/synthetic.py): independent
+simulations, each on partitions, processes and values of its own and later
+in time than the one before, written as a folder of Parquet parts whose
+indexes continue; expected.json sums the parts' counts, and a checker's
+counts on the whole equal them. (The parts were once stitched by the
+checker bench, which moved every field naming a partition but, at first,
+not the final-reads brackets' `ends`: the checker then found 644
+lost-acked values in a 10M history where none was planted.)"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import orjson
+import pyarrow.parquet as pq
+import pytest
+
+from checkers.check import Options, check_history
+from core.history.files import resolve
+from core.history.parquet import read_parquet_events, validate_parquet
+from harness.cli import main
+from harness.synthetic import PLANTABLE, Plan, generate, part_plans, write_parts
+from tests.checkers.reference import reference_counts
+
+PLAN = Plan(events=9_000, seed=3, lost=4, lost_acked=3, dirty_reads=2, duplicates=3, inconsistent=2, aborted=2,
+            nonmonotonic_polls=2, skips=3, nonmonotonic_sends=2, unseen=3)
+
+
+def _parts(folder) -> list[list[dict]]:
+    return [read_parquet_events(f) for f in resolve(folder).files]
+
+
+def _partitions(e: dict) -> set[int]:
+    """Every partition an event names: a send's or seek's, an assign's or a
+    bracket's list, a commit's offsets, a bracket's ends, a poll's records."""
+    found = {e["partition"]} if e.get("partition") is not None else set()
+    found |= set(e.get("partitions") or [])
+    for name in ("offsets", "ends", "records"):
+        found |= {x["partition"] for x in e.get(name) or []}
+    return found
+
+
+def _values(e: dict) -> set[int]:
+    found = {e["value"]} if e["f"] == "send" else set()
+    return found | {r["value"] for r in e.get("records") or []}
+
+
+def test_parts_are_runs_of_their_own_one_after_another(tmp_path):
+    written = write_parts(PLAN, 3, 1, tmp_path / "history.parquet")
+    files = resolve(tmp_path / "history.parquet").files
+    assert [f.name for f in files] == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    assert validate_parquet(files) == written.events  # indexes continue from part to part
+    parts = _parts(tmp_path / "history.parquet")
+    seen_processes: set[int] = set()
+    seen_values: set[int] = set()
+    for k, events in enumerate(parts):
+        client = [e for e in events if e["process"] != "nemesis"]
+        assert set().union(*map(_partitions, client)) == set(range(6 * k, 6 * k + 6))
+        processes = {e["process"] for e in client}
+        values = set().union(*map(_values, client))
+        assert not processes & seen_processes and not values & seen_values
+        seen_processes |= processes
+        seen_values |= values
+        if k:
+            assert events[0]["time"] > parts[k - 1][-1]["time"]
+        assert sum(e["f"] == "final-reads" for e in client) == 2  # each part its own bracket
+    assert seen_processes == set(range(len(seen_processes)))  # numbered on, without gaps
+    # The parts' own counts, summed, are what a literal reading of the whole finds.
+    reference = reference_counts([e for events in parts for e in events])
+    assert {name: reference[name] for name in written.expected} == written.expected
+    assert (reference["_info_read"], reference["_info_unread"]) == (written.info_read, written.info_unread)
+    # Every planted kind is there, shared out among the parts.
+    assert written.expected["duplicate"] == 3 and written.expected["unseen"] >= 3
+
+
+def test_planted_anomalies_are_shared_out_and_seeds_follow_on():
+    plans = part_plans(replace(PLAN, events=10_001), 3)
+    assert [p.events for p in plans] == [3_334, 3_334, 3_333]
+    assert [p.lost for p in plans] == [2, 1, 1] and [p.skips for p in plans] == [1, 1, 1]
+    assert [p.seed for p in plans] == [3, 4, 5]
+    assert [p.first_partition for p in plans] == [0, 6, 12]
+    assert [p.first_value for p in plans] == [0, 10_000, 20_000]
+    for name in PLANTABLE:
+        assert sum(getattr(p, name) for p in plans) == getattr(PLAN, name)
+
+
+def test_one_part_is_the_history_itself_and_workers_do_not_change_it(tmp_path):
+    write_parts(PLAN, 1, 1, tmp_path / "one")
+    assert _parts(tmp_path / "one") == [generate(PLAN).events]
+    write_parts(PLAN, 3, 1, tmp_path / "in-process")
+    write_parts(PLAN, 3, 2, tmp_path / "two-workers")
+    for a, b in zip(resolve(tmp_path / "in-process").files, resolve(tmp_path / "two-workers").files, strict=True):
+        assert pq.read_table(a).equals(pq.read_table(b))
+
+
+def test_gen_history_parts_replaces_what_the_folder_held(tmp_path, capsys):
+    assert main(["gen-history", "--events", "3000", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "history.jsonl").is_file() and (tmp_path / "history.parquet").is_file()
+    assert main(["gen-history", "--events", "6000", "--parts", "2", "--jobs", "2", "--out", str(tmp_path),
+                 "--lost", "3"]) == 0
+    assert not (tmp_path / "history.jsonl").exists()
+    source = resolve(tmp_path)
+    assert [f.name for f in source.files] == ["part-00000.parquet", "part-00001.parquet"]
+    expected = orjson.loads((tmp_path / "expected.json").read_bytes())
+    assert expected["parts"] == 2 and expected["events"] == validate_parquet(source.files)
+    assert expected["anomalies"]["lost-write"] + expected["anomalies"]["unseen"] == 3
+    assert "in 2 parts" in capsys.readouterr().out
+    # And back: one file again, the parts gone.
+    assert main(["gen-history", "--events", "3000", "--format", "jsonl", "--out", str(tmp_path)]) == 0
+    assert not (tmp_path / "history.parquet").exists() and resolve(tmp_path).format == "jsonl"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--parts", "0"], "--parts must be at least 1"),
+    (["--parts", "2", "--jobs", "0"], "--jobs must be at least 1"),
+    (["--jobs", "2"], "--jobs goes with --parts"),
+    (["--parts", "2", "--format", "jsonl"], "--parts writes Parquet parts"),
+    (["--parts", "30"], "each part needs at least 200 events"),
+    (["--parts", "2", "--lost", "-1"], "--lost must not be negative"),
+    (["--parts", "2", "--lost", "400"], "too many planted anomalies"),
+])
+def test_bad_flags_are_one_line_and_exit_2(tmp_path, capsys, flags, message):
+    assert main(["gen-history", "--events", "5000", "--out", str(tmp_path / "out"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("harness: error: ") and message in err, err
+    assert not (tmp_path / "out" / "history.parquet").exists()
+
+
+@pytest.mark.spark
+def test_the_checker_finds_in_parts_what_expected_json_says(spark, tmp_path, capsys):
+    planted = [f"--{name.replace('_', '-')}={getattr(PLAN, name)}" for name in PLANTABLE]
+    assert main(["gen-history", "--events", "12000", "--parts", "3", "--jobs", "2", "--seed", "11",
+                 "--out", str(tmp_path), *planted]) == 0
+    expected = orjson.loads((tmp_path / "expected.json").read_bytes())
+    results = check_history(tmp_path, Options(), spark=spark)
+    assert {name: a["count"] for name, a in results["anomalies"].items()} == expected["anomalies"]
+    assert results["counts"]["sends"] == expected["sends"]
+    assert results["stats"]["info_sends"] == expected["info_sends"]
