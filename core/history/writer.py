@@ -1,15 +1,17 @@
 """`HistoryWriter` appends events to `history.jsonl` from many client threads,
-at a cost to them of a struct pack and a buffer append per event.
+at a cost to them of a struct pack and a buffer append per event (per burst
+of a producer's invokes).
 
 Formatting JSON costs about a microsecond per event, as much as the rest of
 a producer's loop per send, and in one Python process it holds the GIL
 whatever thread does it. So the client threads only pack each event into an
 in-memory buffer of its kind (one atomic `bytearray.extend` under the GIL):
-a send's invoke and its ok as rows of int64 (`send_invoked`, `send_acked`),
-any other event as its JSON without index and time (`record`). A shipper
-thread hands the three buffers to a writer *process* every 50 ms through a
-pipe, and that process orders the events by time, numbers them, formats them
-as JSON lines and writes them to the file at once.
+a send's invoke and its ok as rows of int64 (`sends_invoked` for a burst of
+invokes at one time, `send_invoked`, `send_acked`), any other event as its
+JSON without index and time (`record`). A shipper thread hands the three
+buffers to a writer *process* every 50 ms through a pipe, and that process
+orders the events by time, numbers them, formats them as JSON lines and
+writes them to the file at once.
 
 Order: every event's time is read as it is recorded, and the file is in time
 order (a stable sort of each batch; ties keep the order of the kinds, then of
@@ -25,12 +27,15 @@ whatever happened after its append read the clock after the cut.
 
 The writer process formats a batch at once, not one event by one in Python:
 numpy reads the rows, orders them and writes the lines of a send's events as
-rows of a byte matrix, four digits at a time from a table, every number of a
-group of lines in the same columns (lines whose numbers have the same widths
-form a group; the digits that all lines of a group share are written once);
-an Arrow `take` puts the lines of all groups and kinds in file order
-(`_Batcher`, `_fixed_lines`). Only JSON events (polls, the nemesis, errors:
-few at saturation) and sends with a negative number take a Python step each.
+rows of a byte matrix kept from batch to batch, four digits at a time from a
+table, every number of a kind's lines in the same columns (a number whose
+width varies between lines is cut out of the shorter ones; the digits that
+all lines share are written once); one Arrow cast of binary views puts the
+lines of all kinds in file order (`_Batcher`, `_Lines`, `_number_views`).
+Only JSON events (polls, the nemesis, errors: few at saturation) and sends
+with a negative number take a Python step each. Whole 4 KB blocks go to the
+file with O_DIRECT where the file system takes it (`_Output`): the kernel
+copies no page cache for them, which was most of the writer's kernel CPU.
 
 Durability: what the writer process has received is in the file (the page
 cache) moments later, and `close()` fsyncs it. If the harness is killed with
@@ -84,8 +89,9 @@ _NEVER = (1 << 63) - 1                 # the cut of the last batch: everything i
 class HistoryWriter:
     """Appends events to a new JSONL history; safe to call from many threads.
 
-    `record` is the general method; `send_invoked(process, key, value)` and
-    `send_acked(process, value, partition, offset)` record the two events a
+    `record` is the general method; `sends_invoked(process, keys, values)`
+    (a burst's invokes, at one time), `send_invoked(process, key, value)` and
+    `send_acked(process, value, partition, offset)` record the events a
     producer makes per send, cheaper (functions made per writer, see
     `_send_recorders`). After `close()` every one of them raises RuntimeError.
     """
@@ -115,8 +121,8 @@ class HistoryWriter:
         self._closed = False
         self._ship_lock = threading.Lock()  # the shipper and close() take turns draining the buffers
         self._error: BaseException | None = None
-        self.send_invoked, self.send_acked = _send_recorders(self._buffers[0].extend, self._buffers[1].extend,
-                                                            self.record, self.path)
+        self.send_invoked, self.send_acked, self.sends_invoked = _send_recorders(
+            self._buffers[0].extend, self._buffers[1].extend, self.record, self.path)
         self._stop = threading.Event()
         self._shipper = threading.Thread(target=self._ship_loop, name="history-ship", daemon=True)
         self._shipper.start()
@@ -202,11 +208,12 @@ class HistoryWriter:
 
 
 def _send_recorders(append_invoke, append_ok, record, path: Path):
-    """A writer's `send_invoked` and `send_acked`: functions rather than
-    methods, each a struct pack and an append with nothing looked up on the
-    way (they run twice per send in the producer's loop). A number beyond
-    int64 takes the general form, `record`, which keeps it exact; a closed
-    writer's sealed buffer refuses the append."""
+    """A writer's `send_invoked`, `send_acked` and `sends_invoked`: functions
+    rather than methods, each a struct pack and an append with nothing looked
+    up on the way (they run once or twice per send in the producer's loop;
+    `sends_invoked` once per burst). A number beyond int64 takes the general
+    form, `record`, which keeps it exact; a closed writer's sealed buffer
+    refuses the append."""
 
     def send_invoked(process: int, key: int, value: int, _pack=_INVOKE.pack, _now=time.monotonic_ns) -> None:
         """`record(process, "invoke", "send", key=key, value=value)`, cheaper."""
@@ -227,7 +234,25 @@ def _send_recorders(append_invoke, append_ok, record, path: Path):
         except BufferError:
             raise RuntimeError(f"history {path} is closed") from None
 
-    return send_invoked, send_acked
+    def sends_invoked(process: int, keys: list[int], values: list[int], _now=time.monotonic_ns,
+                      _pack=struct.pack) -> None:
+        """`send_invoked(process, key, value)` for each pair, all at one time
+        (a producer's burst: one clock read, one pack, one append)."""
+        n = len(values)
+        rows = [_now(), process, 0, 0] * n
+        rows[2::4], rows[3::4] = keys, values
+        try:
+            data = _pack(f"<{4 * n}q", *rows)
+        except struct.error:  # a number beyond int64
+            for key, value in zip(keys, values):
+                send_invoked(process, key, value)
+            return
+        try:
+            append_invoke(data)
+        except BufferError:
+            raise RuntimeError(f"history {path} is closed") from None
+
+    return send_invoked, send_acked, sends_invoked
 
 
 # The writer process is started from the project's root, so `-m` finds this module.

@@ -71,14 +71,18 @@ def test_a_closed_writer_refuses_events_and_keeps_what_it_had(tmp_path):
 
 def test_a_send_s_two_cheap_events_are_the_general_ones(tmp_path):
     with HistoryWriter(tmp_path / "cheap.jsonl") as cheap, HistoryWriter(tmp_path / "general.jsonl") as general:
-        for value in (0, 7, (1 << 63) - 1, 1 << 63):  # the last does not fit a frame's int64
+        for value in (0, 7, (1 << 63) - 1, 1 << 63):  # the last does not fit a row's int64
             cheap.send_invoked(3, value % 16, value)
             cheap.send_acked(3, value, 2, 1 << 42)
             general.record(3, "invoke", "send", key=value % 16, value=value)
             general.record(3, "ok", "send", value=value, partition=2, offset=1 << 42)
+        for values in ([], [5], [8, 9, 10], [11, (1 << 63) + 1, 12]):  # a burst's invokes at once
+            cheap.sends_invoked(4, [v % 16 for v in values], values)
+            for value in values:
+                general.record(4, "invoke", "send", key=value % 16, value=value)
     strip = [{k: v for k, v in e.items() if k != "time"} for e in read_jsonl(tmp_path / "cheap.jsonl")]
     assert strip == [{k: v for k, v in e.items() if k != "time"} for e in read_jsonl(tmp_path / "general.jsonl")]
-    assert strip[-2]["value"] == 1 << 63
+    assert [e["value"] for e in strip if e["value"] >= 1 << 63] == [1 << 63, 1 << 63, (1 << 63) + 1]
 
 
 def _stream(batches: list[tuple]) -> bytes:
@@ -263,6 +267,8 @@ def test_a_closed_writer_refuses_a_send_s_events(tmp_path):
         writer.send_invoked(0, 1, 3)
     with pytest.raises(RuntimeError, match="is closed"):
         writer.send_acked(0, 2, 0, 0)
+    with pytest.raises(RuntimeError, match="is closed"):
+        writer.sends_invoked(0, [1, 1], [4, 5])
     with pytest.raises(RuntimeError, match="is closed"):
         writer.send_acked(0, 1 << 64, 0, 0)  # the general form's refusal
     assert len(read_jsonl(tmp_path / "history.jsonl")) == 1
