@@ -187,18 +187,17 @@ class ProducerSlot(threading.Thread):
         self._finish(client)
 
     def _send_many(self, client: ProducerClient, n: int) -> None:
-        """n sends: each recorded as an invoke before produce()."""
+        """n sends: all recorded as invokes, at once, before the first produce()."""
         cfg = self.clients.config
-        invoked = self.clients.history.send_invoked  # the producer loop never runs after the history closes
         produce = client.producer.produce
         next_value = self.values.__next__
         topic, key_count, pid = cfg.topic, cfg.key_count, client.pid
         partitions = cfg.partitions if cfg.explicit_partitions else 0
+        values = [next_value() for _ in range(n)]
+        keys = [value % key_count for value in values]
+        self.clients.history.sends_invoked(pid, keys, values)  # the producer loop never runs after the history closes
         queued = 0
-        for _ in range(n):
-            value = next_value()
-            key = value % key_count
-            invoked(pid, key, value)
+        for value, key in zip(values, keys):
             try:
                 if partitions:
                     produce(topic, str(value).encode(), str(key).encode(), partition=key % partitions)

@@ -3,6 +3,7 @@ JSONL <-> Parquet, finding a history in a run directory."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -19,8 +20,8 @@ import pytest
 from core.history.files import iter_source_jsonl, load_run_json, resolve
 from core.history.jsonl import ReadReport, read_jsonl
 from core.history.parquet import jsonl_to_parquet, read_parquet_events, validate_parquet, write_parquet
-from core.history.writer import (SEND_INVOKE, SEND_OK, HistoryWriter, _Formatter, _SEND_INVOKE, _SEND_OK,
-                                 _json_frame)
+from core.history.writer import (_BATCH_HEAD, _INVOKE, _JSON_HEAD, _NEVER, _OK, HistoryWriter, _Batcher,
+                                 _Output)
 from core.errors import HistoryError
 
 
@@ -70,106 +71,192 @@ def test_a_closed_writer_refuses_events_and_keeps_what_it_had(tmp_path):
 
 def test_a_send_s_two_cheap_events_are_the_general_ones(tmp_path):
     with HistoryWriter(tmp_path / "cheap.jsonl") as cheap, HistoryWriter(tmp_path / "general.jsonl") as general:
-        for value in (0, 7, (1 << 63) - 1, 1 << 63):  # the last does not fit a frame's int64
+        for value in (0, 7, (1 << 63) - 1, 1 << 63):  # the last does not fit a row's int64
             cheap.send_invoked(3, value % 16, value)
             cheap.send_acked(3, value, 2, 1 << 42)
             general.record(3, "invoke", "send", key=value % 16, value=value)
             general.record(3, "ok", "send", value=value, partition=2, offset=1 << 42)
+        for values in ([], [5], [8, 9, 10], [11, (1 << 63) + 1, 12]):  # a burst's invokes at once
+            cheap.sends_invoked(4, [v % 16 for v in values], values)
+            for value in values:
+                general.record(4, "invoke", "send", key=value % 16, value=value)
     strip = [{k: v for k, v in e.items() if k != "time"} for e in read_jsonl(tmp_path / "cheap.jsonl")]
     assert strip == [{k: v for k, v in e.items() if k != "time"} for e in read_jsonl(tmp_path / "general.jsonl")]
-    assert strip[-2]["value"] == 1 << 63
+    assert [e["value"] for e in strip if e["value"] >= 1 << 63] == [1 << 63, 1 << 63, (1 << 63) + 1]
 
 
-def test_times_handed_over_out_of_order_are_raised_to_their_predecessor_s():
-    # A thread switch between reading the clock and appending: the later append has the earlier time.
-    formatter = _Formatter(origin_ns=1000)
-    frames = (_SEND_INVOKE.pack(SEND_INVOKE, 1500, 1, 0, 10) + _SEND_INVOKE.pack(SEND_INVOKE, 1400, 2, 0, 11)
-              + _SEND_OK.pack(SEND_OK, 1600, 1, 10, 0, 0))
-    # Handed over in pieces that cut frames anywhere.
-    lines = b"".join(formatter.lines(frames[i:i + 7]) for i in range(0, len(frames), 7))
-    events = [json.loads(line) for line in lines.splitlines()]
-    assert [(e["index"], e["time"], e["value"]) for e in events] == [(0, 500, 10), (1, 500, 11), (2, 600, 10)]
-    assert formatter.pending == b""
+def _stream(batches: list[tuple]) -> bytes:
+    """What the shipper hands the writer process for `batches` of (cut, invokes, oks, JSON events):
+    invokes as (time, process, key, value), oks as (time, process, value, partition, offset), JSON
+    events as (time, the event without index and time)."""
+    out = []
+    for cut, invokes, oks, events in batches:
+        parts = [b"".join(_INVOKE.pack(*e) for e in invokes), b"".join(_OK.pack(*e) for e in oks),
+                 b"".join(_JSON_HEAD.pack(t, len(body)) + body for t, body in
+                          ((t, orjson.dumps(event)) for t, event in events))]
+        out.append(_BATCH_HEAD.pack(cut, *map(len, parts)) + b"".join(parts))
+    return b"".join(out)
 
 
-def _frames_and_lines(events: list[tuple], origin: int) -> tuple[bytes, bytes]:
-    """A frame stream of (time, kind, fields) events and the lines `record` would have made of it
-    (orjson of the event with its index and time first), times raised to their predecessor's."""
-    frames, lines, last = [], [], 0
-    for index, (t, kind, fields) in enumerate(events):
-        last = max(t - origin, last)
-        if kind == "invoke":
-            frames.append(_SEND_INVOKE.pack(SEND_INVOKE, t, fields["process"], fields["key"], fields["value"]))
-            fields = {"process": fields["process"], "type": "invoke", "f": "send", "key": fields["key"],
-                      "value": fields["value"]}
-        elif kind == "ok":
-            frames.append(_SEND_OK.pack(SEND_OK, t, fields["process"], fields["value"], fields["partition"],
-                                        fields["offset"]))
-            fields = {"process": fields["process"], "type": "ok", "f": "send", **{k: fields[k] for k in
-                                                                                 ("value", "partition", "offset")}}
-        else:
-            frames.append(_json_frame(t, orjson.dumps(fields)))
-        lines.append(orjson.dumps({"index": index, "time": last, **fields}) + b"\n")
-    return b"".join(frames), b"".join(lines)
+def _expected_lines(batches: list[tuple], origin: int) -> bytes:
+    """The lines `record` would have written of the events of `batches`, in the order the contract
+    asks of the writer process, event by event: after each batch, every event received up to its cut
+    in time order (ties: invokes, oks, JSON events, then in order of arrival), the later ones held
+    back for the next; a time below one already written raised to it."""
+    held, arrived, lines, last = [], 0, [], 0
+    for cut, invokes, oks, events in batches + [(_NEVER, [], [], [])]:
+        for t, process, key, value in invokes:
+            held.append((t, 0, arrived, {"process": process, "type": "invoke", "f": "send", "key": key,
+                                         "value": value}))
+            arrived += 1
+        for t, process, value, partition, offset in oks:
+            held.append((t, 1, arrived, {"process": process, "type": "ok", "f": "send", "value": value,
+                                         "partition": partition, "offset": offset}))
+            arrived += 1
+        for t, event in events:
+            held.append((t, 2, arrived, event))
+            arrived += 1
+        held.sort(key=lambda e: e[:3])
+        for t, *_, event in (e for e in held if e[0] <= cut):
+            last = max(t - origin, last)
+            lines.append(orjson.dumps({"index": len(lines), "time": last, **event}) + b"\n")
+        held = [e for e in held if e[0] > cut]
+    return b"".join(lines)
 
 
-def _mixed_events(n: int, seed: int) -> list[tuple]:
-    """Sends' two frames in runs and alone, numbers of every width (0 to int64's largest, negative
-    ones), JSON events among them (short, and long with non-ASCII text), times that go back."""
+def _batched_lines(stream: bytes, origin: int, pieces: list[int]) -> bytes:
+    """What the writer process makes of `stream` handed over in pieces of the sizes `pieces` (cycled)."""
+    batcher, out, at = _Batcher(origin), [], 0
+    for size in itertools.cycle(pieces):
+        if at >= len(stream):
+            break
+        out += [bytes(lines) for lines in batcher.lines(stream[at:at + size])]
+        at += size
+    out += [bytes(lines) for lines in batcher.finish()]
+    assert batcher.pending == 0
+    return b"".join(out)
+
+
+def test_events_are_written_in_time_order_and_a_late_one_raised_to_the_last_time_written():
+    # In a batch, the kinds' rows are merged by time; an event whose thread read the clock before a
+    # cut but appended after its buffer was taken arrives a batch late: raised, and still first.
+    batches = [(1550, [(1500, 1, 0, 10), (1400, 2, 0, 11)], [(1540, 2, 11, 0, 0)], [(1450, {"f": "x"})]),
+               (1700, [(1520, 3, 0, 12)], [(1600, 1, 10, 0, 1), (1560, 3, 12, 1, 0)], [])]
+    events = [json.loads(line) for line in _batched_lines(_stream(batches), 1000, [7]).splitlines()]
+    assert [(e["index"], e["time"], e.get("type"), e.get("value")) for e in events] == [
+        (0, 400, "invoke", 11), (1, 450, None, None), (2, 500, "invoke", 10), (3, 540, "ok", 11),
+        (4, 540, "invoke", 12), (5, 560, "ok", 12), (6, 600, "ok", 10)]
+
+
+def _mixed_batches(n: int, seed: int) -> list[tuple]:
+    """Batches of sends' two events in runs and alone, numbers of every width (0 to int64's largest,
+    negative ones), JSON events among them (short, and long with non-ASCII text), times that go back,
+    cuts before, at and after the last event of a batch."""
     rng = random.Random(seed)
-    events, t = [], 10**9
+    batches, t = [], 10**9
     widths = [0, 1, 9, 10, 99, 12345, 10**9, 10**12 + 7, (1 << 63) - 1]
-    for i in range(n):
-        t += rng.choice([0, 1, 700, 10**6, -300])  # a thread switch can hand over an earlier time
-        number = lambda: rng.choice(widths + [rng.randrange(10**rng.randrange(1, 19))])  # noqa: E731
-        kind = rng.choices(["invoke", "ok", "json", "negative"], [45, 45, 8, 2])[0]
-        if kind == "invoke":
-            events.append((t, "invoke", {"process": number(), "key": number(), "value": number()}))
-        elif kind == "ok":
-            events.append((t, "ok", {"process": number(), "value": number(), "partition": number(),
-                                     "offset": number()}))
-        elif kind == "negative":
-            events.append((t, "ok", {"process": 1, "value": number(), "partition": -1, "offset": -(1 << 63)}))
-        else:
-            body = {"process": rng.choice([1, "nemesis"]), "type": "ok", "f": "poll",
-                    "records": [{"partition": 0, "offset": o, "value": number()} for o in range(rng.randrange(8))]}
-            if rng.random() < 0.3:
-                body["note"] = "ünïcode " * rng.randrange(1, 20)
-            events.append((t, "json", body))
-    return events
+    number = lambda: rng.choice(widths + [rng.randrange(10**rng.randrange(1, 19))])  # noqa: E731
+    while n > 0:
+        invokes, oks, events = [], [], []
+        for _ in range(min(n, rng.choice([0, 1, 5, 300]))):
+            t += rng.choice([0, 1, 700, 10**6, -300])  # a thread switch can hand over an earlier time
+            kind = rng.choices(["invoke", "ok", "json", "negative"], [45, 45, 8, 2])[0]
+            if kind == "invoke":
+                invokes.append((t, number(), number(), number()))
+            elif kind == "ok":
+                oks.append((t, number(), number(), number(), number()))
+            elif kind == "negative":
+                oks.append((t, 1, number(), -1, -(1 << 63)))
+            else:
+                event = {"process": rng.choice([1, "nemesis"]), "type": "ok", "f": "poll",
+                         "records": [{"partition": 0, "offset": o, "value": number()} for o in range(rng.randrange(8))]}
+                if rng.random() < 0.3:
+                    event["note"] = "ünïcode " * rng.randrange(1, 20)
+                events.append((t, event))
+            n -= 1
+        batches.append((t + rng.choice([-5000, -1, 0, 1, 10**6]), invokes, oks, events))
+    return batches
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_the_formatter_writes_what_record_would_have_on_any_cut_of_the_stream(seed):
-    origin = 10**9 + 500
-    frames, expected = _frames_and_lines(_mixed_events(3000, seed), origin)
+def _burst_batches(n: int, seed: int) -> list[tuple]:
+    """Batches as a saturated producer makes them: bursts of invokes and then their oks in another
+    order, keys of one and two digits, offsets of several partitions crossing a power of ten, values
+    from 0 and from near 10^12, a few processes; with a poll now and then."""
     rng = random.Random(seed)
-    formatter, out, pos = _Formatter(origin), [], 0
-    while pos < len(frames):  # pieces as a pipe hands them over: cutting cells and JSON bodies anywhere
-        size = rng.choice([1, 7, 47, 48, 49, 500, 4096, 65536])
-        out.append(bytes(formatter.lines(frames[pos:pos + size])))
-        pos += size
-    assert b"".join(out) == expected
-    assert formatter.pending == b"" and formatter.index == 3000
+    t, value = 10**9 + rng.randrange(10**12), rng.choice([0, 995, 10**12 - 300])
+    offsets = [rng.choice([0, 9990, 99_999_990]) for _ in range(12)]
+    batches = []
+    while n > 0:
+        invokes, oks, events = [], [], []
+        for _ in range(rng.randrange(6)):
+            process, sent = rng.choice([1, 7, 12]), []
+            for _ in range(rng.choice([1, 50, 256])):
+                t += rng.choice([300, 1700, 10**5])
+                invokes.append((t, process, value % 16, value))
+                sent.append(value)
+                value += 1
+            rng.shuffle(sent)
+            for v in sent[:rng.randrange(len(sent) + 1)]:
+                t += rng.choice([1, 900, 10**7])
+                partition = rng.randrange(12)
+                offsets[partition] += 1
+                oks.append((t, process, v, partition, offsets[partition]))
+            if rng.random() < 0.2:
+                events.append((t + 5, {"process": 3, "type": "ok", "f": "poll", "records": []}))
+        n -= len(invokes) + len(oks) + len(events)
+        batches.append((t + rng.choice([-10**6, 0, 10**6]), invokes, oks, events))
+    return batches
+
+
+@pytest.mark.parametrize("batches", [_mixed_batches(3000, 1), _mixed_batches(3000, 2), _mixed_batches(3000, 3),
+                                     _burst_batches(20000, 1), _burst_batches(20000, 2)])
+def test_the_writer_process_writes_what_record_would_have_on_any_cut_of_the_stream(batches):
+    origin = 10**9 + 500
+    stream = _stream(batches)
+    expected = _expected_lines(batches, origin)
+    assert _batched_lines(stream, origin, [len(stream)]) == expected
+    # pieces as a pipe hands them over: cutting heads, rows and JSON bodies anywhere
+    assert _batched_lines(stream, origin, [1, 7, 31, 32, 33, 500, 4096, 65536]) == expected
 
 
 def test_a_json_event_longer_than_many_pipe_reads_waits_until_it_is_whole():
     poll = {"process": 2, "type": "ok", "f": "poll", "records": list(range(5000))}
-    frames, expected = _frames_and_lines([(5, "invoke", {"process": 1, "key": 3, "value": 4}), (6, "json", poll),
-                                          (7, "ok", {"process": 1, "value": 4, "partition": 0, "offset": 9})], 0)
-    json_end = 48 + len(_json_frame(6, orjson.dumps(poll)))
-    formatter = _Formatter(0)
-    assert bytes(formatter.lines(frames[:148])) == expected.splitlines(keepends=True)[0]
-    for i in range(148, json_end - 1, 1000):  # nothing but the JSON event's pieces, the last byte missing
-        assert bytes(formatter.lines(frames[i:min(i + 1000, json_end - 1)])) == b""
-    assert bytes(formatter.lines(frames[json_end - 1:])) == b"".join(expected.splitlines(keepends=True)[1:])
+    first, second = _stream([(10, [(5, 1, 3, 4)], [], [])]), _stream([(10, [], [(7, 1, 4, 0, 9)], [(6, poll)])])
+    batcher = _Batcher(0)
+    assert [bytes(lines) for lines in batcher.lines(first)] == [b'{"index":0,"time":5,"process":1,"type":"invoke",'
+                                                                  b'"f":"send","key":3,"value":4}\n']
+    for i in range(0, len(second) - 1, 1000):  # the second batch's pieces, its last byte missing
+        assert batcher.lines(second[i:min(i + 1000, len(second) - 1)]) == []
+    assert b"".join(map(bytes, batcher.lines(second[-1:]))) == _expected_lines(
+        [(10, [(5, 1, 3, 4)], [], []), (10, [], [(7, 1, 4, 0, 9)], [(6, poll)])], 0).split(b"\n", 1)[1]
 
 
-def test_a_stream_that_is_not_frames_is_an_error():
-    with pytest.raises(ValueError, match="inside a frame"):
-        _Formatter(0).lines(b"x" * 96)
-    with pytest.raises(ValueError, match="no frame starts at byte 48"):
-        _Formatter(0).lines(_SEND_OK.pack(SEND_OK, 1, 2, 3, 4, 5) + bytes([9]) * 48)
+def test_a_stream_that_is_not_batches_is_an_error():
+    with pytest.raises(ValueError, match="not a batch's head"):
+        _Batcher(0).lines(_BATCH_HEAD.pack(1, 33, 0, 0) + bytes(33))  # not whole invokes
+    with pytest.raises(ValueError, match="not a batch's head"):
+        _Batcher(0).lines(_BATCH_HEAD.pack(1, 0, -40, 0))
+    with pytest.raises(ValueError, match="does not fit its batch"):
+        _Batcher(0).lines(_BATCH_HEAD.pack(1, 0, 0, 20) + _JSON_HEAD.pack(1, 30) + b"{}" + bytes(2))
+
+
+@pytest.mark.parametrize("at", [0, 1])
+def test_the_file_holds_every_line_written_at_once_whole_blocks_or_not(tmp_path, at):
+    """At offset 0 (blocks written with O_DIRECT where the file system takes it, the rest the
+    ordinary way) and at offset 1 (every write an ordinary one): after each write the file is
+    exactly what was written, and so after close."""
+    path = tmp_path / "history.jsonl"
+    path.write_bytes(b"x" * at)
+    fd = os.open(path, os.O_WRONLY)
+    os.lseek(fd, at, os.SEEK_SET)
+    output, written, rng = _Output(fd), bytearray(b"x" * at), random.Random(at)
+    for size in [1, 4095, 4096, 10, 8192 + 7, 3, 100_000, 0, 4096 - 7]:
+        data = bytes(rng.randrange(256) for _ in range(size))
+        output.write(data)
+        written += data
+        assert path.read_bytes() == written
+    output.close()
+    assert path.read_bytes() == written
 
 
 def test_a_closed_writer_refuses_a_send_s_events(tmp_path):
@@ -180,6 +267,8 @@ def test_a_closed_writer_refuses_a_send_s_events(tmp_path):
         writer.send_invoked(0, 1, 3)
     with pytest.raises(RuntimeError, match="is closed"):
         writer.send_acked(0, 2, 0, 0)
+    with pytest.raises(RuntimeError, match="is closed"):
+        writer.sends_invoked(0, [1, 1], [4, 5])
     with pytest.raises(RuntimeError, match="is closed"):
         writer.send_acked(0, 1 << 64, 0, 0)  # the general form's refusal
     assert len(read_jsonl(tmp_path / "history.jsonl")) == 1
