@@ -311,8 +311,9 @@ def _since(t_sorted: np.ndarray, at: int | None) -> float | None:
 def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float = HANG_S) -> dict:
     """results.json's `liveness` (docs/checker.md) from the columns and the
     nemesis's events. It lets go of the completions' partitions and offsets
-    once it has the acknowledgements' (a large history's columns are
-    gigabytes): `c` is not to be measured again."""
+    once it has the acknowledgements', and of the keys once it has the
+    sends' partitions (a large history's columns are gigabytes): `c` is
+    not to be measured again."""
     # A history is in time order, so these are sorted already (no copies then).
     inv_t, inv_key = _by_time(c.inv_time, c.inv_key)
     comp_t, comp_key, comp_ok, comp_p, comp_o = _by_time(c.comp_time, c.comp_key, c.comp_ok, c.comp_partition,
@@ -347,7 +348,11 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
 
     inv_part = part_of_keys(inv_key)
     comp_part = part_of_keys(comp_key)
-    del known, k_, p_, pairs
+    unattributed = int((inv_part < 0).sum())
+    # The keys are done with: let them go before the sorts by partition (at 100M
+    # events these columns are gigabytes, and the sorts copy what they group).
+    c.inv_key = c.comp_key = None
+    del known, k_, p_, pairs, inv_key, comp_key, ack_key
 
     partitions = sorted((set(np.unique(ack_p).tolist()) | set(np.unique(c.read_partition).tolist())) - {-1})
     r_order = np.lexsort((c.read_time, c.read_partition))
@@ -357,6 +362,7 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
     acks_of = _by_partition(ack_p, ack_t, ack_o)
     invs_of = _by_partition(inv_part, inv_t)
     comps_of = _by_partition(comp_part, comp_t)
+    del ack_p, ack_o, inv_part, comp_part
     none = np.empty(0, np.int64)
     by_partition: dict[str, dict] = {}
     # Of each partition's waits only the longest is reported: not kept.
@@ -425,7 +431,7 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
         "producers": {"unavailable_s": _s(producers.longest_ns()), "waits": _listed(producers)},
         "consumers": {"unavailable_s": _s(consumers.longest_ns()), "waits": _listed(consumers)},
         "by_partition": by_partition,
-        "unattributed_sends": int((inv_part < 0).sum()),
+        "unattributed_sends": unattributed,
     }
 
 
@@ -439,7 +445,11 @@ def _by_time(time: np.ndarray, *arrays: np.ndarray) -> tuple:
 
 def _by_partition(parts: np.ndarray, *arrays: np.ndarray) -> dict[int, tuple]:
     """partition -> the elements of each of `arrays` whose `parts` entry is it,
-    in their order (one stable sort)."""
+    in their order (one stable sort); no partition (-1) left out."""
+    attributed = parts >= 0
+    if not attributed.all():
+        parts, arrays = parts[attributed], tuple(a[attributed] for a in arrays)
+    del attributed
     order = np.argsort(parts, kind="stable")
     keys, starts = np.unique(parts[order], return_index=True)
     bounds = np.append(starts, len(order)).tolist()
