@@ -32,8 +32,8 @@ from pathlib import Path
 
 import orjson
 
+from bench.cold_check import scan
 from checkers.check import Options, check_history
-from checkers.load import file_uri
 from checkers.spark import conf_pairs, get_session
 from checkers.spark_cluster import standalone
 from core.errors import UserError
@@ -166,11 +166,8 @@ class PeakRSS:
 
 def bare_scan(spark, files: list[Path]) -> float:
     """Seconds of a plain read-group-aggregate of the parts: Spark's floor for them."""
-    from pyspark.sql import functions as F
-
     started = time.monotonic()
-    spark.read.parquet(*[file_uri(f) for f in files]).groupBy("process").agg(
-        F.count("*"), F.sum(F.size("records")), F.max("time")).collect()
+    scan(spark, files)
     return time.monotonic() - started
 
 

@@ -38,14 +38,20 @@ def configure(parser) -> None:
     parser.add_argument("--out", default=None, help="write the measurements as JSON here")
 
 
-def bare_scan(history: str) -> None:
-    """The bare cold scan itself (run in a process of its own by `run`)."""
+def scan(spark, files) -> None:
+    """The bare scan: the history's Parquet files read, grouped by process
+    with a count, the records' sum and the latest time, collected (also
+    what `checker_cost` times warm). Here, not there, so that the cold
+    process imports no more than a session needs."""
     from pyspark.sql import functions as F
 
-    source = resolve(history)
-    spark = get_session()
-    spark.read.parquet(*[file_uri(f) for f in source.files]).groupBy("process").agg(
+    spark.read.parquet(*[file_uri(f) for f in files]).groupBy("process").agg(
         F.count("*"), F.sum(F.size("records")), F.max("time")).collect()
+
+
+def bare_scan(history: str) -> None:
+    """The bare cold scan itself (run in a process of its own by `run`)."""
+    scan(get_session(), resolve(history).files)
 
 
 def _timed(argv: list[str]) -> float:
