@@ -3,7 +3,17 @@
 One `ProducerSlot` thread per configured producer. A slot drives one
 confluent-kafka `Producer` instance at a time (`ProducerClient`, one process
 id). Each send is recorded as an `invoke` *before* `produce()` and completed
-in the delivery callback, classified by `workloads.client_errors`.
+from its delivery report, classified by `workloads.client_errors`.
+
+Acknowledgements are recorded per poll, not per report: the delivery
+callback only keeps (value, partition, offset), and every poll of the
+client (`ProducerClient.poll`) records what it served at once, with the
+time it returned: the same as the reports' own times or a little later,
+never earlier, and one clock read and one pack for them all (the recorder's
+cost per send, docs/benchmarks.md). Any other completion records the kept
+acknowledgements first, so a process's completions stay in the order they
+came; a client being drained records each one as it comes, since a flush
+may wait long.
 
 A client that gets an indeterminate (`info`) result, or a fatal error, is
 retired: the slot switches at once to a new instance with a new process id,
@@ -58,7 +68,10 @@ class ProducerClient:
         self.acked_max: dict[int, int] = {}  # partition -> highest acknowledged offset
         # Why this instance must be replaced (an error name), or None.
         self.tainted: str | None = None
-        self._send_acked = clients.history.send_acked
+        self._sends_acked = clients.history.sends_acked
+        # acknowledged and not yet recorded: value, partition, offset, value, ...
+        self._acks: list[int] = []
+        self._draining = False  # set by drain(): every acknowledgement recorded as it comes
         self._recorder = clients.record
         self._stats = clients.stats
         self._single_attempt = clients.config.single_attempt
@@ -70,17 +83,11 @@ class ProducerClient:
         self.outstanding -= 1
         offset = msg.offset() if err is None else None
         if err is None and not self._acks0 and offset is not None and offset >= 0:
-            partition = msg.partition()
-            try:
-                self._send_acked(self.pid, int(msg.value()), partition, offset)
-            except RuntimeError:  # the history is closed: a report arriving after the run
-                if not self._recorder.abandoned:
-                    raise
-                return
-            self.acked += 1
-            if offset > self.acked_max.get(partition, -1):
-                self.acked_max[partition] = offset
+            self._acks.extend((int(msg.value()), msg.partition(), offset))
+            if self._draining:
+                self.record_acks()
             return
+        self.record_acks()  # the acknowledgements served before this report come before it
         value = int(msg.value())
         if err is None:
             # acks=0: the broker never answers; expected for every send, so no replacement.
@@ -95,6 +102,30 @@ class ProducerClient:
         if outcome.type == INFO and self.tainted is None:
             self.tainted = outcome.error
 
+    def record_acks(self) -> None:
+        """Record the acknowledgements kept since the last call, at one time (now)."""
+        acks = self._acks
+        if not acks:
+            return
+        self._acks = []
+        try:
+            self._sends_acked(self.pid, acks)
+        except RuntimeError:  # the history is closed: reports arriving after the run
+            if not self._recorder.abandoned:
+                raise
+            return
+        self.acked += len(acks) // 3
+        acked_max = self.acked_max
+        for partition, offset in zip(acks[1::3], acks[2::3]):
+            if offset > acked_max.get(partition, -1):
+                acked_max[partition] = offset
+
+    def poll(self, timeout: float) -> None:
+        """Serve delivery reports for up to `timeout` seconds, then record the
+        acknowledgements among them."""
+        self.producer.poll(timeout)
+        self.record_acks()
+
     def _on_error(self, err) -> None:
         self._stats.error(err.name())
         if err.fatal():
@@ -106,6 +137,8 @@ class ProducerClient:
     def drain(self, until: float) -> None:
         """Let outstanding sends complete until `until` (monotonic), then purge
         the rest so each gets its completion; serve their reports briefly."""
+        self._draining = True
+        self.record_acks()
         while self.outstanding > 0:
             # stop() may bring the deadline forward while we wait
             left = min(until, self.clients.stop_deadline - PURGE_GRACE_S) - time.monotonic()
@@ -179,11 +212,11 @@ class ProducerSlot(threading.Thread):
                     wait = MIN_WAIT_S
                 else:
                     wait = (issued + 1) / per_slot - (time.monotonic() - started)
-                client.producer.poll(min(max(wait, MIN_WAIT_S), 0.05))
+                client.poll(min(max(wait, MIN_WAIT_S), 0.05))
                 continue
             self._send_many(client, n)
             issued += n
-            client.producer.poll(0)
+            client.poll(0)
         self._finish(client)
 
     def _send_many(self, client: ProducerClient, n: int) -> None:

@@ -7,7 +7,8 @@ a producer's loop per send, and in one Python process it holds the GIL
 whatever thread does it. So the client threads only pack each event into an
 in-memory buffer of its kind (one atomic `bytearray.extend` under the GIL):
 a send's invoke and its ok as rows of int64 (`sends_invoked` for a burst of
-invokes at one time, `send_invoked`, `send_acked`), any other event as its
+invokes at one time, `sends_acked` for the acknowledgements one poll served,
+`send_invoked`, `send_acked`), any other event as its
 JSON without index and time (`record`). A shipper thread hands the three
 buffers to a writer *process* every 50 ms through a pipe, and that process
 orders the events by time, numbers them, formats them as JSON lines and
@@ -37,12 +38,13 @@ with a negative number take a Python step each. Whole 4 KB blocks go to the
 file with O_DIRECT where the file system takes it (`_Output`): the kernel
 copies no page cache for them, which was most of the writer's kernel CPU.
 
-Cost, measured (docs/benchmarks.md, 2026-11-26, 2 shared cores): the
-producer thread spends about 0.32 us per send on recording (0.25 of it the
-ok's `send_acked`), the writer process 0.30 us of CPU per event at
-saturation (0.37-0.40 alone on a 4M-event stream, against 0.79-0.84 for the
-48-byte cells before); recorded / unrecorded throughput at saturation 0.77,
-short of the 0.8 target.
+Cost, measured (docs/benchmarks.md, 2026-11-26, 2 shared cores): recording
+costs the producer's process about 0.23 us of CPU per send (the ok's part,
+`sends_acked` per poll, 0.20 us in a bare loop against 0.26-0.30 for
+`send_acked`), the writer process 0.29 us of CPU per event at saturation
+(0.37-0.40 alone on a 4M-event stream, against 0.79-0.84 for the 48-byte
+cells before); recorded / unrecorded throughput at saturation 0.79 and
+0.81 in two runs, at the 0.8 target but not steadily above it.
 
 Durability: what the writer process has received is in the file (the page
 cache) moments later, and `close()` fsyncs it. If the harness is killed with
@@ -97,8 +99,9 @@ class HistoryWriter:
     """Appends events to a new JSONL history; safe to call from many threads.
 
     `record` is the general method; `sends_invoked(process, keys, values)`
-    (a burst's invokes, at one time), `send_invoked(process, key, value)` and
-    `send_acked(process, value, partition, offset)` record the events a
+    (a burst's invokes, at one time), `sends_acked(process, acks)` (one
+    poll's acknowledgements, at one time), `send_invoked(process, key,
+    value)` and `send_acked(process, value, partition, offset)` record the events a
     producer makes per send, cheaper (functions made per writer, see
     `_send_recorders`). After `close()` every one of them raises RuntimeError.
     """
@@ -128,7 +131,7 @@ class HistoryWriter:
         self._closed = False
         self._ship_lock = threading.Lock()  # the shipper and close() take turns draining the buffers
         self._error: BaseException | None = None
-        self.send_invoked, self.send_acked, self.sends_invoked = _send_recorders(
+        self.send_invoked, self.send_acked, self.sends_invoked, self.sends_acked = _send_recorders(
             self._buffers[0].extend, self._buffers[1].extend, self.record, self.path)
         self._stop = threading.Event()
         self._shipper = threading.Thread(target=self._ship_loop, name="history-ship", daemon=True)
@@ -215,12 +218,12 @@ class HistoryWriter:
 
 
 def _send_recorders(append_invoke, append_ok, record, path: Path):
-    """A writer's `send_invoked`, `send_acked` and `sends_invoked`: functions
-    rather than methods, each a struct pack and an append with nothing looked
-    up on the way (they run once or twice per send in the producer's loop;
-    `sends_invoked` once per burst). A number beyond int64 takes the general
-    form, `record`, which keeps it exact; a closed writer's sealed buffer
-    refuses the append."""
+    """A writer's `send_invoked`, `send_acked`, `sends_invoked` and
+    `sends_acked`: functions rather than methods, each a struct pack and an
+    append with nothing looked up on the way (the producer's loop calls
+    `sends_invoked` once per burst and `sends_acked` once per poll). A number
+    beyond int64 takes the general form, `record`, which keeps it exact; a
+    closed writer's sealed buffer refuses the append."""
 
     def send_invoked(process: int, key: int, value: int, _pack=_INVOKE.pack, _now=time.monotonic_ns) -> None:
         """`record(process, "invoke", "send", key=key, value=value)`, cheaper."""
@@ -259,7 +262,25 @@ def _send_recorders(append_invoke, append_ok, record, path: Path):
         except BufferError:
             raise RuntimeError(f"history {path} is closed") from None
 
-    return send_invoked, send_acked, sends_invoked
+    def sends_acked(process: int, acks: list[int], _now=time.monotonic_ns, _pack=struct.pack) -> None:
+        """`send_acked(process, value, partition, offset)` for each triple of
+        `acks` (values, partitions and offsets interleaved), all at one time:
+        a producer's acknowledgements served by one poll."""
+        n = len(acks) // 3
+        rows = [_now(), process, 0, 0, 0] * n
+        rows[2::5], rows[3::5], rows[4::5] = acks[0::3], acks[1::3], acks[2::3]
+        try:
+            data = _pack(f"<{5 * n}q", *rows)
+        except struct.error:  # a number beyond int64
+            for i in range(0, 3 * n, 3):
+                send_acked(process, *acks[i:i + 3])
+            return
+        try:
+            append_ok(data)
+        except BufferError:
+            raise RuntimeError(f"history {path} is closed") from None
+
+    return send_invoked, send_acked, sends_invoked, sends_acked
 
 
 # The writer process is started from the project's root, so `-m` finds this module.

@@ -80,9 +80,13 @@ def test_a_send_s_two_cheap_events_are_the_general_ones(tmp_path):
             cheap.sends_invoked(4, [v % 16 for v in values], values)
             for value in values:
                 general.record(4, "invoke", "send", key=value % 16, value=value)
+            # a poll's acknowledgements at once
+            cheap.sends_acked(4, [x for value in values for x in (value, value % 3, 1 << 40)])
+            for value in values:
+                general.record(4, "ok", "send", value=value, partition=value % 3, offset=1 << 40)
     strip = [{k: v for k, v in e.items() if k != "time"} for e in read_jsonl(tmp_path / "cheap.jsonl")]
     assert strip == [{k: v for k, v in e.items() if k != "time"} for e in read_jsonl(tmp_path / "general.jsonl")]
-    assert [e["value"] for e in strip if e["value"] >= 1 << 63] == [1 << 63, 1 << 63, (1 << 63) + 1]
+    assert [e["value"] for e in strip if e["value"] >= 1 << 63] == [1 << 63, 1 << 63, (1 << 63) + 1, (1 << 63) + 1]
 
 
 def _stream(batches: list[tuple]) -> bytes:

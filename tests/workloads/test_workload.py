@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from confluent_kafka import KafkaError
 
 from core.errors import UserError
 from workloads.config import WorkloadConfig
@@ -217,9 +218,34 @@ def test_a_delivery_reported_without_an_offset_is_info_not_an_ok_without_positio
         client.outstanding += 1
     client._on_delivery(None, _Delivered(7, None))
     client._on_delivery(None, _Delivered(8, 3))
-    client.producer.flush(0)
+    client.poll(0)  # records the acknowledgements the reports brought
     history.close()
     facts = check_history(history.path)
     assert [(e["type"], e.get("error"), e.get("offset")) for e in facts.completions.values()] == [
         ("info", "ACKED_WITHOUT_OFFSET", None), ("ok", None, 3)]
     assert client.acked_max == {0: 3}
+
+
+def test_acknowledgements_are_recorded_by_the_poll_that_served_them_in_the_order_they_came(history, workloads):
+    """The delivery callback keeps an acknowledgement; the client's poll records
+    the kept ones at one time. A report of another kind records the kept ones
+    first, so the process's completions keep their order; nothing kept is lost."""
+    cfg = WorkloadConfig(topic="nowhere", partitions=1, rate=0, producers=1, consumers=1)
+    wl = Workload(cfg, "127.0.0.1:1", history)  # port 1: nothing listens, nothing leaves the host
+    client = wl.new_producer_client()
+    for value in (7, 8, 9, 10):
+        history.record(client.pid, "invoke", "send", key=0, value=value)
+        client.outstanding += 1
+    client._on_delivery(None, _Delivered(7, 3))
+    assert client.acked == 0  # kept, not yet recorded
+    client._on_delivery(KafkaError(KafkaError._MSG_TIMED_OUT), _Delivered(8, None))
+    client._on_delivery(None, _Delivered(9, 4))
+    client._on_delivery(None, _Delivered(10, 5))
+    client.poll(0)
+    assert (client.acked, client.acked_max, client.outstanding) == (3, {0: 5}, 0)
+    history.close()
+    facts = check_history(history.path)
+    done = sorted(facts.completions.values(), key=lambda e: e["index"])
+    assert [(e["type"], e["value"], e.get("offset")) for e in done] == [
+        ("ok", 7, 3), ("info", 8, None), ("ok", 9, 4), ("ok", 10, 5)]
+    assert done[0]["time"] <= done[1]["time"] <= done[2]["time"] == done[3]["time"]
