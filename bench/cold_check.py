@@ -5,13 +5,15 @@ scan-and-group-by of the same history, alternated, each in a fresh process.
 
 The bare scan is Spark's floor for any check from the shell: a Python
 process that starts a session as `harness check` does (`local[*]`, its
-settings), reads the history's Parquet files, groups by process with a
-count, the records' sum and the latest time, and collects. The check is the
-installed `harness check HISTORY --out DIR` (its results written to a
-temporary folder). Each is timed as a whole process, tries alternated so a
-change in the machine's load falls on both; the medians and their ratio are
-printed (issue 16's target: the check at most 1.3x the bare scan for a
-history of about 60,000 events).
+settings, the driver's class-data archive `make setup` made), reads the
+history's Parquet files, groups by process with a count, the records' sum
+and the latest time, and collects. The stock bare scan is the same with a
+session as Spark starts it out of the box: without the archive. The check
+is the installed `harness check HISTORY --out DIR` (its results written to
+a temporary folder). Each is timed as a whole process, tries alternated so
+a change in the machine's load falls on all three; the medians and the
+check's ratio to each bare scan are printed (issue 16's target: the check
+at most 1.3x the bare scan for a history of about 60,000 events).
 """
 
 from __future__ import annotations
@@ -49,9 +51,10 @@ def scan(spark, files) -> None:
         F.count("*"), F.sum(F.size("records")), F.max("time")).collect()
 
 
-def bare_scan(history: str) -> None:
-    """The bare cold scan itself (run in a process of its own by `run`)."""
-    scan(get_session(), resolve(history).files)
+def bare_scan(history: str, stock: bool = False) -> None:
+    """The bare cold scan itself (run in a process of its own by `run`);
+    `stock`: without the driver's class-data archive."""
+    scan(get_session(class_archive=not stock), resolve(history).files)
 
 
 def _timed(argv: list[str]) -> float:
@@ -71,23 +74,28 @@ def run(args) -> int:
         raise UserError(f"{args.history}: a Parquet history, please (the bare scan reads Parquet)")
     if args.tries < 1:
         raise UserError("--tries: at least 1")
-    bare, check = [], []
+    stock, bare, check = [], [], []
     with tempfile.TemporaryDirectory(prefix="harness-bench-cold-") as out:
         for i in range(args.tries):
+            stock.append(_timed([sys.executable, "-m", "bench.cold_check", "--stock", args.history]))
             bare.append(_timed([sys.executable, "-m", "bench.cold_check", "--bare", args.history]))
             check.append(_timed([sys.executable, "-m", "harness.cli", "check", args.history, "--out", out]))
-            print(f"try {i + 1}: bare cold scan {bare[-1]:.2f} s, cold harness check {check[-1]:.2f} s")
+            print(f"try {i + 1}: stock bare cold scan {stock[-1]:.2f} s, bare cold scan {bare[-1]:.2f} s, "
+                  f"cold harness check {check[-1]:.2f} s")
     ratio = statistics.median(check) / statistics.median(bare)
-    print(f"median: bare cold scan {statistics.median(bare):.2f} s, cold harness check "
-          f"{statistics.median(check):.2f} s: {ratio:.2f}x")
+    ratio_stock = statistics.median(check) / statistics.median(stock)
+    print(f"median: stock bare cold scan {statistics.median(stock):.2f} s, bare cold scan "
+          f"{statistics.median(bare):.2f} s, cold harness check {statistics.median(check):.2f} s: "
+          f"{ratio:.2f}x the bare scan, {ratio_stock:.2f}x the stock one")
     if args.out:
-        Path(args.out).write_bytes(orjson.dumps({"history": args.history, "bare_s": bare, "check_s": check,
-                                                 "ratio_of_medians": round(ratio, 3)}))
+        Path(args.out).write_bytes(orjson.dumps({"history": args.history, "stock_bare_s": stock, "bare_s": bare,
+                                                 "check_s": check, "ratio_of_medians": round(ratio, 3),
+                                                 "ratio_to_stock": round(ratio_stock, 3)}))
     return 0
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--bare"] and len(sys.argv) == 3:
-        bare_scan(sys.argv[2])
+    if sys.argv[1:2] in (["--bare"], ["--stock"]) and len(sys.argv) == 3:
+        bare_scan(sys.argv[2], stock=sys.argv[1] == "--stock")
     else:
-        sys.exit("usage: python -m bench.cold_check --bare HISTORY (harness bench cold runs it)")
+        sys.exit("usage: python -m bench.cold_check --bare|--stock HISTORY (harness bench cold runs it)")

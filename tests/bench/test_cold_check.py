@@ -17,11 +17,13 @@ def test_a_cold_check_and_a_bare_scan_are_timed_side_by_side(tmp_path):
     write_parquet(generate(Plan(events=2_000, seed=3, lost=1)).events, history)
     proc = harness("bench", "cold", str(history), "--tries", "1", "--out", str(tmp_path / "cold.json"))
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[0].startswith("try 1: bare cold scan ")
+    assert proc.stdout.splitlines()[0].startswith("try 1: stock bare cold scan ")
     measured = orjson.loads((tmp_path / "cold.json").read_bytes())
     # Each a whole process with a JVM of its own: seconds, not milliseconds.
-    assert measured["bare_s"][0] > 1 and measured["check_s"][0] > 1
+    assert measured["stock_bare_s"][0] > 1 and measured["bare_s"][0] > 1 and measured["check_s"][0] > 1
     assert measured["ratio_of_medians"] == pytest.approx(measured["check_s"][0] / measured["bare_s"][0], rel=1e-2)
+    assert measured["ratio_to_stock"] == pytest.approx(measured["check_s"][0] / measured["stock_bare_s"][0],
+                                                       rel=1e-2)
 
 
 def test_a_history_it_cannot_take_is_one_line(tmp_path):
