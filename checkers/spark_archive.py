@@ -35,14 +35,18 @@ def build(force: bool = False) -> bool:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
     spark = get_session(java_options=f"-XX:ArchiveClassesAtExit={partial}", class_archive=False)
+    primed = False
     try:
         prime(spark)
+        primed = True
     finally:
         jvm = SparkContext._gateway.proc  # the driver JVM's process, launched by get_session
         spark.stop()
         SparkContext._gateway.shutdown()
         jvm.stdin.close()  # the gateway's JVM exits when its standard input ends
         jvm.wait(timeout=DUMP_TIMEOUT_S)
+        if not primed:  # what it dumped is not every class a check loads
+            partial.unlink(missing_ok=True)
     if not partial.is_file() or partial.stat().st_size == 0:
         partial.unlink(missing_ok=True)
         return False

@@ -122,9 +122,12 @@ class ProducerClient:
 
     def poll(self, timeout: float) -> None:
         """Serve delivery reports for up to `timeout` seconds, then record the
-        acknowledgements among them."""
-        self.producer.poll(timeout)
-        self.record_acks()
+        acknowledgements among them (also those served before a callback
+        raised: what was acknowledged is never left unsaid)."""
+        try:
+            self.producer.poll(timeout)
+        finally:
+            self.record_acks()
 
     def _on_error(self, err) -> None:
         self._stats.error(err.name())

@@ -14,14 +14,14 @@ from checkers.spark import JVM_LOG_ENV, class_archive_path
 from tests.support import REPO
 
 _SESSION = ("from checkers.spark import get_session, QUICK_START_JAVA\n"
-            "spark = get_session(java_options=QUICK_START_JAVA + ' -Xlog:cds=info', class_archive={archive})\n"
+            "spark = get_session(java_options=QUICK_START_JAVA + ' -Xlog:cds=info')\n"
             "assert spark.range(3).count() == 3\n")
 
 
-def _driver_log(tmp_path, archive: bool) -> str:
-    """The JVM log of a fresh process's session (with or without the archive)."""
-    log = tmp_path / f"jvm-{archive}.log"
-    proc = subprocess.run([sys.executable, "-c", _SESSION.format(archive=archive)], cwd=REPO, timeout=300,
+def _driver_log(tmp_path) -> str:
+    """The JVM log of a fresh process's session."""
+    log = tmp_path / "jvm.log"
+    proc = subprocess.run([sys.executable, "-c", _SESSION], cwd=REPO, timeout=300,
                           env={**os.environ, JVM_LOG_ENV: str(log)}, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return log.read_text(errors="replace")
@@ -31,11 +31,9 @@ def _driver_log(tmp_path, archive: bool) -> str:
 def test_setup_made_the_archive_and_a_driver_maps_it(tmp_path):
     archive = class_archive_path()
     assert archive.is_file(), "make setup makes it: python -m checkers.spark_archive"
-    mapped = _driver_log(tmp_path, archive=True)
+    mapped = _driver_log(tmp_path)
     assert f"Opened archive {archive}." in mapped, mapped
     assert "Unable to use shared archive" not in mapped and "failed" not in mapped.lower(), mapped
-    # class_archive=False: the stock start (the bench's baseline) maps only the JDK's own.
-    assert str(archive) not in _driver_log(tmp_path, archive=False)
 
 
 def test_making_it_again_when_it_is_there_says_nothing():
