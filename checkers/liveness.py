@@ -445,7 +445,8 @@ def _by_time(time: np.ndarray, *arrays: np.ndarray) -> tuple:
 
 def _by_partition(parts: np.ndarray, *arrays: np.ndarray) -> dict[int, tuple]:
     """partition -> the elements of each of `arrays` whose `parts` entry is it,
-    in their order (one stable sort); no partition (-1) left out."""
+    in their order (one stable sort); elements of no known partition (-1)
+    are left out."""
     attributed = parts >= 0
     if not attributed.all():
         parts, arrays = parts[attributed], tuple(a[attributed] for a in arrays)
