@@ -62,8 +62,11 @@ log = logging.getLogger(__name__)
 ENV = "HARNESS_CHECK_SERVICE"  # the socket of a service shared by a nightly's or a calibration's runs
 BACKGROUND_NICE = 19
 PRIMES = 3  # how many times a service primes its session while no request comes
-START_WAIT_S = 10.0
-_FOLDER_PREFIX = "harness-check-"  # a service's socket folder, in the temporary folder  # how long a caller waits for a service's socket to appear
+START_WAIT_S = 10.0  # how long a caller waits for a service's socket to appear
+# A service's socket folder, in the temporary folder. Not a prefix of a check's
+# JSONL conversion folder (`harness-check-*`, checkers/load.py), which
+# `remove_stale` must never take from a check under way.
+_FOLDER_PREFIX = "harness-check-service-"
 
 
 class ServiceError(Exception):

@@ -16,7 +16,9 @@ import pytest
 
 from checkers import service
 from checkers.check import Options, check_history
+from checkers.load import scratch_for
 from core.errors import UserError
+from core.history.files import resolve
 from core.processes import descendants
 from tests.support import REPO, wait_for
 
@@ -145,14 +147,20 @@ def test_a_shared_service_is_named_by_the_environment_and_not_stopped_by_its_use
 
 def test_clean_removes_the_folder_of_a_killed_service_and_keeps_a_running_ones(started, tmp_path):
     """A service killed outright (SIGKILL) cannot remove its socket folder; `harness clean`
-    (`service.remove_stale`) does, and leaves a running service's alone."""
+    (`service.remove_stale`) does, and leaves a running service's alone, and the
+    folder a check under way converts a JSONL history into (its name starts alike)."""
     running, _, _ = started
     killed = service.start(tmp_path / "check-service.log")
     killed.process.kill()
     killed.process.wait()
     assert killed.folder.is_dir()
+    history = tmp_path / "run" / "history.jsonl"
+    history.parent.mkdir()
+    history.write_text("")
     said = []
-    removed = service.remove_stale(said.append)
+    with scratch_for(resolve(history), "local[*]") as converting:
+        removed = service.remove_stale(said.append)
+        assert converting.is_dir() and str(converting) not in removed
     assert str(killed.folder) in removed and not killed.folder.exists()
     assert Path(running.address).parent.is_dir() and str(Path(running.address).parent) not in removed
     assert said and all(line.startswith("check service folder ") for line in said)
