@@ -59,9 +59,10 @@ run: setup
 	fi
 
 # The whole suite, slow end-to-end cases included (they are marked `slow` so
-# `pytest -m "not slow"` gives a quick loop, but CI runs them all).
+# `pytest -m "not slow"` gives a quick loop, but CI runs them all): the
+# integration tests one at a time, the rest beside them, niced (scripts/test-suite.sh).
 test: setup
-	$(PY) -m pytest -q
+	scripts/test-suite.sh $(PY)
 
 bench: setup
 	$(HARNESS) bench check --out .cache/bench/check.json

@@ -5,16 +5,24 @@ made once per session: a short run of the own broker under partitions,
 kills and pauses, and the planted duplicate bug (`own-bug-no-dedup`:
 idempotent producers, leaders paused past the 2 s request time-out) cut
 short. Both on 3 local nodes, with stdout and stderr captured (not a
-terminal)."""
+terminal).
+
+The runs the integration tests start share one check service, as a nightly's
+runs do (`checkers.service.ENV`): each run's own service would start a JVM
+and compile the checker's plans again, 5 to 15 s of each run's check phase.
+The run under partitions, kills and pauses keeps a service of its own, so
+that path is tested too (tests/e2e/test_run.py)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from checkers import service
 from tests.support import harness
 
 
@@ -27,6 +35,26 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def shared_check_service(tmp_path_factory):
+    """The check service the session's runs share, named in the environment every
+    `harness` the tests start inherits; its log in its own folder."""
+    logs = tmp_path_factory.mktemp("shared-check-service")
+    shared = service.start(logs / "check-service.log", jvm_log_path=logs / "spark.log")
+    os.environ[service.ENV] = shared.address
+    yield shared
+    os.environ.pop(service.ENV, None)
+    shared.close()
+
+
+@pytest.fixture(autouse=True)
+def _runs_share_a_check_service(request):
+    """Integration tests (the ones that start runs) get the shared check service;
+    a quick loop of unit tests never starts its JVM."""
+    if request.node.get_closest_marker("integration") is not None:
+        request.getfixturevalue("shared_check_service")
+
+
 @dataclass
 class RealRun:
     proc: subprocess.CompletedProcess
@@ -34,13 +62,13 @@ class RealRun:
 
 
 @pytest.fixture(scope="session")
-def real_runs(tmp_path_factory) -> tuple[Path, RealRun, RealRun]:
+def real_runs(tmp_path_factory, shared_check_service) -> tuple[Path, RealRun, RealRun]:
     """(the results folder, the run under partitions, kills and pauses, the no-dedup run)."""
     results = tmp_path_factory.mktemp("results")
 
-    def run(*argv: str) -> RealRun:
+    def run(*argv: str, env: dict | None = None) -> RealRun:
         before = set(results.glob("*/*/run.json"))
-        proc = harness("run", "--results", str(results), *argv)
+        proc = harness("run", "--results", str(results), *argv, env=env)
         made = set(results.glob("*/*/run.json")) - before
         assert len(made) == 1, proc.stdout + proc.stderr
         return RealRun(proc, made.pop().parent)
@@ -49,7 +77,7 @@ def real_runs(tmp_path_factory) -> tuple[Path, RealRun, RealRun]:
     # they ran as planned). Kills: a killed broker's clients are refused on reconnecting, and
     # librdkafka says so every time.
     plain = run("--nemesis", "partition,kill,pause", "--nemesis-interval", "2", "--time-limit", "12", "--nodes", "3",
-                "--seed", "7")
+                "--seed", "7", env={service.ENV: ""})  # a check service of its own
     buggy = run("--scenario", "own-bug-no-dedup", "--time-limit", "16", "--seed", "7")
     for r in (plain, buggy):
         assert r.proc.returncode in (0, 1), r.proc.stdout + r.proc.stderr

@@ -12,7 +12,7 @@ from tests.support import harness_run
 
 
 @pytest.fixture(scope="session")
-def ack_before_replication_run(tmp_path_factory):
+def ack_before_replication_run(tmp_path_factory, shared_check_service):
     """(the completed `harness run`, its run folder)."""
     return harness_run(tmp_path_factory.mktemp("ack-before-replication"), "--scenario",
                        "own-bug-ack-before-replication", "--seed", "10", timeout=900)

@@ -66,7 +66,7 @@ def results(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def acks1_leader_kill(tmp_path_factory):
+def acks1_leader_kill(tmp_path_factory, shared_check_service):
     """One run of kafka-acks1-leader-kill (30 s, seed 7), which the run test
     (its verdict, its kills) and the states test (its timeline) both read:
     (the completed process, its run folder)."""
