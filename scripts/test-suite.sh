@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite (what `make test` and CI run), in two pytest processes side
-# by side, since the machine is mostly waiting on clusters' clocks:
+# by side: most of the integration tests' time is their runs' time limits, which
+# the other tests can use:
 #   - the integration tests and those marked `serial`, one at a time (they share
 #     the machine's namespaces, ports and `harness clean`, and their timing matters);
 #   - the rest (unit tests, Spark on made-up histories, the report in a browser)
 #     beside them at nice 10, so that they take only the CPU the clusters leave.
 # The second one's output is shown when both have ended; the exit status is
-# pytest's own if one failed (the first one's if both did), else 0.
+# pytest's own if one failed (the first one's if both did), else 0. Each lists
+# its 15 slowest tests, so a slow suite says where its time went.
 # Usage: scripts/test-suite.sh [PYTHON]   (default: .venv/bin/python)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,13 +17,13 @@ beside_log=$(mktemp -t harness-tests-beside.XXXXXX)
 trap 'rm -f "$beside_log"' EXIT
 
 # The cache plugin off in the second one: two sessions must not write .pytest_cache at once.
-nice -n 10 "$py" -m pytest -q -m "not integration and not serial" -p no:cacheprovider >"$beside_log" 2>&1 &
+nice -n 10 "$py" -m pytest -q -m "not integration and not serial" --durations=15 -p no:cacheprovider >"$beside_log" 2>&1 &
 beside=$!
 # (a background job of a script ignores SIGINT: it is told with SIGTERM)
 trap 'kill -TERM "$beside" 2>/dev/null' INT TERM
 
 echo "== integration tests and those marked serial, one at a time (the others run beside them, niced)"
-"$py" -m pytest -q -m "integration or serial"
+"$py" -m pytest -q -m "integration or serial" --durations=15
 serial_status=$?
 wait "$beside"
 beside_status=$?
