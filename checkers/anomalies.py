@@ -201,6 +201,9 @@ class Frames:
     reads: object
     runs: object = None  # read runs (`read_runs`), kept
     by_value: object = None  # kept
+    # The reads of duplicated values (`add_duplicate_reads`): value, partition,
+    # offset and the first read's index; kept, only where duplicates were found.
+    dup_reads: object = None
     # The events that restart read order: (process, index, the partition it
     # restarts or None for all), from `reading.HistoryReader.restarts`.
     restarts: list = field(default_factory=list)
@@ -326,8 +329,10 @@ def add_by_value(frames: Frames, logs: FinalLogs) -> None:
         F.min("run_index").alias("run_index"),
     )
     # least/greatest skip nulls: two or more distinct positions iff they differ.
+    # The reads' own range is not kept: every later pass reads the frame again.
     by_value = keep(by_value.select(
-        "*", F.least("ack_pos", "read_first_pos").alias("first_pos"),
+        *[c for c in by_value.columns if c not in ("read_first_pos", "read_last_pos")],
+        F.least("ack_pos", "read_first_pos").alias("first_pos"),
         F.greatest("ack_pos", "read_last_pos").alias("last_pos")))
     frames.by_value = by_value
     frames.kept.append(by_value)
@@ -463,7 +468,7 @@ def multi_partition_checks(checked: dict, frames: Frames, logs: FinalLogs) -> di
 _EXAMPLE_ORDER = {"lost-write": "comp_index", "lost-acked": "comp_index", "dirty-read": "run_index",
                   "unseen": "comp_index", "aborted-read": "read_index", "duplicate": "first_seen"}
 _EXAMPLE_COLUMNS = ("value", "inv_index", "comp_index", "ack_pos", "read_index", "outcome", "max_read_offset",
-                    "final_end", "run_part_min", "run_index", "run_final_end")
+                    "final_end", "run_part_min", "run_index", "run_final_end", "first_pos", "last_pos")
 
 
 def examples(checked: dict, frames: Frames, multi: dict[str, tuple[int, list[dict]]],
@@ -472,8 +477,13 @@ def examples(checked: dict, frames: Frames, multi: dict[str, tuple[int, list[dic
 
     - one over the by-value frame: the first MAX_EXAMPLES values of each value
       anomaly (MISSING_SAMPLE of lost-write and lost-acked, which also fill
-      `missing`), and the acknowledged values at the inconsistent positions;
-    - one over the reads, for the reads of those values and positions;
+      `missing`), and the values acknowledged or read at the inconsistent
+      positions;
+    - one over the reads of the duplicated values (`Frames.dup_reads`, kept),
+      if any, for the reads of those values and positions: a value at one
+      position was read only there, first at its `read_index`, so the
+      by-value frame has its reads, and the history's records are not read
+      again;
     - one over the client events, for the errors and times the examples name.
 
     Returns the value anomalies' examples (`multi`'s merged in), the
@@ -485,13 +495,16 @@ def examples(checked: dict, frames: Frames, multi: dict[str, tuple[int, list[dic
     F = _F()
     frame = checked["frame"].select("*", F.least("read_index", "comp_index").alias("first_seen"))
     # One scan of the by-value frame: each row once per example list it may
-    # join (its anomalies, an acknowledgement at an inconsistent position),
-    # then the first of each list by a window over those few rows.
+    # join (its anomalies, an acknowledgement at an inconsistent position, its
+    # reads there), then the first of each list by a window over those few rows.
     wanted = [F.when(F.col("is_" + name), F.struct(F.lit(name).alias("name"), F.col(key).alias("k")))
               for name, key in _EXAMPLE_ORDER.items() if checked[name]]
     if inconsistent_at:
         wanted.append(F.when((F.col("outcome") == OK) & F.col("ack_pos").isin(inconsistent_at),
                              F.struct(F.lit("acked-at").alias("name"), F.lit(None).cast("long").alias("k"))))
+        wanted.append(F.when(F.col("read_index").isNotNull() & (F.col("first_pos") == F.col("last_pos"))
+                             & F.col("first_pos").isin(inconsistent_at),
+                             F.struct(F.lit("read-at").alias("name"), F.lit(None).cast("long").alias("k"))))
     rows: dict[str, list] = {}
     if wanted:
         any_ = F.lit(False)
@@ -500,25 +513,30 @@ def examples(checked: dict, frames: Frames, multi: dict[str, tuple[int, list[dic
         lists = frame.where(any_).select(F.explode(F.filter(F.array(*wanted), lambda x: x.isNotNull())).alias("e"),
                                          *_EXAMPLE_COLUMNS).select("e.name", "e.k", *_EXAMPLE_COLUMNS)
         limit = (F.when(F.col("name").isin("lost-write", "lost-acked"), MISSING_SAMPLE)
-                 .when(F.col("name") == "acked-at", F.lit(None)).otherwise(MAX_EXAMPLES))
+                 .when(F.col("name").isin("acked-at", "read-at"), F.lit(None)).otherwise(MAX_EXAMPLES))
         rank = F.row_number().over(Window.partitionBy("name").orderBy("k", "value"))
         for r in lists.select("*", rank.alias("rank")).where(limit.isNull() | (F.col("rank") <= limit)).collect():
             rows.setdefault(r["name"], []).append(r)
         for name, found in rows.items():
             found.sort(key=lambda r: (r["k"] if r["k"] is not None else -1, r["value"]))
 
-    # The reads of the values whose examples list positions, and of the inconsistent positions.
-    values = [r["value"] for name in ("aborted-read", "duplicate") for r in rows.get(name, [])[:MAX_EXAMPLES]]
+    # The reads of the values whose examples list positions, and of the
+    # inconsistent positions: (value, partition, offset) -> the first read's
+    # index. A value read at one position only: its first read, from the
+    # by-value frame; a duplicated value's, from its kept reads.
+    listed = [r for name in ("aborted-read", "duplicate") for r in rows.get(name, [])[:MAX_EXAMPLES]]
     reads: dict[tuple[int, int, int], int] = {}
-    if values or inconsistent_at:
-        pos = pos_of(F.col("partition"), F.col("offset"))
+    for r in listed + rows.get("read-at", []):
+        if r["read_index"] is not None and r["first_pos"] == r["last_pos"]:
+            reads[(r["value"], r["first_pos"] >> POS_BITS, r["first_pos"] & MAX_OFFSET)] = r["read_index"]
+    values = [r["value"] for r in listed if r["first_pos"] != r["last_pos"]]
+    if frames.dup_reads is not None and (values or inconsistent_at):
         cond = F.lit(False)
         if values:
             cond = cond | F.col("value").isin(values)
         if inconsistent_at:
-            cond = cond | pos.isin(inconsistent_at)
-        for r in (frames.reads.where(cond).groupBy("value", "partition", "offset")
-                  .agg(F.min("index").alias("index")).collect()):
+            cond = cond | pos_of(F.col("partition"), F.col("offset")).isin(inconsistent_at)
+        for r in frames.dup_reads.where(cond).collect():
             reads[(r["value"], r["partition"], r["offset"])] = r["index"]
 
     out: dict[str, list[dict]] = {}
@@ -603,11 +621,26 @@ def _positions(r, reads: dict) -> list[dict]:
     return [{"partition": p, "offset": o, **found[(p, o)]} for (p, o) in sorted(found)]
 
 
+def add_duplicate_reads(frames: Frames, duplicates: int) -> None:
+    """`Frames.dup_reads` (kept), if `duplicates` values have two positions or
+    more: every read of them, by (value, partition, offset), with the first
+    read's index. One scan of the history's records, which `by_position`
+    (their positions) and `examples` (their reads) share."""
+    F = _F()
+    if not duplicates:
+        return
+    dup_values = frames.by_value.where(F.col("first_pos") != F.col("last_pos")).select("value")
+    # `duplicates` values: few beside the reads, so they go to every task rather than the reads to a shuffle.
+    frames.dup_reads = keep(frames.reads.join(broadcast_if_small(dup_values, duplicates), "value", "left_semi")
+                            .groupBy("value", "partition", "offset").agg(F.min("index").alias("index")))
+    frames.kept.append(frames.dup_reads)
+
+
 def by_position(frames: Frames, duplicates: int):
     """The distinct values at each position: value -> positions, turned around.
 
     A value at one position contributes that position; only duplicated
-    values (rare) need their reads looked at again for every position.
+    values (rare) need their reads (`add_duplicate_reads`) for every position.
     """
     F = _F()
     v = frames.by_value
@@ -615,11 +648,9 @@ def by_position(frames: Frames, duplicates: int):
         F.col("first_pos").alias("pos"), "value")
     if not duplicates:
         return single.groupBy("pos").agg(F.count("*").alias("n_values"), F.min("value").alias("some_value"))
-    dup_values = v.where(F.col("first_pos") != F.col("last_pos"))
-    dup_acks = dup_values.where(F.col("ack_pos").isNotNull()).select(F.col("ack_pos").alias("pos"), "value")
-    # `duplicates` values: few beside the reads, so they go to every task rather than the reads to a shuffle.
-    dup_reads = (frames.reads.join(broadcast_if_small(dup_values.select("value"), duplicates), "value", "left_semi")
-                 .select(pos_of(F.col("partition"), F.col("offset")).alias("pos"), "value"))
+    dup_acks = v.where((F.col("first_pos") != F.col("last_pos")) & F.col("ack_pos").isNotNull()).select(
+        F.col("ack_pos").alias("pos"), "value")
+    dup_reads = frames.dup_reads.select(pos_of(F.col("partition"), F.col("offset")).alias("pos"), "value")
     positions = single.unionByName(dup_acks.unionByName(dup_reads).distinct())
     return positions.groupBy("pos").agg(F.count("*").alias("n_values"), F.min("value").alias("some_value"))
 

@@ -108,8 +108,11 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
 # shuffle's map side as a job of its own and re-plans after it).
 SMALL_EVENTS = 300_000
 # Larger ones get about this many events per shuffle partition (at least two
-# per core), adaptive execution coalescing what turns out small.
-EVENTS_PER_PARTITION = 1_000_000
+# per core), adaptive execution coalescing what turns out small. At one per
+# million, a 10M-event check on 2 cores ran its large shuffles as 3 or 5
+# tasks after coalescing, the last wave on one core: 4 partitions (two full
+# waves) took 2 to 7 s less (docs/benchmarks.md).
+EVENTS_PER_PARTITION = 2_500_000
 
 
 def sized_conf(events: int, cores: int) -> dict[str, str]:
@@ -185,7 +188,8 @@ def _analyse(df, read: HistoryReader, folded: dict[int, int], promised: dict, op
     # window pass. Examples and skipped offsets, only where anomalies were
     # found, take a few more.
     stage = _Stages()
-    kept: list = []
+    kept: list = []  # what this keeps; the frames' builders list theirs in frames.kept
+    frames = None
     try:
         few = read.folded_few(folded)
         logs = an.final_logs(few)
@@ -204,10 +208,10 @@ def _analyse(df, read: HistoryReader, folded: dict[int, int], promised: dict, op
         records_read = sum(r["n"] for r in per_partition)
         stage.done("read-runs")
         an.add_by_value(frames, logs)
-        kept += frames.kept
         checked = an.value_checks(frames, max_read, logs)
         multi = an.multi_partition_checks(checked, frames, logs)
         stage.done("by-value")
+        an.add_duplicate_reads(frames, checked["duplicate"])
         by_pos = keep(an.by_position(frames, checked["duplicate"]))
         kept.append(by_pos)
         steps = order.order_steps(frames)
@@ -223,7 +227,7 @@ def _analyse(df, read: HistoryReader, folded: dict[int, int], promised: dict, op
         found["inconsistent-offset"] = (n_inconsistent, inconsistent)
         stage.done("examples")
     finally:
-        for frame in kept:
+        for frame in kept + (frames.kept if frames is not None else []):
             release(frame)
     # Events by f and type: invocations counted while pairing (sends by value),
     # completions from the latency histograms.

@@ -119,7 +119,8 @@ def test_a_small_check_runs_few_spark_jobs_and_leaves_the_session_as_it_was(spar
     assert len(sc.statusTracker().getJobIdsForGroup("test-passes")) <= 8
     assert {k: spark.conf.get(k, None) for k in keys} == before
     assert sized_conf(1_000, 2) == {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false"}
-    assert sized_conf(10_000_000, 2)["spark.sql.shuffle.partitions"] == "10"
+    assert sized_conf(10_000_000, 2)["spark.sql.shuffle.partitions"] == "4"
+    assert sized_conf(100_000_000, 2)["spark.sql.shuffle.partitions"] == "40"
 
 
 def test_the_priming_history_takes_every_path(spark):
