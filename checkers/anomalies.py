@@ -80,6 +80,14 @@ def pos_of(partition, offset):
     return F.shiftleft(partition, POS_BITS).bitwiseOR(offset)
 
 
+def at_two_positions():
+    """A by-value row's value is a duplicate: its positions (acknowledged or
+    read) are not all one. least/greatest skip nulls, so two distinct
+    positions make first_pos and last_pos differ."""
+    F = _F()
+    return F.col("first_pos") != F.col("last_pos")
+
+
 def partition_of(pos):
     F = _F()
     return F.shiftright(pos, POS_BITS)
@@ -389,7 +397,7 @@ def value_checks(frames: Frames, max_read: dict[int, int], logs: FinalLogs) -> d
         "dirty-read": unsettled & run_part.isNotNull() & ~in_final(run_part) & ~multi,
         "unseen": (outcome == OK) & never_read & ~read_past & ack_end.isNull(),
         "aborted-read": (outcome == FAIL) & read,
-        "duplicate": F.col("first_pos") != F.col("last_pos"),
+        "duplicate": at_two_positions(),
     }
 
     def first_index(cond, col):
@@ -629,7 +637,7 @@ def add_duplicate_reads(frames: Frames, duplicates: int) -> None:
     F = _F()
     if not duplicates:
         return
-    dup_values = frames.by_value.where(F.col("first_pos") != F.col("last_pos")).select("value")
+    dup_values = frames.by_value.where(at_two_positions()).select("value")
     # `duplicates` values: few beside the reads, so they go to every task rather than the reads to a shuffle.
     frames.dup_reads = keep(frames.reads.join(broadcast_if_small(dup_values, duplicates), "value", "left_semi")
                             .groupBy("value", "partition", "offset").agg(F.min("index").alias("index")))
@@ -648,7 +656,7 @@ def by_position(frames: Frames, duplicates: int):
         F.col("first_pos").alias("pos"), "value")
     if not duplicates:
         return single.groupBy("pos").agg(F.count("*").alias("n_values"), F.min("value").alias("some_value"))
-    dup_acks = v.where((F.col("first_pos") != F.col("last_pos")) & F.col("ack_pos").isNotNull()).select(
+    dup_acks = v.where(at_two_positions() & F.col("ack_pos").isNotNull()).select(
         F.col("ack_pos").alias("pos"), "value")
     dup_reads = frames.dup_reads.select(pos_of(F.col("partition"), F.col("offset")).alias("pos"), "value")
     positions = single.unionByName(dup_acks.unionByName(dup_reads).distinct())
