@@ -29,7 +29,11 @@ def _nices(pid: int) -> dict[int, int]:
     """Each thread of process `pid` and of its descendants -> its nice value."""
     found = {}
     for p in [pid] + descendants(pid):
-        for tid in os.listdir(f"/proc/{p}/task"):
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:  # gone since descendants() listed it
+            continue
+        for tid in tids:
             try:
                 stat = Path(f"/proc/{p}/task/{tid}/stat").read_bytes()
             except OSError:
@@ -39,7 +43,17 @@ def _nices(pid: int) -> dict[int, int]:
 
 
 def _java_children(pid: int) -> list[int]:
-    return [p for p in descendants(pid) if b"java" in Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0]]
+    """The JVMs below process `pid`; the launcher's short-lived helpers (spark-submit's
+    shells) may exit between the listing and the read, and are skipped."""
+    found = []
+    for p in descendants(pid):
+        try:
+            program = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            continue
+        if b"java" in program:
+            found.append(p)
+    return found
 
 
 @pytest.fixture(scope="module")
