@@ -253,9 +253,12 @@ class _Session:
         if not self.claimed.is_set():
             self.claimed.set()
             _renice_tree(0)
+        # A cancel stops only the prime job running at that moment; between two of a
+        # check's jobs the priming would go on with the next. So cancel until it stops.
+        while self._thread.is_alive():
             if self.spark is not None:
                 self.spark.sparkContext.cancelJobGroup(self.PRIME_GROUP)
-        self._thread.join()
+            self._thread.join(0.05)
         if self.error is not None:
             raise self.error
         return self.spark
