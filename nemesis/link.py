@@ -28,7 +28,9 @@ and the receiver counts them (N large enough that 20% of the set loss is
 3.3 standard deviations of the binomial count: a correct fault fails its
 check about once in a thousand links); a TCP probe times PROBE_S seconds'
 worth of bytes at the set rate, measured by the receiver from its first
-byte to the end. The rate probe runs in classes of its own of the same
+byte to the end, and cut off (a failed check) if it takes DEADLINE_X times
+as long as it should: a link the probe crosses may also drop packets (a
+lossy-link in force), where TCP crawls. The rate probe runs in classes of its own of the same
 rate (its ports, PROBE_PORT and the 15 after it), so the workload's traffic
 on the link neither slows it nor is slowed by it: it measures the limit,
 not what is left of it. Healing removes the rules and qdiscs and is
@@ -65,6 +67,7 @@ PROBE_S = 1.5  # the rate probe's transfer lasts about this long at the set rate
 HEALED_LOSS = 0.02  # after healing, a loss probe may lose at most this much
 HEALED_PACKETS = 400
 UNLIMITED_X = 2.0  # after healing, a transfer runs at least this many times the old limit
+DEADLINE_X, DEADLINE_SLACK_S = 3.0, 5.0  # a rate probe is cut off after 3x its transfer at the set rate, +5 s
 _RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)(kbit|mbit|gbit)$")
 _UNITS = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 
@@ -73,7 +76,7 @@ _UNITS = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 # another (renamed into place when complete), so the control node needs no
 # open channel to it while the sender runs.
 PROBE = r'''
-import os, socket, sys, time
+import os, socket, struct, sys, time
 mode = sys.argv[1]
 def done(path, text):
     with open(path + ".tmp", "w") as f:
@@ -110,7 +113,7 @@ elif mode == "udp-send":
             time.sleep(0.01)  # about 1000 a second: no receive buffer (nor a slow link's queue) overflows
     print("sent=%d errors=%d" % (n, errors))
 elif mode == "tcp-recv":
-    port, ready, out = int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    port, ready, out, deadline = int(sys.argv[2]), sys.argv[3], sys.argv[4], float(sys.argv[5])
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("0.0.0.0", port))
@@ -122,29 +125,43 @@ elif mode == "tcp-recv":
     except socket.timeout:
         done(out, "error=no-connection")
         sys.exit()
-    c.settimeout(60)
-    first = c.recv(65536)
-    t0, total = time.monotonic(), 0
+    end = time.monotonic() + deadline
+    t0, total = None, 0
     try:
         while True:
+            c.settimeout(max(0.01, end - time.monotonic()))
             data = c.recv(65536)
             if not data:
                 break
-            total += len(data)
-    except socket.timeout:
-        done(out, "error=stalled bytes=%d" % total)
+            if t0 is None:
+                t0 = time.monotonic()  # from the first byte on
+            else:
+                total += len(data)
+    except (socket.timeout, ConnectionResetError):  # the deadline passed (the sender's reset may be lost)
+        done(out, "cut=1 bytes=%d seconds=%.6f" % (total, time.monotonic() - (t0 or end - deadline)))
         sys.exit()
-    done(out, "bytes=%d seconds=%.6f" % (total, time.monotonic() - t0))
+    done(out, "bytes=%d seconds=%.6f" % (total, time.monotonic() - (t0 or end - deadline)))
 elif mode == "tcp-send":
-    addr, port, size = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    c = socket.create_connection((addr, port), timeout=60)
+    addr, port, size, deadline = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+    end = time.monotonic() + deadline
+    c = socket.create_connection((addr, port), timeout=deadline)
     chunk = b"x" * 65536
     left = size
-    while left > 0:
-        c.sendall(chunk[:min(left, len(chunk))])
-        left -= min(left, len(chunk))
-    c.shutdown(socket.SHUT_WR)
-    c.recv(1)
+    try:
+        while left > 0:
+            c.settimeout(max(0.01, end - time.monotonic()))
+            c.sendall(chunk[:min(left, len(chunk))])
+            left -= min(left, len(chunk))
+        c.shutdown(socket.SHUT_WR)
+        c.settimeout(max(0.01, end - time.monotonic()))
+        c.recv(1)
+    except OSError:
+        # Past the deadline (a link that also drops packets, say), or the receiver's
+        # passed: a reset, so that neither end waits for what the send buffer holds.
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        c.close()
+        print("sent=%d cut=1" % (size - left))
+        sys.exit()
     print("sent=%d" % size)
 '''
 
@@ -268,22 +285,25 @@ def probe_loss(sender: Node, receiver: Node, port: int, packets: int) -> dict:
     return {"sent": packets, "received": received, "loss": round(1 - received / packets, 4)}
 
 
-def probe_rate(sender: Node, receiver: Node, port: int, size: int) -> dict:
-    """Sends `size` bytes over TCP from sender to receiver: the rate the receiver saw, mbit/s."""
+def probe_rate(sender: Node, receiver: Node, port: int, size: int, deadline_s: float) -> dict:
+    """Sends `size` bytes over TCP from sender to receiver: the rate the receiver
+    saw, mbit/s; a transfer not done in `deadline_s` is cut off, and is an error."""
     tag = f"tcp-{port}"
     ready, out = _files(receiver, tag)
-    _start_receiver(receiver, ["tcp-recv", str(port), ready, out], ready, out)
-    limit = 60.0
+    _start_receiver(receiver, ["tcp-recv", str(port), ready, out, str(deadline_s)], ready, out)
     try:
-        sender.remote.run(f"python3 -c {shlex.quote(PROBE)} tcp-send {receiver.address} {port} {size}",
-                          timeout=limit + 10)
+        sender.remote.run(f"python3 -c {shlex.quote(PROBE)} tcp-send {receiver.address} {port} {size} {deadline_s}",
+                          timeout=deadline_s + 10)
     finally:
         got = _result(receiver, ready, out, 10)
     if "seconds" not in got:
         return {"bytes": size, "error": " ".join(f"{k}={v}" for k, v in got.items())[:200]}
     received, seconds = int(got["bytes"]), float(got["seconds"])
-    return {"bytes": received, "seconds": round(seconds, 6),
-            "mbit": round(received * 8 / seconds / 1e6, 3) if seconds > 0 else None}
+    mbit = round(received * 8 / seconds / 1e6, 3) if seconds > 0 else None
+    if "cut" in got:
+        return {"bytes": received, "seconds": round(seconds, 6),
+                "error": f"cut off after {deadline_s:g} s, {received} of {size} bytes in, {mbit} mbit/s"}
+    return {"bytes": received, "seconds": round(seconds, 6), "mbit": mbit}
 
 
 def _probe_links(ctx: Context, links: list[tuple[str, str]], probe) -> dict[str, dict]:
@@ -420,17 +440,26 @@ def rate_probe_bytes(rate: str) -> int:
     return max(65536, int(rate_bits(rate) / 8 * PROBE_S))
 
 
+def rate_probe_deadline(rate: str) -> float:
+    """How long a rate probe may take: DEADLINE_X times its transfer at `rate`,
+    and DEADLINE_SLACK_S. A transfer that slow is far outside the tolerance
+    anyway (a link that also drops packets, or is cut); waiting it out would
+    only hold up the schedule (60 s and more, before)."""
+    return round(DEADLINE_X * rate_probe_bytes(rate) * 8 / rate_bits(rate) + DEADLINE_SLACK_S, 1)
+
+
 def start_rate(ctx: Context, step: Step) -> tuple[dict, dict]:
     return _start_degraded(ctx, step, "rate", DEFAULT_RATE, "limited", apply_rate,
-                           lambda a, b, port, rate: probe_rate(a, b, port, rate_probe_bytes(rate)), rate_within)
+                           lambda a, b, port, rate: probe_rate(a, b, port, rate_probe_bytes(rate),
+                                                               rate_probe_deadline(rate)), rate_within)
 
 
 def stop_rate(ctx: Context, state: dict) -> dict:
     names, rate = state.get("nodes", []), state.get("rate", DEFAULT_RATE)
     healed = parallel(lambda node: net.heal_links_node(node, rules=False), ctx.cluster.nodes)
     links = probed_links(ctx.names, names)
-    size = rate_probe_bytes(rate)
-    measured = _probe_links(ctx, links, lambda a, b, port: probe_rate(a, b, port, size))
+    size, deadline = rate_probe_bytes(rate), rate_probe_deadline(rate)
+    measured = _probe_links(ctx, links, lambda a, b, port: probe_rate(a, b, port, size, deadline))
     floor = UNLIMITED_X * rate_bits(rate) / 1e6
     ok = all(isinstance(m.get("mbit"), (int, float)) and m["mbit"] >= floor for m in measured.values())
     return {"nodes": names, "rate": rate,

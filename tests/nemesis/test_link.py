@@ -80,6 +80,9 @@ def test_within_bounds():
     assert link.rate_within({"mbit": 0.95}, "1mbit") and link.rate_within({"mbit": 11.9}, "10mbit")
     assert not link.rate_within({"mbit": 0.7}, "1mbit") and not link.rate_within({"mbit": None}, "1mbit")
     assert link.rate_bits("500kbit") == 5e5 and link.rate_probe_bytes("1mbit") == 187500
+    # 3x the transfer at the set rate, and 5 s: 1.5 s at 1mbit and 10mbit, 64 KB (65.5 s) at 8kbit
+    assert link.rate_probe_deadline("1mbit") == link.rate_probe_deadline("10mbit") == 9.5
+    assert link.rate_probe_deadline("8kbit") == 201.6
     with pytest.raises(FaultError):
         link.check_setting("rate", "1 mbit", "here")
 
@@ -182,6 +185,32 @@ def test_slow_link_measures_the_rate_it_set_and_heals(cluster3, rate):
     assert all(m["mbit"] >= 2 * link.rate_bits(rate) / 1e6 for m in healed["verified"]["rate"].values())
     assert traces(cluster3) == {n: (0, False) for n in cluster3.names}
     print("slow-link", rate, value["verified"], healed["verified"])
+
+
+@pytest.mark.integration
+def test_a_slow_link_probed_across_a_lossy_link_is_cut_off_and_not_verified(cluster3):
+    """Faults crossing: n2's links drop half their packets, then n1's are slowed;
+    the rate probe n1 <-> n2 crawls (TCP under loss). It is cut off at its
+    deadline, an error that names it, rather than held until a minute passes."""
+    ctx = Context(cluster3, system=None, topic="t")
+    _, loss_state = FAULTS["lossy-link"].start(ctx, Step(0, "start", "lossy-link", "one", (1,), {"loss": 0.5}))
+    rate_state = None
+    try:
+        value, rate_state = FAULTS["slow-link"].start(ctx, Step(0, "start", "slow-link", "one", (0,), {"rate": "1mbit"}))
+        measured = value["verified"]["rate"]
+        assert set(measured) == {"n1->n2", "n2->n1"} and not value["verified"]["ok"], measured
+        cut = [m for m in measured.values() if "cut off after" in m.get("error", "")]
+        assert cut, measured
+        for m in cut:
+            assert m["error"].startswith(f"cut off after {link.rate_probe_deadline('1mbit'):g} s")
+            assert m["bytes"] < link.rate_probe_bytes("1mbit") and "mbit" not in m
+        assert "NOT verified" in link.describe(value, False)[1]
+        print("slow-link across a lossy link", measured)
+    finally:
+        FAULTS["lossy-link"].stop(ctx, loss_state)
+        if rate_state is not None:
+            FAULTS["slow-link"].stop(ctx, rate_state)
+    assert traces(cluster3) == {n: (0, False) for n in cluster3.names}
 
 
 @pytest.mark.integration
