@@ -5,7 +5,7 @@
 #   - the integration tests and those marked `serial`, one at a time (they share
 #     the machine's namespaces, ports and `harness clean`, and their timing matters);
 #   - the rest (unit tests, Spark on made-up histories, the report in a browser)
-#     beside them at nice 10, so that they take only the CPU the clusters leave.
+#     beside them at nice 19, so that they take only the CPU the clusters leave.
 # The second one's output is shown when both have ended; the exit status is
 # pytest's own if one failed (the first one's if both did), else 0. Each lists
 # its 15 slowest tests, so a slow suite says where its time went.
@@ -17,7 +17,7 @@ beside_log=$(mktemp -t harness-tests-beside.XXXXXX)
 trap 'rm -f "$beside_log"' EXIT
 
 # The cache plugin off in the second one: two sessions must not write .pytest_cache at once.
-nice -n 10 "$py" -m pytest -q -m "not integration and not serial" --durations=15 -p no:cacheprovider >"$beside_log" 2>&1 &
+nice -n 19 "$py" -m pytest -q -m "not integration and not serial" --durations=15 -p no:cacheprovider >"$beside_log" 2>&1 &
 beside=$!
 # (a background job of a script ignores SIGINT: it is told with SIGTERM)
 trap 'kill -TERM "$beside" 2>/dev/null' INT TERM
@@ -29,7 +29,7 @@ wait "$beside"
 beside_status=$?
 
 echo
-echo "== the tests that ran beside them (not integration, not serial; nice 10)"
+echo "== the tests that ran beside them (not integration, not serial; nice 19)"
 cat "$beside_log"
 if [ "$serial_status" -ne 0 ]; then exit "$serial_status"; fi
 exit "$beside_status"
