@@ -1,16 +1,13 @@
 #!/usr/bin/env bash
-# The whole test suite (what `make test` and CI run), in two streams side by
-# side: most of the integration tests' time is their runs' time limits, which
+# The whole test suite (what `make test` and CI run), in two pytest processes side
+# by side: most of the integration tests' time is their runs' time limits, which
 # the other tests can use:
 #   - the integration tests and those marked `serial`, one at a time (they share
 #     the machine's namespaces, ports and `harness clean`, and their timing matters);
-#   - beside them, one pytest after the other:
-#       - the broker's own cluster tests (marked `alongside`: loopback ports, a
-#         ZooKeeper of their own, nothing `harness clean` removes) at nice 10;
-#       - the rest (unit tests, Spark on made-up histories, the report in a
-#         browser) at nice 19, so that they take only the CPU the clusters leave.
-# The second stream's output is shown when both have ended; the exit status is
-# the first failing pytest's (the integration tests' first), else 0. Each lists
+#   - the rest (unit tests, Spark on made-up histories, the report in a browser)
+#     beside them at nice 19, so that they take only the CPU the clusters leave.
+# The second one's output is shown when both have ended; the exit status is
+# pytest's own if one failed (the first one's if both did), else 0. Each lists
 # its 15 slowest tests, so a slow suite says where its time went.
 # Usage: scripts/test-suite.sh [PYTHON]   (default: .venv/bin/python)
 set -uo pipefail
@@ -19,29 +16,20 @@ py=${1:-.venv/bin/python}
 beside_log=$(mktemp -t harness-tests-beside.XXXXXX)
 trap 'rm -f "$beside_log"' EXIT
 
-# The cache plugin off beside: two sessions must not write .pytest_cache at once.
-(
-    nice -n 10 "$py" -m pytest -q -m "alongside" --durations=15 -p no:cacheprovider
-    alongside_status=$?
-    echo
-    nice -n 19 "$py" -m pytest -q -m "not integration and not serial" --durations=15 -p no:cacheprovider
-    rest_status=$?
-    if [ "$alongside_status" -ne 0 ]; then exit "$alongside_status"; fi
-    exit "$rest_status"
-) >"$beside_log" 2>&1 &
+# The cache plugin off in the second one: two sessions must not write .pytest_cache at once.
+nice -n 19 "$py" -m pytest -q -m "not integration and not serial" --durations=15 -p no:cacheprovider >"$beside_log" 2>&1 &
 beside=$!
-# (a background job of a script ignores SIGINT: it is told with SIGTERM, and
-# passes it on to the pytest it runs)
-trap 'pkill -TERM -P "$beside" 2>/dev/null; kill -TERM "$beside" 2>/dev/null' INT TERM
+# (a background job of a script ignores SIGINT: it is told with SIGTERM)
+trap 'kill -TERM "$beside" 2>/dev/null' INT TERM
 
 echo "== integration tests and those marked serial, one at a time (the others run beside them, niced)"
-"$py" -m pytest -q -m "(integration or serial) and not alongside" --durations=15
+"$py" -m pytest -q -m "integration or serial" --durations=15
 serial_status=$?
 wait "$beside"
 beside_status=$?
 
 echo
-echo "== beside them: the broker's cluster tests (marked alongside; nice 10), then the rest (nice 19)"
+echo "== the tests that ran beside them (not integration, not serial; nice 19)"
 cat "$beside_log"
 if [ "$serial_status" -ne 0 ]; then exit "$serial_status"; fi
 exit "$beside_status"

@@ -50,10 +50,8 @@ def shared_check_service(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _runs_share_a_check_service(request):
     """Integration tests (the ones that start runs) get the shared check service;
-    a quick loop of unit tests never starts its JVM, nor do the broker's own
-    cluster tests (`alongside`: they check no history)."""
-    if (request.node.get_closest_marker("integration") is not None
-            and request.node.get_closest_marker("alongside") is None):
+    a quick loop of unit tests never starts its JVM."""
+    if request.node.get_closest_marker("integration") is not None:
         request.getfixturevalue("shared_check_service")
 
 

@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, Producer
 from broker.testing import wait_for
 from tests.broker.helpers import BackgroundProducer, check_partition_offsets, log_values, produce, read_all
 
-pytestmark = [pytest.mark.integration, pytest.mark.alongside]
+pytestmark = pytest.mark.integration
 
 SAFE = {"default.replication.factor": "3", "min.insync.replicas": "2", "num.partitions": "3"}
 

@@ -22,7 +22,7 @@ from broker.client import SyncConnection
 from broker.testing import wait_for
 from tests.broker.conftest import make_batch
 
-pytestmark = [pytest.mark.integration, pytest.mark.alongside]
+pytestmark = pytest.mark.integration
 
 SEED = 20240607
 

@@ -257,7 +257,6 @@ def _replica_fetch(conn, replica: int, topic: str, offset: int, epoch: int):
 
 
 @pytest.mark.integration
-@pytest.mark.alongside
 def test_stale_and_future_epoch_replica_fetches_are_refused(make_cluster):
     cluster = make_cluster(3, settings=SAFE)
     cluster.create_topic("fence", partitions=1, replication_factor=3)
@@ -288,7 +287,6 @@ def test_stale_and_future_epoch_replica_fetches_are_refused(make_cluster):
 
 
 @pytest.mark.integration
-@pytest.mark.alongside
 def test_confluent_kafka_keeps_producing_and_consuming_across_a_leader_change(make_cluster):
     cluster = make_cluster(3, settings={**SAFE, "zookeeper.session.timeout.ms": "3000"})
     cluster.create_topic("move", partitions=1, replication_factor=3)

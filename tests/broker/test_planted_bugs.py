@@ -19,7 +19,7 @@ from broker.testing import wait_for
 from tests.broker.conftest import batch_values, make_batch
 from tests.broker.helpers import log_values, produce, read_all
 
-pytestmark = [pytest.mark.integration, pytest.mark.alongside]
+pytestmark = pytest.mark.integration
 
 SAFE = {"default.replication.factor": "3", "min.insync.replicas": "2"}
 

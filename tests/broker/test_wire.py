@@ -15,7 +15,7 @@ from broker import protocol as P
 from broker.client import SyncConnection
 from tests.broker.conftest import batch_values, make_batch
 
-pytestmark = [pytest.mark.integration, pytest.mark.alongside]
+pytestmark = pytest.mark.integration
 
 
 def _produce(conn, topic, values, acks=-1):
