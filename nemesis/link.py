@@ -30,12 +30,12 @@ check about once in a thousand links); a TCP probe times PROBE_S seconds'
 worth of bytes at the set rate, measured by the receiver from its first
 byte to the end, and cut off (a failed check) if it takes DEADLINE_X times
 as long as it should: a link the probe crosses may also drop packets (a
-lossy-link in force), where TCP crawls. The rate probe runs in classes of its own of the same
-rate (its ports, PROBE_PORT and the 15 after it), so the workload's traffic
-on the link neither slows it nor is slowed by it: it measures the limit,
-not what is left of it. Healing removes the rules and qdiscs and is
-verified when the loss is back to (about) none and the transfer runs at
-least UNLIMITED_X times the old limit.
+lossy-link in force), where TCP crawls. The rate probe runs in classes of
+its own of the same rate (its ports, PROBE_PORT and the 15 after it), so
+the workload's traffic on the link neither slows it nor is slowed by it: it
+measures the limit, not what is left of it. Healing removes the rules and
+qdiscs and is verified when the loss is back to (about) none and the
+transfer runs at least UNLIMITED_X times the old limit.
 
 The loss or rate a step sets is in its `extra` (`loss`, `rate`): the
 schedule keeps what the draw gave, and an explicit schedule may state it.
@@ -125,22 +125,22 @@ elif mode == "tcp-recv":
     except socket.timeout:
         done(out, "error=no-connection")
         sys.exit()
-    end = time.monotonic() + deadline
-    t0, total = None, 0
+    accepted = time.monotonic()
+    t0, total, cut = None, 0, False
     try:
         while True:
-            c.settimeout(max(0.01, end - time.monotonic()))
+            c.settimeout(max(0.01, accepted + deadline - time.monotonic()))
             data = c.recv(65536)
             if not data:
                 break
             if t0 is None:
-                t0 = time.monotonic()  # from the first byte on
+                t0 = time.monotonic()  # timed from the first read on
             else:
                 total += len(data)
     except (socket.timeout, ConnectionResetError):  # the deadline passed (the sender's reset may be lost)
-        done(out, "cut=1 bytes=%d seconds=%.6f" % (total, time.monotonic() - (t0 or end - deadline)))
-        sys.exit()
-    done(out, "bytes=%d seconds=%.6f" % (total, time.monotonic() - (t0 or end - deadline)))
+        cut = True
+    took = time.monotonic() - (accepted if t0 is None else t0)
+    done(out, ("cut=1 " if cut else "") + "bytes=%d seconds=%.6f" % (total, took))
 elif mode == "tcp-send":
     addr, port, size, deadline = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
     end = time.monotonic() + deadline
