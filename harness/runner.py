@@ -414,8 +414,11 @@ def _finish(r: Run) -> None:
                 ("tear down the cluster", r.cluster, lambda: r.cluster.teardown())):
             if started is None:
                 continue
+            step_started = time.monotonic()
             try:
                 step()
+                # Each step's time in harness.log: what stands between the final reads and the check.
+                log.info("teardown: %s in %.1f s", what, time.monotonic() - step_started)
             except BaseException as e:  # keep undoing the rest
                 log.error("%s failed: %s", what, e)
                 print(f"harness: {what} failed: {e}", file=sys.stderr)

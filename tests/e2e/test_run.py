@@ -49,6 +49,10 @@ def test_a_partition_run_with_safe_settings_is_valid(tmp_path):
     for name in ("run.json", "history.jsonl", "history.parquet", "results.json", "report.html", "harness.log"):
         assert (run_dir / name).is_file(), name
     assert (run_dir / "nodes" / "n1" / "broker.log").is_file()
+    # Each teardown step says how long it took, from the heal to the cluster's teardown.
+    said = (run_dir / "harness.log").read_text()
+    steps = [m[1] for m in re.finditer(r"teardown: (.+?) in \d+\.\d s", said)]
+    assert steps[0] == "heal" and "dump the logs on disk" in steps and steps[-1] == "tear down the cluster", steps
     assert (tmp_path / "latest").resolve() == run_dir.resolve()
     assert (tmp_path / "index.html").is_file()
     run = json.loads((run_dir / "run.json").read_text())
