@@ -510,7 +510,7 @@ def examples(checked: dict, frames: Frames, multi: dict[str, tuple[int, list[dic
     if inconsistent_at:
         wanted.append(F.when((F.col("outcome") == OK) & F.col("ack_pos").isin(inconsistent_at),
                              F.struct(F.lit("acked-at").alias("name"), F.lit(None).cast("long").alias("k"))))
-        wanted.append(F.when(F.col("read_index").isNotNull() & (F.col("first_pos") == F.col("last_pos"))
+        wanted.append(F.when(F.col("read_index").isNotNull() & ~at_two_positions()
                              & F.col("first_pos").isin(inconsistent_at),
                              F.struct(F.lit("read-at").alias("name"), F.lit(None).cast("long").alias("k"))))
     rows: dict[str, list] = {}
@@ -652,7 +652,7 @@ def by_position(frames: Frames, duplicates: int):
     """
     F = _F()
     v = frames.by_value
-    single = v.where(F.col("first_pos").isNotNull() & (F.col("first_pos") == F.col("last_pos"))).select(
+    single = v.where(F.col("first_pos").isNotNull() & ~at_two_positions()).select(
         F.col("first_pos").alias("pos"), "value")
     if not duplicates:
         return single.groupBy("pos").agg(F.count("*").alias("n_values"), F.min("value").alias("some_value"))
