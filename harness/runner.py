@@ -6,9 +6,10 @@ reverse order, also on Ctrl-C, SIGTERM or an error:
   spec -> run directory -> cluster -> ZooKeeper -> system -> topic ->
   history + cluster-state observer -> (a check service starts, niced) ->
   workload + nemesis for --time-limit -> heal -> await recovery -> stop clients -> settle ->
-  final reads -> stop the observer ->
-  close history -> collect logs (and their truncations into states.jsonl) -> tear down ->
-  history.parquet -> check (in the check service) -> results.json -> report.html
+  final reads -> stop the observer -> close history -> collect logs (and
+  their truncations into states.jsonl) -> history.parquet ->
+  check (in the check service) -> results.json -> report.html
+  beside the check: disk dumps -> tear down (the stories wait for it)
 
 After an interruption the history recorded so far is still checked and
 reported, and the exit status is 2 (the run was not carried out), with the
@@ -23,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -77,6 +79,8 @@ class Run:
     problem: str | None = None  # why the run could not be carried out
     observer: object = None  # the cluster-state observer (workloads/observer.py), writing states.jsonl
     check_service: object = None  # where the history is checked (checkers/service.py), if one answers
+    reads_ended: float | None = None  # time.monotonic() at the final reads' end: the check phase's start
+    teardown: threading.Thread | None = None  # the teardown under way beside the check (_finish)
 
 
 def run(args) -> int:
@@ -104,7 +108,10 @@ def run(args) -> int:
             log.error("run failed:\n%s", traceback.format_exc())
         finally:
             _finish(r)
-        return _conclude(r)
+        try:
+            return _conclude(r)
+        finally:
+            _torn_down(r)
     finally:
         if r.check_service is not None:
             r.check_service.close()
@@ -250,6 +257,7 @@ def _execute(r: Run) -> None:
     _phase(f"final reads (at most {s.final_time_limit:g} s)")
     observed("final-reads")
     final = r.workload.final_reads(s.final_time_limit)
+    r.reads_ended = time.monotonic()
     r.info["final_reads"] = final.to_dict()
     print(f"  {final.summary()}", file=sys.stderr)
     # A record whose key or value is not an integer is none this run wrote: on
@@ -386,8 +394,14 @@ def _status(r: Run, elapsed: float, total: float) -> str:
 
 
 def _finish(r: Run) -> None:
-    """Undo what the run started, in reverse, each step guarded; Ctrl-C is
-    held off meanwhile so that nothing is left half-undone."""
+    """Undo what the run started, in reverse, each step guarded. What the
+    check reads is settled here: the nemesis, the clients and the observer
+    stopped, the history closed, the node logs collected (results.json scans
+    them). The rest (disk dumps, system, ZooKeeper, cluster) is made ready
+    as `r.teardown`, a thread that `_conclude` starts beside the check once
+    the history is converted: a Kafka run's disk dumps alone take seconds.
+    Ctrl-C is held off meanwhile and while `_torn_down` waits for that
+    thread, so that nothing is left half-undone."""
     def heal():
         r.nemesis.stop()
         r.nemesis.heal()
@@ -398,34 +412,64 @@ def _finish(r: Run) -> None:
 
     held = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        for what, started, step in (
-                ("heal", r.nemesis, heal),
-                ("stop clients", r.workload, stop_clients),
-                ("stop the observer", r.observer, lambda: r.observer.stop()),
-                ("close history", r.history, lambda: r.history.close()),
-                ("collect logs", r.cluster, lambda: _collect_logs(r)),
-                ("collect truncations", r.observer, lambda: append_truncations(
-                    r.observer.path, r.system, r.cluster, r.dir.nodes, r.observer.topic,
-                    origin_seconds(r.info["history_origin"]))),
-                ("dump the logs on disk", r.system, lambda: _dump_disk(r)),
-                ("stop the system", r.system, lambda: r.system.teardown(r.cluster)),
-                ("unmount the faultfs", r.faultfs, lambda: _unmount_faultfs(r)),
-                ("stop ZooKeeper", r.zookeeper, lambda: r.zookeeper.teardown(r.cluster)),
-                ("tear down the cluster", r.cluster, lambda: r.cluster.teardown())):
-            if started is None:
-                continue
-            step_started = time.monotonic()
-            try:
-                step()
-                # Each step's time in harness.log: what stands between the final reads and the check.
-                log.info("teardown: %s in %.1f s", what, time.monotonic() - step_started)
-            except BaseException as e:  # keep undoing the rest
-                log.error("%s failed: %s", what, e)
-                print(f"harness: {what} failed: {e}", file=sys.stderr)
-                if r.problem is None:
-                    r.problem = f"{what} failed: {e}"
+        _undo(r, (("heal", r.nemesis, heal),
+                  ("stop clients", r.workload, stop_clients),
+                  ("stop the observer", r.observer, lambda: r.observer.stop()),
+                  ("close history", r.history, lambda: r.history.close()),
+                  ("collect logs", r.cluster, lambda: _collect_logs(r)),
+                  ("collect truncations", r.observer, lambda: append_truncations(
+                      r.observer.path, r.system, r.cluster, r.dir.nodes, r.observer.topic,
+                      origin_seconds(r.info["history_origin"])))))
+        r.teardown = threading.Thread(name="teardown", target=_undo, args=(r, (
+            ("dump the logs on disk", r.system, lambda: _dump_disk(r)),
+            ("stop the system", r.system, lambda: r.system.teardown(r.cluster)),
+            ("unmount the faultfs", r.faultfs, lambda: _unmount_faultfs(r)),
+            ("stop ZooKeeper", r.zookeeper, lambda: r.zookeeper.teardown(r.cluster)),
+            ("tear down the cluster", r.cluster, lambda: r.cluster.teardown()))))
     finally:
         signal.signal(signal.SIGINT, held)
+
+
+def _tear_down_beside(r: Run) -> None:
+    """Start the rest of the teardown (`_finish`) in its thread, if not yet."""
+    if r.teardown is not None and r.teardown.ident is None:
+        r.teardown.start()
+
+
+def _undo(r: Run, steps) -> None:
+    """Each (what, what it undoes, step) in turn whose thing was started; a
+    failure is logged and said, and the rest still run."""
+    for what, started, step in steps:
+        if started is None:
+            continue
+        step_started = time.monotonic()
+        try:
+            step()
+            # Each step's time in harness.log: what the run's end spends where.
+            log.info("teardown: %s in %.1f s", what, time.monotonic() - step_started)
+        except BaseException as e:  # keep undoing the rest
+            log.error("%s failed: %s", what, e)
+            print(f"harness: {what} failed: {e}", file=sys.stderr)
+            if r.problem is None:
+                r.problem = f"{what} failed: {e}"
+
+
+def _torn_down(r: Run) -> None:
+    """Wait for the teardown `_finish` made ready (started here if the check
+    did not start it), Ctrl-C and SIGTERM held off; then record the run's end
+    in run.json. Once, however often called."""
+    if "ended" in r.info:
+        return
+    _tear_down_beside(r)
+    if r.teardown is not None:
+        held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            waited = time.monotonic()
+            r.teardown.join()
+            log.info("teardown: waited %.1f s for it", time.monotonic() - waited)
+        finally:
+            for sig, handler in held.items():
+                signal.signal(sig, handler)
     r.info["ended"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if r.problem:
         r.info["outcome"] = f"not carried out: {r.problem}"
@@ -462,16 +506,23 @@ def _conclude(r: Run) -> int:
     verdict = None
     results = None
     live_failures: list[str] = []
-    if path.is_file() and path.stat().st_size > 0:
+    recorded = path.is_file() and path.stat().st_size > 0
+    if recorded:
         try:
             _phase("checking the history")
-            check_started = time.monotonic()
-            jsonl_to_parquet(path, r.dir.path / "history.parquet")
-            results = add_explanations(_check(r, Options(idempotent=r.spec.idempotent or None,
-                                                         fault_ends=fault_ends())),
-                                       r.dir.path)
+            check_started = r.reads_ended or time.monotonic()
+            try:
+                jsonl_to_parquet(path, r.dir.path / "history.parquet")
+            finally:
+                # Only now: the conversion is Python in this process, and the teardown's
+                # SSH and dump parsing would take turns with it for the GIL (2 to 3
+                # times as long, measured); the check runs in the service's process.
+                _tear_down_beside(r)
+            checked = _check(r, Options(idempotent=r.spec.idempotent or None, fault_ends=fault_ends()))
+            _torn_down(r)  # the stories read the disk dumps
+            results = add_explanations(checked, r.dir.path)
             write_results(results, r.dir.path)
-            # Issue 16's measure: from the final reads' end to results.json (docs/benchmarks.md).
+            # Issue 16's measure: from the final reads' end (the teardown in it) to results.json.
             r.info["check_phase_s"] = round(time.monotonic() - check_started, 2)
             report(r.dir.path, results)
             print(summary(results, str(r.dir.path / "results.json"), verdict=False))
@@ -486,7 +537,8 @@ def _conclude(r: Run) -> int:
         except UserError as e:
             log.error("checking failed: %s", e)
             r.problem = r.problem or f"checking failed: {e}"
-    elif r.problem is None:
+    _torn_down(r)
+    if not recorded and r.problem is None:
         r.problem = "no history was recorded"
     store.point_latest(r.dir)
     store.write_index(r.dir.root)

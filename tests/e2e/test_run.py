@@ -53,6 +53,12 @@ def test_a_partition_run_with_safe_settings_is_valid(tmp_path):
     said = (run_dir / "harness.log").read_text()
     steps = [m[1] for m in re.finditer(r"teardown: (.+?) in \d+\.\d s", said)]
     assert steps[0] == "heal" and "dump the logs on disk" in steps and steps[-1] == "tear down the cluster", steps
+    # The check starts once the history is closed, beside the rest of the teardown
+    # (which takes a second or more: logs, disk dumps, brokers, ZooKeeper, namespaces).
+    at = {m[2]: m[1] for m in re.finditer(r"^(\S+ \S+) INFO harness.run: (phase: checking the history|"
+                                          r"teardown: close history|teardown: tear down the cluster)", said, re.M)}
+    assert at["teardown: close history"] <= at["phase: checking the history"] < at["teardown: tear down the cluster"]
+    assert "teardown: waited" in said
     assert (tmp_path / "latest").resolve() == run_dir.resolve()
     assert (tmp_path / "index.html").is_file()
     run = json.loads((run_dir / "run.json").read_text())
@@ -141,6 +147,39 @@ def test_ctrl_c_heals_tears_down_and_keeps_a_partial_history(tmp_path):
     check = subprocess.run([HARNESS, "check", str(run_dir), "--out", str(tmp_path / "recheck")],
                            capture_output=True, text=True, timeout=300)
     assert check.returncode in (0, 1), check.stderr
+
+
+def test_a_second_ctrl_c_during_the_check_still_lets_the_teardown_finish(tmp_path):
+    """The teardown goes on in a thread beside the check (harness/runner.py): a
+    Ctrl-C that stops the check must not stop it, and the run still records
+    its end."""
+    proc = subprocess.Popen([HARNESS, "run", "--results", str(tmp_path), "--nemesis", "partition",
+                             "--nemesis-interval", "2", "--time-limit", "300", "--nodes", "3", "--seed", "4"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    said = []
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not list(tmp_path.glob("*/*/history.jsonl")):
+            time.sleep(0.5)
+        time.sleep(3)
+        proc.send_signal(signal.SIGINT)
+        for line in proc.stderr:  # the check begins as soon as the history is closed
+            said.append(line)
+            if "checking the history" in line:
+                proc.send_signal(signal.SIGINT)
+                break
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert any("checking the history" in line for line in said), "".join(said)
+    assert proc.returncode == 130, out + "".join(said) + err
+    run_dir = next(tmp_path.glob("*/*/history.jsonl")).parent
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["outcome"] == "not carried out: interrupted" and "ended" in run
+    log = (run_dir / "harness.log").read_text()
+    assert "teardown: tear down the cluster in" in log and "teardown: waited" in log
+    assert left_behind(run_dir) == {"namespaces": [], "processes": []}
 
 
 def test_a_run_is_checked_by_a_check_service_of_its_own_that_ends_with_it(real_runs):
