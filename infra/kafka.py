@@ -54,7 +54,7 @@ from infra import zk_state
 from infra.brokers import BrokerBase
 from infra.nodes import Cluster, Node, parallel
 from infra.remote import RemoteError, one_line
-from infra.system import SystemKind, SystemOption, count_lines
+from infra.system import DUMP_NICE, SystemKind, SystemOption, count_lines
 
 log = logging.getLogger(__name__)
 # The admin client's connection complaints while brokers start or are cut off are expected.
@@ -402,12 +402,18 @@ class KafkaSystem(BrokerBase):
             })
         return props
 
-    def _java(self, node: Node, main: list[str], heap: str | None = None) -> list[str]:
+    def _java(self, node: Node, main: list[str], tool: bool = False) -> list[str]:
+        """The broker's JVM (`kafka.Kafka`): its heap and G1. A short-lived
+        `tool`'s (StorageTool, DumpLogSegments): 256 MB, C1 only and the serial
+        collector, which halve such a JVM's CPU (DumpLogSegments over 29k records:
+        0.9 against 1.6 s), and a Kafka run dumps every node's log at once."""
         home = self._homes[node.name]
         flag = (f"-Dlog4j2.configurationFile={self.log_config_file(node)}" if self._log4j2()
                 else f"-Dlog4j.configuration=file:{self.log_config_file(node)}")
-        return [self.options.java, f"-Xmx{heap or self.options.heap}", "-Xms64m", "-XX:+UseG1GC",
-                "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true", "-Djava.net.preferIPv4Stack=true",
+        vm = (["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"] if tool else
+              [f"-Xmx{self.options.heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20"])
+        return [self.options.java, *vm, "-Xms64m",
+                "-Djava.awt.headless=true", "-Djava.net.preferIPv4Stack=true",
                 flag, f"-Dkafka.logs.dir={node.log_dir}", "-cp", f"{home}/libs/*", *main]
 
     # -- lifecycle
@@ -443,7 +449,7 @@ class KafkaSystem(BrokerBase):
     def _format(self, node: Node) -> None:
         """Formats the node's storage for this run's KRaft cluster id."""
         argv = self._java(node, ["kafka.tools.StorageTool", "format", "-t", self.cluster_id,
-                                 "-c", self.config_file(node), "--ignore-formatted"], heap="256m")
+                                 "-c", self.config_file(node), "--ignore-formatted"], tool=True)
         res = node.remote.run(" ".join(shlex.quote(a) for a in argv) + " 2>&1", check=False, timeout=180)
         if res.exit_status != 0:
             raise UserError(f"Kafka on {node.name}: formatting KRaft storage failed: {_tail_line(res.stdout)}")
@@ -482,8 +488,9 @@ class KafkaSystem(BrokerBase):
                 return 0
             raw = f"{node.run_dir}/kafka-dump-log.txt"
             argv = self._java(node, ["kafka.tools.DumpLogSegments", "--print-data-log", "--files", ",".join(files)],
-                              heap="256m")
-            node.remote.run(" ".join(q(a) for a in argv) + f" > {q(raw)} 2>/dev/null && gzip -1 -f {q(raw)}",
+                              tool=True)
+            node.remote.run(f"nice -n {DUMP_NICE} " + " ".join(q(a) for a in argv)
+                            + f" > {q(raw)} 2>/dev/null && nice -n {DUMP_NICE} gzip -1 -f {q(raw)}",
                             timeout=600)
             local = dest + ".raw.gz"
             node.remote.get(raw + ".gz", local)

@@ -28,7 +28,7 @@ from core.errors import UserError
 from infra import zk_state
 from infra.brokers import BrokerBase
 from infra.nodes import Cluster, Node, parallel
-from infra.system import SystemKind, SystemOption, count_lines
+from infra.system import DUMP_NICE, SystemKind, SystemOption, count_lines
 
 PORT = 9092
 DAEMON = "broker"
@@ -126,8 +126,9 @@ class OwnBroker(BrokerBase):
         argv, env, cwd = self._argv(node)
         out = f"{node.run_dir}/disk-dump.jsonl"
         q = shlex.quote
-        node.remote.run(f"cd {q(cwd)} && {q(argv[0])} -m broker.dump --data-dir {q(self.data_dir(node))} "
-                        f"--topic {q(topic)} > {q(out)} && gzip -1 -f {q(out)}", env=env, timeout=600)
+        nice = f"nice -n {DUMP_NICE}"
+        node.remote.run(f"cd {q(cwd)} && {nice} {q(argv[0])} -m broker.dump --data-dir {q(self.data_dir(node))} "
+                        f"--topic {q(topic)} > {q(out)} && {nice} gzip -1 -f {q(out)}", env=env, timeout=600)
         node.remote.get(out + ".gz", dest)
         return count_lines(dest)
 

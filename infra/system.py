@@ -214,6 +214,12 @@ class LogDump(Protocol):
     def dump_log(self, node: Node, topic: str, dest: str) -> int: ...
 
 
+# The disk dumps run at this niceness on the nodes: `harness run` takes them
+# beside the check (harness/runner.py), whose Spark JVM should have the
+# CPU first; the dumps fill what it leaves.
+DUMP_NICE = 10
+
+
 def count_lines(path: str | os.PathLike) -> int:
     """Records in a local disk dump (gzip'd lines)."""
     n = 0
