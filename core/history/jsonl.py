@@ -46,16 +46,17 @@ def iter_jsonl(path: str | os.PathLike, report: ReadReport | None = None,
         f = open(path, "rb")
     except OSError as e:
         raise HistoryError(f"{path}: cannot read: {e.strerror}") from None
+    name = path.name  # once: each line's messages name it
     with f:
         line_no = 0
         pending: tuple[int, bytes] | None = None  # a line is judged once we know whether it is the last
         for raw in f:
             line_no += 1
             if pending is not None:
-                yield _parse_line(path, *pending, last=False, order=order, report=report)
+                yield _parse_line(name, *pending, last=False, order=order, report=report)
             pending = (line_no, raw)
         if pending is not None:
-            event = _parse_line(path, *pending, last=True, order=order, report=report)
+            event = _parse_line(name, *pending, last=True, order=order, report=report)
             if event is not None:
                 yield event
     if order.next_index == start:
@@ -63,9 +64,9 @@ def iter_jsonl(path: str | os.PathLike, report: ReadReport | None = None,
                            else f"{path}: the history holds no complete event")
 
 
-def _parse_line(path: Path, line_no: int, raw: bytes, last: bool, order: OrderCheck,
+def _parse_line(name: str, line_no: int, raw: bytes, last: bool, order: OrderCheck,
                 report: ReadReport) -> dict | None:
-    where = f"{path.name} line {line_no}"
+    where = f"{name} line {line_no}"
     stripped = raw.strip()
     if not stripped:
         if last:

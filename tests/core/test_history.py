@@ -23,6 +23,7 @@ from core.history.parquet import jsonl_to_parquet, read_parquet_events, validate
 from core.history.writer import (_BATCH_HEAD, _INVOKE, _JSON_HEAD, _NEVER, _OK, HistoryWriter, _Batcher,
                                  _Output)
 from core.errors import HistoryError
+from core.history.format import MAX_PARTITION, MAX_STORED_OFFSET, _plain_client_event, check_fields
 
 
 def test_many_threads_write_one_ordered_history(tmp_path):
@@ -417,3 +418,57 @@ def test_resolve_a_run_directory(tmp_path):
     write_parquet(_sample(), tmp_path / "history.parquet")
     assert resolve(tmp_path).format == "parquet"  # Parquet preferred when both are there
     assert load_run_json(source.run_json) == {"producer": {"enable.idempotence": True}}
+
+
+def _passes(event) -> bool:
+    try:
+        check_fields(event, "line 1")
+        return True
+    except HistoryError:
+        return False
+
+
+def test_the_quick_acceptance_of_sends_and_polls_never_passes_what_the_field_checks_refuse():
+    """check_event accepts most events in one go (`_plain_client_event`) and
+    hands the rest to the field-by-field checks (`check_fields`): every variant of the common
+    events, each field changed to each odd value or removed, is passed by the
+    quick path only if the full checks pass it too."""
+    record = {"partition": 1, "offset": 5, "key": 3, "value": 7}
+    bases = [
+        {"index": 0, "time": 1, "process": 2, "type": "invoke", "f": "send", "key": 3, "value": 7},
+        {"index": 0, "time": 1, "process": 2, "type": "invoke", "f": "send", "value": 7},
+        {"index": 0, "time": 1, "process": 2, "type": "ok", "f": "send", "value": 7, "partition": 1, "offset": 5},
+        {"index": 0, "time": 1, "process": 2, "type": "fail", "f": "send", "value": 7, "error": "x"},
+        {"index": 0, "time": 1, "process": 2, "type": "info", "f": "send", "value": 7},
+        {"index": 0, "time": 1, "process": 2, "type": "ok", "f": "poll", "records": [dict(record), dict(record)]},
+        {"index": 0, "time": 1, "process": 2, "type": "ok", "f": "poll", "records": []},
+    ]
+    odd = [None, True, False, 1.5, "1", "", -1, MAX_PARTITION + 1, MAX_STORED_OFFSET + 1, [], {}, [1], "nemesis",
+           "invoke", "ok", "poll", "send", "assign"]
+    gone = object()
+    variants = []
+    for base in bases:
+        assert _plain_client_event(base) and _passes(base), base  # the quick path is taken for these
+        for field in list(base):
+            for x in odd + [gone]:
+                e = json.loads(json.dumps(base))
+                if x is gone:
+                    del e[field]
+                else:
+                    e[field] = x
+                variants.append(e)
+        if base.get("records"):
+            for field in record:
+                for x in odd + [gone]:
+                    e = json.loads(json.dumps(base))
+                    if x is gone:
+                        del e["records"][1][field]
+                    else:
+                        e["records"][1][field] = x
+                    variants.append(e)
+            variants.append({**base, "records": [dict(record), 5]})
+        variants.append({**base, "extra": 1})
+    quick = [e for e in variants if _plain_client_event(e)]
+    assert len(quick) > 50 and len(variants) - len(quick) > 300  # both ways taken
+    wrongly = [e for e in quick if not _passes(e)]
+    assert not wrongly, wrongly[:3]
