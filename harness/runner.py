@@ -92,7 +92,10 @@ def run(args) -> int:
                              "command": " ".join(sys.argv), "outcome": "running"})
     rd.write_json("run.json", r.info)
     print(f"run {spec.test_name}: {rd.path} (seed {spec.seed})", file=sys.stderr)
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    # SIGINT set here too, not left as inherited: a process started in the background
+    # by a script (`harness nightly ... &`, a CI job) inherits SIGINT ignored, and
+    # then the one signal that asks a run to heal and tear down gently would be lost.
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
             _execute(r)
@@ -115,7 +118,8 @@ def run(args) -> int:
     finally:
         if r.check_service is not None:
             r.check_service.close()
-        signal.signal(signal.SIGTERM, previous)
+        for sig, was in previous.items():
+            signal.signal(sig, was)
         logging.getLogger().removeHandler(handler)
         handler.close()
 
@@ -468,8 +472,8 @@ def _torn_down(r: Run) -> None:
             r.teardown.join()
             log.info("teardown: waited %.1f s for it", time.monotonic() - waited)
         finally:
-            for sig, handler in held.items():
-                signal.signal(sig, handler)
+            for sig, was in held.items():
+                signal.signal(sig, was)
     r.info["ended"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if r.problem:
         r.info["outcome"] = f"not carried out: {r.problem}"

@@ -11,6 +11,7 @@ import json
 import re
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -152,24 +153,31 @@ def test_ctrl_c_heals_tears_down_and_keeps_a_partial_history(tmp_path):
 def test_a_second_ctrl_c_during_the_check_still_lets_the_teardown_finish(tmp_path):
     """The teardown goes on in a thread beside the check (harness/runner.py): a
     Ctrl-C that stops the check must not stop it, and the run still records
-    its end."""
+    its end. The run starts with SIGINT ignored, as whatever a script starts
+    in the background inherits it (a nightly's runs, then): it must still
+    take SIGINT as Ctrl-C."""
     proc = subprocess.Popen([HARNESS, "run", "--results", str(tmp_path), "--nemesis", "partition",
                              "--nemesis-interval", "2", "--time-limit", "300", "--nodes", "3", "--seed", "4"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     said = []
+    # A run deaf to SIGINT would go on for its 300 s: a failure, found in 2 minutes.
+    watchdog = threading.Timer(120, proc.kill)
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and not list(tmp_path.glob("*/*/history.jsonl")):
             time.sleep(0.5)
         time.sleep(3)
         proc.send_signal(signal.SIGINT)
+        watchdog.start()
         for line in proc.stderr:  # the check begins as soon as the history is closed
             said.append(line)
             if "checking the history" in line:
                 proc.send_signal(signal.SIGINT)
                 break
-        out, err = proc.communicate(timeout=300)
+        out, err = proc.communicate(timeout=120)
     finally:
+        watchdog.cancel()
         if proc.poll() is None:
             proc.kill()
     assert any("checking the history" in line for line in said), "".join(said)
