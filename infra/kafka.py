@@ -489,8 +489,8 @@ class KafkaSystem(BrokerBase):
             raw = f"{node.run_dir}/kafka-dump-log.txt"
             argv = self._java(node, ["kafka.tools.DumpLogSegments", "--print-data-log", "--files", ",".join(files)],
                               tool=True)
-            node.remote.run(f"nice -n {DUMP_NICE} " + " ".join(q(a) for a in argv)
-                            + f" > {q(raw)} 2>/dev/null && nice -n {DUMP_NICE} gzip -1 -f {q(raw)}",
+            node.remote.run(f"{DUMP_NICE} " + " ".join(q(a) for a in argv)
+                            + f" > {q(raw)} 2>/dev/null && {DUMP_NICE} gzip -1 -f {q(raw)}",
                             timeout=600)
             local = dest + ".raw.gz"
             node.remote.get(raw + ".gz", local)

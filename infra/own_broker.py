@@ -126,9 +126,8 @@ class OwnBroker(BrokerBase):
         argv, env, cwd = self._argv(node)
         out = f"{node.run_dir}/disk-dump.jsonl"
         q = shlex.quote
-        nice = f"nice -n {DUMP_NICE}"
-        node.remote.run(f"cd {q(cwd)} && {nice} {q(argv[0])} -m broker.dump --data-dir {q(self.data_dir(node))} "
-                        f"--topic {q(topic)} > {q(out)} && {nice} gzip -1 -f {q(out)}", env=env, timeout=600)
+        node.remote.run(f"cd {q(cwd)} && {DUMP_NICE} {q(argv[0])} -m broker.dump --data-dir {q(self.data_dir(node))} "
+                        f"--topic {q(topic)} > {q(out)} && {DUMP_NICE} gzip -1 -f {q(out)}", env=env, timeout=600)
         node.remote.get(out + ".gz", dest)
         return count_lines(dest)
 

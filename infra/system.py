@@ -214,10 +214,10 @@ class LogDump(Protocol):
     def dump_log(self, node: Node, topic: str, dest: str) -> int: ...
 
 
-# The disk dumps run at this niceness on the nodes: `harness run` takes them
-# beside the check (harness/runner.py), whose Spark JVM should have the
+# The disk dumps' commands on the nodes start with this: `harness run` takes
+# them beside the check (harness/runner.py), whose Spark JVM should have the
 # CPU first; the dumps fill what it leaves.
-DUMP_NICE = 10
+DUMP_NICE = "nice -n 10"
 
 
 def count_lines(path: str | os.PathLike) -> int:
