@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from checkers.check import check_history, Options
@@ -414,8 +415,7 @@ def _finish(r: Run) -> None:
         r.workload.stop(timeout=5)
         r.workload.abandon()
 
-    held = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
+    with _held_off(signal.SIGINT):
         _undo(r, (("heal", r.nemesis, heal),
                   ("stop clients", r.workload, stop_clients),
                   ("stop the observer", r.observer, lambda: r.observer.stop()),
@@ -430,8 +430,17 @@ def _finish(r: Run) -> None:
             ("unmount the faultfs", r.faultfs, lambda: _unmount_faultfs(r)),
             ("stop ZooKeeper", r.zookeeper, lambda: r.zookeeper.teardown(r.cluster)),
             ("tear down the cluster", r.cluster, lambda: r.cluster.teardown()))))
+
+
+@contextmanager
+def _held_off(*signals):
+    """These signals ignored meanwhile, their handlers back afterwards."""
+    held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in signals}
+    try:
+        yield
     finally:
-        signal.signal(signal.SIGINT, held)
+        for sig, was in held.items():
+            signal.signal(sig, was)
 
 
 def _tear_down_beside(r: Run) -> None:
@@ -466,14 +475,10 @@ def _torn_down(r: Run) -> None:
         return
     _tear_down_beside(r)
     if r.teardown is not None:
-        held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
+        with _held_off(signal.SIGINT, signal.SIGTERM):
             waited = time.monotonic()
             r.teardown.join()
             log.info("teardown: waited %.1f s for it", time.monotonic() - waited)
-        finally:
-            for sig, was in held.items():
-                signal.signal(sig, was)
     r.info["ended"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if r.problem:
         r.info["outcome"] = f"not carried out: {r.problem}"
