@@ -183,6 +183,13 @@ def _in_brackets(brackets: dict[int, list[tuple[int, int]]]):
     spans = [(process, lo, hi) for process, pairs in brackets.items() for lo, hi in pairs]
     if not spans:
         return F.lit(False)
+    if all(len(spans_of) == 1 for spans_of in brackets.values()):
+        # One bracket per process (a reader's final reads), its bounds looked up by
+        # process: a number in an expression is compiled into the code, so other
+        # bounds would mean another compile in every check (docs/benchmarks.md).
+        lo = _lookup({process: spans_of[0][0] for process, spans_of in brackets.items()}, F.col("process"))
+        hi = _lookup({process: spans_of[0][1] for process, spans_of in brackets.items()}, F.col("process"))
+        return F.coalesce((F.col("index") > lo) & (F.col("index") < hi), F.lit(False))
     if len(spans) <= BRACKETS_INLINE:
         inside = F.lit(False)
         for process, lo, hi in spans:

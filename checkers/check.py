@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +24,7 @@ from checkers.reading import HistoryReader
 from checkers.spark import QUICK_START_JAVA, default_master, get_session, keep, release
 from core.history.files import load_run_json, resolve
 from core.history.format import FINAL_READS
+from core.history.jsonl import iter_jsonl
 from core.history.parquet import write_parquet
 from core.errors import UserError
 
@@ -118,9 +121,13 @@ EVENTS_PER_PARTITION = 2_500_000
 def sized_conf(events: int, cores: int) -> dict[str, str]:
     """The Spark SQL settings for checking a history of `events` events on `cores` cores."""
     if events <= SMALL_EVENTS:
-        return {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false"}
+        # Without common subexpressions taken out, a plan compiles to the same
+        # code whatever the history's numbers (the order they are taken out in
+        # follows their hashes): a check of another history finds it compiled.
+        return {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false",
+                "spark.sql.subexpressionElimination.enabled": "false"}
     return {"spark.sql.shuffle.partitions": str(max(2 * cores, -(-events // EVENTS_PER_PARTITION))),
-            "spark.sql.adaptive.enabled": "true"}
+            "spark.sql.adaptive.enabled": "true", "spark.sql.subexpressionElimination.enabled": "true"}
 
 
 @contextmanager
@@ -294,17 +301,61 @@ def _analyse(df, read: HistoryReader, folded: dict[int, int], promised: dict, op
     }
 
 
-def prime(spark, scratch: str | Path | None = None) -> dict:
-    """Check a tiny built-in history that has every kind of anomaly, so that
-    this JVM compiles the checker's plans (Spark generates and compiles code
-    for each the first time it runs) before a real check waits for them:
-    `harness run` can call it while the final reads run. The history is
-    written in `scratch` (default: the temporary folder, which only executors
-    on this machine read; on a cluster of several hosts, name a shared one)."""
+# A history being written primes instead of the built-in one once it has this
+# many complete lines; at most its first PRIME_BYTES are checked (a prefix of a
+# history is a history).
+PRIME_MIN_LINES = 1_000
+PRIME_BYTES = 16 << 20
+
+
+class PrimingStopped(Exception):
+    """A prime given up because a real check wants the session (`prime`'s `stop`)."""
+
+
+def prime(spark, scratch: str | Path | None = None, sample: str | Path | None = None,
+          stop: threading.Event | None = None) -> dict:
+    """Check a history nobody waits for, so that this JVM has compiled the
+    checker's plans (Spark generates and compiles code for each the first time
+    it runs) and its JIT has warmed up on them before a real check waits:
+    `harness run`'s check service calls it while the workload runs.
+
+    The history is a tiny built-in one with every kind of anomaly, or, given
+    `sample` (a JSONL history being written: the run's own) with at least
+    PRIME_MIN_LINES complete lines, those lines: a history of the real one's
+    shape and nearly its size, which warms the JIT on loops the tiny one runs
+    a few times only (docs/benchmarks.md). Its conversion to Parquet, Python
+    that no Spark job cancel reaches, raises PrimingStopped soon after `stop`
+    is set. Written in `scratch` (default: the temporary folder, which only
+    executors on this machine read; on a cluster of several hosts, name a
+    shared one)."""
     with tempfile.TemporaryDirectory(prefix="harness-prime-", dir=scratch) as folder:
         path = Path(folder) / "history.parquet"
-        write_parquet(_prime_events(), path)
+        lines = _complete_lines(Path(sample), PRIME_BYTES) if sample is not None else b""
+        if lines.count(b"\n") >= PRIME_MIN_LINES:
+            so_far = Path(folder) / "history.jsonl"
+            so_far.write_bytes(lines)
+            write_parquet(_unless_stopped(iter_jsonl(so_far), stop), path)
+        else:
+            write_parquet(_prime_events(), path)
         return check_history(path, Options(), spark=spark)
+
+
+def _unless_stopped(events: Iterator[dict], stop: threading.Event | None) -> Iterator[dict]:
+    for n, event in enumerate(events):
+        if n % 1000 == 0 and stop is not None and stop.is_set():
+            raise PrimingStopped("a check wants the session")
+        yield event
+
+
+def _complete_lines(path: Path, limit: int) -> bytes:
+    """The first complete lines of a file being appended to, at most `limit`
+    bytes of them (nothing if it cannot be read yet)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(limit)
+    except OSError:
+        return b""
+    return head[:head.rfind(b"\n") + 1]
 
 
 def _prime_events() -> list[dict]:

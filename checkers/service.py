@@ -11,7 +11,8 @@ calibrate` start one for all their runs and hand its address to each
 
 Not disturbing what the history measures: the service runs at nice 19
 (`BACKGROUND_NICE`; the JVM inherits it) while it starts and primes
-(`checkers.check.prime`: a tiny built-in history with every anomaly), so
+(`checkers.check.prime`: a tiny built-in history with every anomaly, then
+the run's own history as far as it is written), so
 it takes CPU only that the brokers and clients leave idle. The first
 request raises the whole process tree (every JVM thread) back to nice 0,
 cancels a priming still under way, and from then on the service checks at
@@ -123,12 +124,16 @@ class CheckService:
 
 
 def start(log_path: Path, jvm_log_path: Path | None = None, conf: dict[str, str] | None = None,
-          nice: int = BACKGROUND_NICE) -> CheckService:
+          nice: int = BACKGROUND_NICE, prime_from: Path | None = None) -> CheckService:
     """Start a service (it dies with this process), its output into `log_path` and
-    its JVM's into `jvm_log_path`; returns once its socket listens (the JVM starts after)."""
+    its JVM's into `jvm_log_path`; returns once its socket listens (the JVM starts after).
+    `prime_from`: the JSONL history a run is writing, which the later primes check
+    as far as it is written (`checkers.check.prime`)."""
     folder = Path(tempfile.mkdtemp(prefix=_FOLDER_PREFIX))
     address = str(folder / "socket")
     argv = [sys.executable, "-m", "checkers.service", "--socket", address]
+    if prime_from is not None:
+        argv += ["--prime-from", str(prime_from)]
     for key, value in (conf or {}).items():
         argv += ["--spark-conf", f"{key}={value}"]
     env = dict(os.environ)
@@ -213,8 +218,9 @@ class _Session:
 
     PRIME_GROUP = "harness-prime"
 
-    def __init__(self, conf: dict[str, str]):
+    def __init__(self, conf: dict[str, str], prime_from: str | None = None):
         self.conf = conf
+        self.prime_from = prime_from
         self.spark = None
         self.error: UserError | None = None
         self.claimed = threading.Event()
@@ -237,12 +243,16 @@ class _Session:
             self.spark.sparkContext.setJobGroup(self.PRIME_GROUP, "priming the checker", interruptOnCancel=True)
             # Spark's code generation and the JVM's JIT keep improving over the first few
             # checks (a first prime took 14 s, a second 5 s, a real check after them 4.7 s
-            # against 5.8 to 6.6 s after one): so prime again while no request came.
+            # against 5.8 to 6.6 s after one): so prime again while no request came. The
+            # first round compiles every plan (the built-in history has every anomaly);
+            # the later ones warm them on the run's history so far, if it is long enough.
             for round_no in range(1, PRIMES + 1):
                 if self.claimed.is_set():
                     break
-                prime(self.spark)
-                log.info("primed (%d of %d) in %.1f s", round_no, PRIMES, time.monotonic() - primed)
+                primed_on = prime(self.spark, sample=self.prime_from if round_no > 1 else None,
+                                  stop=self.claimed)
+                log.info("primed (%d of %d) on %d events in %.1f s", round_no, PRIMES,
+                         primed_on["checker"]["events"], time.monotonic() - primed)
                 primed = time.monotonic()
         except Exception as e:  # noqa: BLE001 - cancelled by a request, or a priming problem: checks go on
             log.info("priming stopped after %.1f s: %s", time.monotonic() - primed,
@@ -255,10 +265,13 @@ class _Session:
             _renice_tree(0)
         # A cancel stops only the prime job running at that moment; between two of a
         # check's jobs the priming would go on with the next. So cancel until it stops.
+        waited = time.monotonic()
         while self._thread.is_alive():
             if self.spark is not None:
                 self.spark.sparkContext.cancelJobGroup(self.PRIME_GROUP)
             self._thread.join(0.05)
+            if not self._thread.is_alive():
+                log.info("waited %.2f s for the priming to stop", time.monotonic() - waited)
         if self.error is not None:
             raise self.error
         return self.spark
@@ -317,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="a check service (started by harness run / nightly / calibrate)")
     parser.add_argument("--socket", required=True, help="the Unix socket to listen on")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--prime-from", metavar="PATH", help="a JSONL history being written, to prime on")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s check-service: %(message)s")
     signal.signal(signal.SIGTERM, _stop)
@@ -326,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         server.bind(args.socket)
         server.listen(16)
         log.info("listening on %s (pid %d)", args.socket, os.getpid())
-        session = _Session(conf_pairs(args.spark_conf))
+        session = _Session(conf_pairs(args.spark_conf), args.prime_from)
         while True:
             conn, _ = server.accept()
             with conn:

@@ -114,6 +114,14 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None, m
         driver_opts += f" -XX:SharedArchiveFile={archive}"
     options = {"spark.ui.enabled": "false",
                "spark.ui.showConsoleProgress": "false",
+               # PySpark's call-site capture for error messages: each DataFrame
+               # and function call costs four or five round trips to the JVM
+               # more, two thirds of a small check's 9,000 (docs/benchmarks.md).
+               "spark.python.sql.dataFrameDebugging.enabled": "false",
+               # Compiled code is cached by its text: with Spark's default of 100
+               # classes, each check of a session compiled about 30 of its own
+               # again, and the JIT warmed them again (docs/benchmarks.md).
+               "spark.sql.codegen.cache.maxEntries": "1000",
                "spark.driver.extraJavaOptions": driver_opts.strip(),
                "spark.executor.extraJavaOptions": java_opts,
                "spark.sql.session.timeZone": "UTC",

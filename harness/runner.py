@@ -285,7 +285,8 @@ def _check_service(r: Run):
     if shared is not None:
         return shared
     try:
-        return service.start(r.dir.path / "check-service.log", jvm_log_path=r.dir.path / "spark.log")
+        return service.start(r.dir.path / "check-service.log", jvm_log_path=r.dir.path / "spark.log",
+                             prime_from=r.history.path)
     except (OSError, service.ServiceError) as e:  # the check runs in this process then
         log.warning("no check service: %s", e)
         return None

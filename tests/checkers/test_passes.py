@@ -6,6 +6,9 @@ own settings are left as they were."""
 
 from __future__ import annotations
 
+import threading
+
+import orjson
 import pytest
 
 from checkers import check as check_module
@@ -104,7 +107,7 @@ def test_a_small_check_runs_few_spark_jobs_and_leaves_the_session_as_it_was(spar
     hist.poll(1, (0, 0, 0), (0, 1, 1))
     hist.poll(1, (0, 2, 2))
     path = hist.write(tmp_path)
-    keys = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled")
+    keys = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled", "spark.sql.subexpressionElimination.enabled")
     before = {k: spark.conf.get(k, None) for k in keys}
     sc = spark.sparkContext
     sc.setJobGroup("test-passes", "a small check")
@@ -118,7 +121,8 @@ def test_a_small_check_runs_few_spark_jobs_and_leaves_the_session_as_it_was(spar
     # about 40 (docs/benchmarks.md).
     assert len(sc.statusTracker().getJobIdsForGroup("test-passes")) <= 8
     assert {k: spark.conf.get(k, None) for k in keys} == before
-    assert sized_conf(1_000, 2) == {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false"}
+    assert sized_conf(1_000, 2) == {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false",
+                                    "spark.sql.subexpressionElimination.enabled": "false"}
     assert sized_conf(10_000_000, 2)["spark.sql.shuffle.partitions"] == "4"
     assert sized_conf(100_000_000, 2)["spark.sql.shuffle.partitions"] == "40"
 
@@ -131,3 +135,53 @@ def test_the_priming_history_takes_every_path(spark):
 
     results = prime(spark)
     assert {name for name, a in results["anomalies"].items() if a["count"] and a["examples"]} == set(ANOMALIES)
+
+
+def test_priming_on_a_history_being_written_checks_its_complete_lines(spark, planted, tmp_path):
+    # The check service primes on the run's own history as far as it is
+    # written: its complete lines are a history; a cut last line is not read.
+    from checkers.check import PRIME_MIN_LINES, PrimingStopped, prime
+
+    syn, _ = planted
+    lines = b"".join(orjson.dumps(e) + b"\n" for e in syn.events)
+    assert len(syn.events) >= PRIME_MIN_LINES
+    (tmp_path / "written").mkdir()
+    (tmp_path / "whole").mkdir()
+    being_written = tmp_path / "written" / "history.jsonl"
+    being_written.write_bytes(lines + b'{"index": 99999, "time": 12')
+    whole = tmp_path / "whole" / "history.jsonl"
+    whole.write_bytes(lines)
+    primed = prime(spark, sample=being_written)
+    assert primed["checker"]["events"] == len(syn.events)
+    assert _without_timing(primed) == _without_timing(check_history(whole, Options(), spark=spark))
+    # Too few lines yet, or no file yet: the built-in history, every anomaly in it.
+    short = tmp_path / "short.jsonl"
+    short.write_bytes(b"".join(lines.splitlines(keepends=True)[:PRIME_MIN_LINES - 1]))
+    built_in = _without_timing(prime(spark))
+    assert _without_timing(prime(spark, sample=short)) == built_in
+    assert _without_timing(prime(spark, sample=tmp_path / "not-yet.jsonl")) == built_in
+    # A real check wants the session: the conversion, which no Spark cancel reaches, stops.
+    wanted = threading.Event()
+    wanted.set()
+    with pytest.raises(PrimingStopped):
+        prime(spark, sample=being_written, stop=wanted)
+
+
+def test_a_history_like_the_last_one_finds_the_checks_code_compiled(spark, tmp_path):
+    # Spark compiles each plan's code the first time a session sees its text,
+    # and the JIT warms it anew: a check service is only warm for the next
+    # history if the code does not change with the history's numbers (its
+    # final-read brackets, each partition's highest offset read) and stays in
+    # the cache (it held a third of a check's classes at Spark's default size).
+    paths = []
+    for seed in (1, 2):
+        (tmp_path / str(seed)).mkdir()
+        paths.append(tmp_path / str(seed) / "history.parquet")
+        write_parquet(generate(Plan(events=6_000, seed=seed, partitions=4, producers=2, consumers=2)).events, paths[-1])
+    compiled = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    check_history(paths[0], Options(), spark=spark)
+    before = compiled.getCount()
+    check_history(paths[1], Options(), spark=spark)
+    # What is left compiles anew in every check: a limit's counter and a lambda's
+    # variable are named from counters of the whole JVM.
+    assert compiled.getCount() - before <= 4

@@ -5,21 +5,25 @@ says bad input in the same one line, and dies with the process that started it."
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import orjson
 import pytest
 
 from checkers import service
-from checkers.check import Options, check_history
+from checkers.check import Options, _prime_events, check_history
 from checkers.load import scratch_for
 from core.errors import UserError
 from core.history.files import resolve
 from core.processes import descendants
+from harness.synthetic import Plan, generate
 from tests.support import REPO, wait_for
 
 pytestmark = pytest.mark.spark
@@ -178,3 +182,18 @@ def test_clean_removes_the_folder_of_a_killed_service_and_keeps_a_running_ones(s
     assert str(killed.folder) in removed and not killed.folder.exists()
     assert Path(running.address).parent.is_dir() and str(Path(running.address).parent) not in removed
     assert said and all(line.startswith("check service folder ") for line in said)
+
+
+def test_the_later_primes_check_the_history_a_run_is_writing(spark, tmp_path, caplog):
+    # The first prime compiles every plan on the built-in history; the later ones
+    # check the run's history as far as it is written, which `harness run` names.
+    events = generate(Plan(events=3_000, seed=5)).events
+    path = tmp_path / "history.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
+    caplog.set_level(logging.INFO, logger="checkers.service")
+    session = service._Session({}, str(path))  # in this process: the tests' session, already warm
+    session._thread.join(300)
+    primed = [re.sub(r" in [0-9.]+ s$", "", r.getMessage()) for r in caplog.records
+              if r.getMessage().startswith("primed")]
+    assert primed == [f"primed (1 of 3) on {len(_prime_events())} events",
+                      f"primed (2 of 3) on {len(events)} events", f"primed (3 of 3) on {len(events)} events"]
