@@ -171,8 +171,9 @@ def test_a_history_like_the_last_one_finds_the_checks_code_compiled(spark, tmp_p
     # Spark compiles each plan's code the first time a session sees its text,
     # and the JIT warms it anew: a check service is only warm for the next
     # history if the code does not change with the history's numbers (its
-    # final-read brackets, each partition's highest offset read) and stays in
-    # the cache (it held a third of a check's classes at Spark's default size).
+    # final-read brackets, the order of common subexpressions that follows
+    # them) and stays in the cache (at Spark's default of 100 classes, each
+    # check compiled about 30 of its own again).
     paths = []
     for seed in (1, 2):
         (tmp_path / str(seed)).mkdir()
