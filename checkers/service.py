@@ -265,13 +265,13 @@ class _Session:
             _renice_tree(0)
         # A cancel stops only the prime job running at that moment; between two of a
         # check's jobs the priming would go on with the next. So cancel until it stops.
-        waited = time.monotonic()
-        while self._thread.is_alive():
-            if self.spark is not None:
-                self.spark.sparkContext.cancelJobGroup(self.PRIME_GROUP)
-            self._thread.join(0.05)
-            if not self._thread.is_alive():
-                log.info("waited %.2f s for the priming to stop", time.monotonic() - waited)
+        if self._thread.is_alive():
+            waited = time.monotonic()
+            while self._thread.is_alive():
+                if self.spark is not None:
+                    self.spark.sparkContext.cancelJobGroup(self.PRIME_GROUP)
+                self._thread.join(0.05)
+            log.info("waited %.2f s for the priming to stop", time.monotonic() - waited)
         if self.error is not None:
             raise self.error
         return self.spark
