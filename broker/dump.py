@@ -12,9 +12,15 @@ broker. One JSON array per record on stdout:
 key and value are integers when their bytes are a decimal number (what the
 harness's workload writes), else text, null when absent. A compressed batch
 other than gzip prints its offsets with key and value null (the workload
-never compresses). A batch whose CRC does not match, or whose records do not
-decode (a flipped bit on disk), prints its offsets with key null and the value
-`<corrupt batch: WHY>`. Exit 0; a missing data dir is one line on stderr and exit 2.
+never compresses), or with `--refuse-compressed` ends the dump: one line on
+stderr and exit 3 (the harness then asks Kafka's own tool). A batch whose CRC
+does not match, or whose records do not decode (a flipped bit on disk), prints
+its offsets with key null and the value `<corrupt batch: WHY>`. Exit 0; a
+missing data dir is one line on stderr and exit 2.
+
+Apache Kafka's data dirs are in the same format (a folder per partition,
+`<topic>-<partition>`, segments named by base offset, v2 record batches),
+so this reads them too.
 """
 
 from __future__ import annotations
@@ -60,12 +66,19 @@ def _show(b: bytes | None):
         return text
 
 
-def batch_records(batch, header: records.BatchHeader):
+class Undecodable(Exception):
+    """A batch compressed with a codec this dump does not decode."""
+
+
+def batch_records(batch, header: records.BatchHeader, refuse_compressed: bool = False):
     """(offset, key bytes, value bytes) of each record of one whole batch."""
     body = memoryview(batch)[records.HEADER_SIZE:header.length]
     codec = header.attributes & _COMPRESSION
     if codec == _GZIP:
         body = memoryview(gzip.decompress(bytes(body)))
+    elif codec and refuse_compressed:
+        raise Undecodable(f"offset {header.base_offset}: a batch compressed with codec {codec} "
+                          f"(of the codecs, only gzip is decoded here)")
     elif codec:
         for delta in range(header.last_offset_delta + 1):
             yield header.base_offset + delta, None, None
@@ -83,7 +96,7 @@ def batch_records(batch, header: records.BatchHeader):
         pos = end  # headers: skipped
 
 
-def partition_records(directory: str):
+def partition_records(directory: str, refuse_compressed: bool = False):
     """(offset, epoch, key bytes, value bytes) of every record in one partition directory, in order."""
     bases = sorted(int(n[:-4]) for n in os.listdir(directory) if n.endswith(".log") and n[:-4].isdigit())
     for base in bases:
@@ -96,7 +109,7 @@ def partition_records(directory: str):
                 try:
                     if not records.crc_ok(batch, 0, h.length):
                         raise ValueError("CRC mismatch")
-                    decoded = list(batch_records(batch, h))
+                    decoded = list(batch_records(batch, h, refuse_compressed))
                 except (ValueError, IndexError, EOFError, OSError) as e:  # a corrupt batch: said, not a crash
                     decoded = [(h.base_offset + d, None, f"<corrupt batch: {e}>".encode())
                                for d in range(h.last_offset_delta + 1)]
@@ -106,8 +119,10 @@ def partition_records(directory: str):
             os.close(fd)
 
 
-def dump(data_dir: str, topic: str | None = None, partitions: set[int] | None = None, out=None) -> int:
-    """Write every record of the data dir's partitions (of `topic`, if named) to `out`; the count."""
+def dump(data_dir: str, topic: str | None = None, partitions: set[int] | None = None, out=None,
+         refuse_compressed: bool = False) -> int:
+    """Write every record of the data dir's partitions (of `topic`, if named) to `out`; the count.
+    Raises Undecodable, with `refuse_compressed`, at a batch compressed other than with gzip."""
     out = out or sys.stdout
     found = []
     for name in os.listdir(data_dir):
@@ -119,7 +134,7 @@ def dump(data_dir: str, topic: str | None = None, partitions: set[int] | None = 
             found.append((t, p, name))
     n = 0
     for t, p, name in sorted(found):
-        for offset, epoch, key, value in partition_records(os.path.join(data_dir, name)):
+        for offset, epoch, key, value in partition_records(os.path.join(data_dir, name), refuse_compressed):
             out.write(json.dumps([p, offset, epoch, _show(key), _show(value)], separators=(",", ":")) + "\n")
             n += 1
     return n
@@ -130,11 +145,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", required=True, help="the broker's --data-dir")
     p.add_argument("--topic", help="only this topic's partitions")
     p.add_argument("--partition", type=int, action="append", help="only this partition (repeatable)")
+    p.add_argument("--refuse-compressed", action="store_true",
+                   help="exit 3 at a batch compressed with a codec other than gzip, rather than print it "
+                        "without keys and values")
     args = p.parse_args(argv)
     if not os.path.isdir(args.data_dir):
         print(f"broker.dump: {args.data_dir}: no such directory", file=sys.stderr)
         return 2
-    dump(args.data_dir, args.topic, set(args.partition) if args.partition else None)
+    try:
+        dump(args.data_dir, args.topic, set(args.partition) if args.partition else None,
+             refuse_compressed=args.refuse_compressed)
+    except Undecodable as e:
+        print(f"broker.dump: {e}", file=sys.stderr)
+        return 3
     return 0
 
 

@@ -3,8 +3,9 @@
 The lifecycle, in order; every stage that started something is undone in
 reverse order, also on Ctrl-C, SIGTERM or an error:
 
-  spec -> run directory -> cluster -> ZooKeeper -> system -> topic ->
-  history + cluster-state observer -> (a check service starts, niced) ->
+  spec -> run directory -> (a check service starts, niced) -> cluster ->
+  ZooKeeper -> system -> topic -> history (and its follower, converting it
+  to Parquet as it is written) + cluster-state observer ->
   workload + nemesis for --time-limit -> heal -> await recovery -> stop clients -> settle ->
   final reads -> stop the observer -> close history -> collect logs (and
   their truncations into states.jsonl) -> history.parquet ->
@@ -36,6 +37,7 @@ from checkers.results import write_results
 from checkers import service
 from checkers.summary import render as summary, top_anomaly, verdict_line
 from core.errors import UserError
+from core.history.follow import Follower
 from core.history.parquet import jsonl_to_parquet
 from core.history.writer import HistoryWriter
 from harness import spec as specs, store
@@ -82,6 +84,7 @@ class Run:
     check_service: object = None  # where the history is checked (checkers/service.py), if one answers
     reads_ended: float | None = None  # time.monotonic() at the final reads' end: the check phase's start
     teardown: threading.Thread | None = None  # the teardown under way beside the check (_finish)
+    follower: Follower | None = None  # converting the history to Parquet while it is written
 
 
 def run(args) -> int:
@@ -117,6 +120,8 @@ def run(args) -> int:
         finally:
             _torn_down(r)
     finally:
+        if r.follower is not None:
+            r.follower.abandon()
         if r.check_service is not None:
             r.check_service.close()
         for sig, was in previous.items():
@@ -200,6 +205,9 @@ def _execute(r: Run) -> None:
         if r.observer is not None:
             r.observer.phase(phase)
 
+    # The check service first: its JVM's start and its first priming (30 to 50 s at nice 19
+    # beside a Kafka run's brokers) then have the bring-up's seconds too.
+    r.check_service = _check_service(r)
     _phase(f"provisioning {s.nodes} {s.provider} nodes")
     r.cluster = provision(s.provision_options())
     r.info["nodes"] = {n.name: n.address for n in r.cluster.nodes}
@@ -223,6 +231,7 @@ def _execute(r: Run) -> None:
     r.dir.write_json("run.json", r.info)
 
     r.history = HistoryWriter(r.dir.path / "history.jsonl")
+    r.follower = _history_follower(r)
     # The wall clock at the history's time 0: the report says when things happened.
     origin = time.time() - r.history.now() / 1e9
     r.info["history_origin"] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(origin)) + f".{int(origin % 1 * 1000):03d}Z"
@@ -239,7 +248,6 @@ def _execute(r: Run) -> None:
     r.dir.write_json("run.json", r.info)
     r.nemesis = Nemesis(Context(r.cluster, r.system, workload_config.topic), steps, r.history)
     _phase(f"running clients for {s.time_limit:g} s with nemesis {','.join(s.nemesis) or 'none'}")
-    r.check_service = _check_service(r)
     observed("workload")
     r.workload.start()
     r.nemesis.start()
@@ -280,16 +288,44 @@ def _execute(r: Run) -> None:
 def _check_service(r: Run):
     """The service that will check this run's history: the shared one a nightly or a
     calibration names, else one of the run's own, started now (niced) so that its JVM
-    starts and primes while the workload runs; None if it cannot start."""
+    starts and primes while the cluster comes up and the workload runs (its later
+    primes on the history written so far); None if it cannot start."""
     shared = service.from_environment()
     if shared is not None:
         return shared
     try:
         return service.start(r.dir.path / "check-service.log", jvm_log_path=r.dir.path / "spark.log",
-                             prime_from=r.history.path)
+                             prime_from=r.dir.path / "history.jsonl")
     except (OSError, service.ServiceError) as e:  # the check runs in this process then
         log.warning("no check service: %s", e)
         return None
+
+
+def _history_follower(r: Run) -> Follower | None:
+    """The process that converts the history to Parquet as it is written
+    (core/history/follow.py); None if it cannot start: the history is then
+    converted after the run."""
+    try:
+        return Follower.start(r.history.path, r.dir.path / "history.parquet")
+    except OSError as e:
+        log.warning("no history follower: %s", e)
+        return None
+
+
+def _to_parquet(r: Run, path) -> None:
+    """history.parquet beside the closed history: the follower's, else converted here."""
+    if r.follower is not None:
+        asked = time.monotonic()
+        done = r.follower.finish()
+        if isinstance(done, dict):
+            for warning in done.get("warnings", []):
+                log.info(warning)
+            log.info("history.parquet: %d events, converted while written; done %.2f s after the history closed "
+                     "(the follower: %s s after the word, %s s of it writing the last row group)", done["events"],
+                     time.monotonic() - asked, done.get("after_told_s"), done.get("last_row_group_s"))
+            return
+        log.info("history.parquet: the follower wrote none (%s); converting here", done)
+    jsonl_to_parquet(path, r.dir.path / "history.parquet")
 
 
 def _check(r: Run, opts: Options) -> dict:
@@ -426,6 +462,7 @@ def _finish(r: Run) -> None:
                       r.observer.path, r.system, r.cluster, r.dir.nodes, r.observer.topic,
                       origin_seconds(r.info["history_origin"])))))
         r.teardown = threading.Thread(name="teardown", target=_undo, args=(r, (
+            ("the observer's last samples", r.observer, lambda: r.observer.join()),
             ("dump the logs on disk", r.system, lambda: _dump_disk(r)),
             ("stop the system", r.system, lambda: r.system.teardown(r.cluster)),
             ("unmount the faultfs", r.faultfs, lambda: _unmount_faultfs(r)),
@@ -522,7 +559,7 @@ def _conclude(r: Run) -> int:
             _phase("checking the history")
             check_started = r.reads_ended or time.monotonic()
             try:
-                jsonl_to_parquet(path, r.dir.path / "history.parquet")
+                _to_parquet(r, path)
             finally:
                 # Only now: the conversion is Python in this process, and the teardown's
                 # SSH and dump parsing would take turns with it for the GIL (2 to 3

@@ -40,6 +40,7 @@ import re
 import shlex
 import shutil
 import socket
+import sys
 import tarfile
 import time
 import uuid
@@ -53,6 +54,7 @@ from infra import kafka_dist
 from infra import zk_state
 from infra.brokers import BrokerBase
 from infra.nodes import Cluster, Node, parallel
+from infra.own_broker import REPO, dump_data_dir
 from infra.remote import RemoteError, one_line
 from infra.system import DUMP_NICE, SystemKind, SystemOption, count_lines
 
@@ -477,9 +479,26 @@ class KafkaSystem(BrokerBase):
         return home
 
     def dump_log(self, node: Node, topic: str, dest: str) -> int:
-        """The node's records of `topic` (infra.system.LogDump): kafka-dump-log
-        (`kafka.tools.DumpLogSegments --print-data-log`) from the node's jars over
-        every segment, gzip'd on the node, parsed here into `dest`."""
+        """The node's records of `topic` (infra.system.LogDump). Where the node
+        shares this machine's files (the local provider): read by the own
+        broker's `python -m broker.dump`, Kafka's on-disk format being its
+        own, a Python process instead of a JVM beside the run's check
+        (docs/benchmarks.md); the same rows as kafka-dump-log
+        (tests/kafka/test_dump_log.py). Elsewhere, and where that dump
+        refuses a batch (compressed with a codec other than gzip), with
+        kafka-dump-log (`_dump_with_kafka_tool`)."""
+        if self._local:
+            try:
+                return dump_data_dir(node, self.data_dir(node), topic, dest, sys.executable, str(REPO),
+                                     "--refuse-compressed")
+            except RemoteError as e:
+                log.info("%s: the own dump did not read the log (%s); kafka-dump-log instead", node.name, e)
+        return self._dump_with_kafka_tool(node, topic, dest)
+
+    def _dump_with_kafka_tool(self, node: Node, topic: str, dest: str) -> int:
+        """kafka-dump-log (`kafka.tools.DumpLogSegments --print-data-log`) from
+        the node's jars over every segment, gzip'd on the node, parsed here
+        into `dest`."""
         q = shlex.quote
         listing = node.remote.run(f"ls -1 {q(self.data_dir(node))}/{q(topic)}-*/*.log 2>/dev/null", check=False)
         files = [f for f in listing.stdout.split() if f.endswith(".log")]

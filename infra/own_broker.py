@@ -122,14 +122,9 @@ class OwnBroker(BrokerBase):
 
     def dump_log(self, node: Node, topic: str, dest: str) -> int:
         """The node's records of `topic` (infra.system.LogDump), read by `python -m broker.dump`
-        with the broker's own storage code, gzip'd on the node and downloaded to `dest`."""
-        argv, env, cwd = self._argv(node)
-        out = f"{node.run_dir}/disk-dump.jsonl"
-        q = shlex.quote
-        node.remote.run(f"cd {q(cwd)} && {DUMP_NICE} {q(argv[0])} -m broker.dump --data-dir {q(self.data_dir(node))} "
-                        f"--topic {q(topic)} > {q(out)} && {DUMP_NICE} gzip -1 -f {q(out)}", env=env, timeout=600)
-        node.remote.get(out + ".gz", dest)
-        return count_lines(dest)
+        with the broker's own storage code (`dump_data_dir`)."""
+        argv, _env, code = self._argv(node)
+        return dump_data_dir(node, self.data_dir(node), topic, dest, argv[0], code)
 
     # -- state, for targeted faults
 
@@ -185,3 +180,19 @@ SYSTEM = SystemKind(
     options=(SystemOption("debug_bug", (), "plant a known bug in the own broker (repeatable)",
                           repeatable=True, metavar="NAME"),),
 )
+
+
+def dump_data_dir(node: Node, data_dir: str, topic: str, dest: str, python: str, code: str,
+                  *options: str) -> int:
+    """`python -m broker.dump` over `data_dir` on the node (the own broker's, or
+    Apache Kafka's: the same on-disk format), the broker's code in folder
+    `code` there; gzip'd on the node and downloaded to `dest`; the records
+    dumped. Raises RemoteError if it fails (exit 3: a batch it refused, with
+    `--refuse-compressed` among `options`)."""
+    out = f"{node.run_dir}/disk-dump.jsonl"
+    q = shlex.quote
+    node.remote.run(f"cd {q(code)} && {DUMP_NICE} {q(python)} -m broker.dump --data-dir {q(data_dir)} "
+                    f"--topic {q(topic)} {' '.join(q(o) for o in options)} > {q(out)} && "
+                    f"{DUMP_NICE} gzip -1 -f {q(out)}", env={"PYTHONPATH": code}, timeout=600)
+    node.remote.get(out + ".gz", dest)
+    return count_lines(dest)

@@ -110,19 +110,16 @@ class Observer:
         self._write({"time": self.clock(), "kind": "phase", "phase": name})
 
     def stop(self) -> None:
-        """Stops sampling, writes the `end` phase, closes the file. Idempotent."""
+        """Stops sampling, writes the `end` phase, closes the file. Idempotent.
+        A sample under way (a remote command, a ListOffsets to a dead leader:
+        up to seconds) is not waited for, since the check phase would wait
+        with it (0.9 s in a run seen); what it finds is not written (`join`
+        waits for it)."""
         if self._stop.is_set():
             return
         self._stop.set()
-        for t in self._threads:
-            t.join(timeout=10)
         for pool in self._pools.values():
             pool.shutdown(wait=False, cancel_futures=True)
-        if self._watermarks is not None:
-            try:
-                self._watermarks.close()
-            except Exception as e:
-                log.debug("observer: closing its consumer: %s", e)
         try:
             self.phase("end")
             with self._lock:
@@ -133,6 +130,11 @@ class Observer:
                  for k in self.samples}
         log.info("observer stopped: %s%s", costs,
                  f"; failed reads: {self._complaints}" if self._complaints else "")
+
+    def join(self, timeout: float = 10.0) -> None:
+        """After `stop`: wait for the samples that were under way."""
+        for t in self._threads:
+            t.join(timeout=timeout)
 
     # -- the loops
 
@@ -147,6 +149,11 @@ class Observer:
             self.samples[name] += 1
             self.sample_seconds[name] += took
             self._stop.wait(max(0.0, every - took))
+        if name == "hw" and self._watermarks is not None:  # its consumer, closed by the thread that uses it
+            try:
+                self._watermarks.close()
+            except Exception as e:
+                log.debug("observer: closing its consumer: %s", e)
 
     def _fast(self) -> None:
         if isinstance(self.system, PartitionStates):
@@ -294,6 +301,8 @@ class Observer:
 
     def _complain(self, what: str, e: BaseException) -> None:
         """Logs the first failure of each kind; later ones are counted (the stop line gives the counts)."""
+        if self._stop.is_set():  # a sample that outlived the stop, its nodes going away: not news
+            return
         n = self._complaints.get(what, 0)
         self._complaints[what] = n + 1
         if n == 0:

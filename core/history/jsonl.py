@@ -1,15 +1,16 @@
 """Reading a JSONL history: `read_jsonl` / `iter_jsonl` validate it line by
-line; a cut last line is dropped with a warning, any other bad line is a
-`HistoryError` naming it.
+line, `follow_jsonl` while it is still being written; a cut last line is
+dropped with a warning, any other bad line is a `HistoryError` naming it.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import orjson
 
@@ -60,8 +61,69 @@ def iter_jsonl(path: str | os.PathLike, report: ReadReport | None = None,
             if event is not None:
                 yield event
     if order.next_index == start:
-        raise HistoryError(f"{path}: the history is empty" if not report.warnings
-                           else f"{path}: the history holds no complete event")
+        raise _no_events(path, report)
+
+
+def _no_events(path: Path, report: ReadReport) -> HistoryError:
+    return HistoryError(f"{path}: the history is empty" if not report.warnings
+                        else f"{path}: the history holds no complete event")
+
+
+# At most this much of a file being followed is read at once: a follower that
+# starts late, or falls behind, does not hold a whole history in memory.
+FOLLOW_READ = 64 << 20
+
+
+def follow_jsonl(path: str | os.PathLike, wait: Callable[[], bool],
+                 report: ReadReport | None = None) -> Iterator[list[dict]]:
+    """The validated events of a JSONL file that is still being written, a
+    list per read: the complete lines written since the read before.
+
+    `wait()` blocks until there may be more to read and returns True once the
+    writer has closed the file; the file is then read to its end and the last
+    list yielded. Every line is judged as `iter_jsonl` judges it: the newest
+    complete line is held back until a line follows it, so that only the
+    file's last line can be dropped as cut short.
+    """
+    report = report if report is not None else ReadReport()
+    order = OrderCheck()
+    path = Path(path)
+    name = path.name
+    with open(path, "rb") as f:
+        line_no = 0
+        pending: tuple[int, bytes] | None = None
+        rest = b""  # a line still being written
+        closed = False
+        while True:
+            data = f.read(FOLLOW_READ)
+            rest += data
+            cut = rest.rfind(b"\n") + 1
+            events = []
+            for raw in io.BytesIO(rest[:cut]):  # splits at newlines only, as iter_jsonl's file does
+                line_no += 1
+                if pending is not None:
+                    events.append(_parse_line(name, *pending, last=False, order=order, report=report))
+                pending = (line_no, raw)
+            rest = rest[cut:]
+            more = len(data) == FOLLOW_READ  # read on before waiting
+            if closed and not more:
+                if rest:  # a last line without its newline
+                    line_no += 1
+                    if pending is not None:
+                        events.append(_parse_line(name, *pending, last=False, order=order, report=report))
+                    pending = (line_no, rest)
+                if pending is not None and (event := _parse_line(name, *pending, last=True, order=order,
+                                                                 report=report)) is not None:
+                    events.append(event)
+                if events:
+                    yield events
+                break
+            if events:
+                yield events
+            if not more and not closed:
+                closed = wait()
+    if order.next_index == 0:
+        raise _no_events(path, report)
 
 
 def _parse_line(name: str, line_no: int, raw: bytes, last: bool, order: OrderCheck,

@@ -41,6 +41,7 @@ def arrow_schema():
 
 
 _NAMED = frozenset(BASE_FIELDS + COLUMN_FIELDS)
+ROW_GROUP = 250_000  # rows per row group of a history's Parquet file
 
 
 def _to_columns(events: Iterable[dict]) -> dict[str, list]:
@@ -73,7 +74,7 @@ def events_to_table(events: Iterable[dict]):
     return pa.Table.from_pydict(_to_columns(events), schema=arrow_schema())
 
 
-def write_parquet(events: Iterable[dict], dest: str | os.PathLike, batch_rows: int = 250_000,
+def write_parquet(events: Iterable[dict], dest: str | os.PathLike, batch_rows: int = ROW_GROUP,
                   big_offsets: set[int] | None = None, on_batch: Callable | None = None) -> int:
     """Write events to one Parquet file in row groups of `batch_rows`; return
     the count. Offsets the checker must fold go into `big_offsets` if given;

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 
+import crc32c
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from broker import records
@@ -97,3 +99,25 @@ def test_a_corrupt_batch_is_dumped_as_corrupt_not_a_crash(tmp_path):
 def test_dump_of_a_missing_dir_is_one_line_and_exit_2(tmp_path):
     code, rows, err = _dump("--data-dir", str(tmp_path / "nope"))
     assert code == 2 and rows == [] and len(err.strip().splitlines()) == 1
+
+
+def test_a_batch_in_a_codec_not_decoded_here_is_printed_without_records_or_refused(tmp_path):
+    log = Log(str(tmp_path / "t-0"))
+    log.open()
+    _append(log, [(b"1", b"11")], epoch=0)
+    _append(log, [(b"2", b"22"), (b"2", b"23")], epoch=0)
+    log.close()
+    # The second batch marked as snappy-compressed, its CRC made right again (no snappy codec here to build one).
+    segment = tmp_path / "t-0" / f"{0:020d}.log"
+    data = bytearray(segment.read_bytes())
+    second = records.parse_header(data, 0).length
+    length = records.parse_header(data, second).length
+    data[second + records.ATTRIBUTES + 1] |= 2
+    struct.pack_into(">I", data, second + records.CRC,
+                     crc32c.crc32c(bytes(data[second + records.ATTRIBUTES:second + length])))
+    segment.write_bytes(bytes(data))
+    code, rows, _ = _dump("--data-dir", str(tmp_path))
+    assert code == 0 and rows == [[0, 0, 0, 1, 11], [0, 1, 0, None, None], [0, 2, 0, None, None]]
+    code, rows, err = _dump("--data-dir", str(tmp_path), "--refuse-compressed")
+    assert code == 3 and err.strip().splitlines() == [
+        "broker.dump: offset 1: a batch compressed with codec 2 (of the codecs, only gzip is decoded here)"]

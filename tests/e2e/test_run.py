@@ -15,9 +15,11 @@ import threading
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from checkers import service
+from core.history.parquet import jsonl_to_parquet
 from nemesis.partition import grudge_for
 from nemesis.registry import FAULTS
 from nemesis.schedule import plan, to_records
@@ -60,6 +62,10 @@ def test_a_partition_run_with_safe_settings_is_valid(tmp_path):
                                           r"teardown: close history|teardown: tear down the cluster)", said, re.M)}
     assert at["teardown: close history"] <= at["phase: checking the history"] < at["teardown: tear down the cluster"]
     assert "teardown: waited" in said
+    # Converted to Parquet while it was written (core/history/follow.py): the rows of a conversion after the run.
+    assert "converted while written" in said
+    jsonl_to_parquet(run_dir / "history.jsonl", tmp_path / "again.parquet")
+    assert pq.read_table(run_dir / "history.parquet").equals(pq.read_table(tmp_path / "again.parquet"))
     assert (tmp_path / "latest").resolve() == run_dir.resolve()
     assert (tmp_path / "index.html").is_file()
     run = json.loads((run_dir / "run.json").read_text())
@@ -191,7 +197,7 @@ def test_a_second_ctrl_c_during_the_check_still_lets_the_teardown_finish(tmp_pat
 
 
 def test_a_run_is_checked_by_a_check_service_of_its_own_that_ends_with_it(real_runs):
-    """The run's check service (checkers/service.py) started with the workload,
+    """The run's check service (checkers/service.py) started with the run,
     primed while it ran (both logged in the run folder), checked the history,
     and is gone with the run, its socket folder too."""
     _, faults_run, _ = real_runs
@@ -199,6 +205,11 @@ def test_a_run_is_checked_by_a_check_service_of_its_own_that_ends_with_it(real_r
     assert "Spark session started" in said and f"checked {faults_run.dir}" in said, said
     address = re.search(r"listening on (\S+) \(pid (\d+)\)", said)
     assert address and not Path(address[1]).parent.exists()
+    # Started before the cluster came up, not with the workload: the bring-up's seconds are the priming's too.
+    listening = re.search(r"^(\S+ \S+) check-service: listening", said, re.M)[1]
+    workload = re.search(r"^(\S+ \S+) INFO harness.run: phase: running clients",
+                         (faults_run.dir / "harness.log").read_text(), re.M)[1]
+    assert listening < workload, (listening, workload)
     assert address[1] not in service.running_services()
     assert (faults_run.dir / "spark.log").is_file()
     run = json.loads((faults_run.dir / "run.json").read_text())

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from infra import state as st
+from infra import kafka, state as st
+from infra.cluster import ProvisionOptions, provision
+from infra.kafka import KafkaOptions, KafkaSystem
 from tests.support import harness, harness_run
 
 def _cluster_of(run_dir: Path) -> str | None:
@@ -76,3 +78,32 @@ def acks1_leader_kill(tmp_path_factory, shared_check_service):
     finally:
         _clean_left_clusters(folder)
 
+
+@pytest.fixture(scope="module")
+def node():
+    """One node of a local cluster of its own, for a module's tests."""
+    cluster = provision("local", ProvisionOptions(nodes=1))
+    try:
+        yield cluster.nodes[0]
+    finally:
+        cluster.teardown()
+
+
+@pytest.fixture
+def kraft(node, tmp_path):
+    """Real Kafka 3.9 in KRaft mode on the node (a 1-node cluster needs no ZooKeeper)."""
+    if not kafka.kafka_dist.is_cached(kafka.DEFAULT_VERSION, kafka.cache_dir()):
+        pytest.skip("Kafka jars not in the cache (make setup)")
+
+    def make(**options) -> KafkaSystem:
+        system = KafkaSystem("unused:2181", {"offsets.topic.replication.factor": 1},
+                             KafkaOptions(mode="kraft", start_timeout=90, **options))
+        made.append(system)
+        return system
+
+    made: list[KafkaSystem] = []
+    try:
+        yield make
+    finally:
+        for system in made:
+            system.teardown(None)

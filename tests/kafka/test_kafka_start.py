@@ -20,22 +20,10 @@ from pathlib import Path
 import pytest
 
 from core.errors import UserError
-from infra import kafka
-from infra.cluster import ProvisionOptions, provision
-from infra.kafka import KafkaOptions, KafkaSystem
 from infra.remote import RemoteError
 from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def node():
-    cluster = provision("local", ProvisionOptions(nodes=1))
-    try:
-        yield cluster.nodes[0]
-    finally:
-        cluster.teardown()
 
 
 @contextlib.contextmanager
@@ -89,26 +77,6 @@ def test_a_daemon_that_never_gets_going_is_given_up_and_killed(node):
     assert r.pid_of("stuck") is None
     pid = r.run(f"cat {r.pid_file('stuck')}").stdout.strip()
     assert not r.is_running(int(pid))  # killed, not left to start later
-
-
-@pytest.fixture
-def kraft(node, tmp_path):
-    """Real Kafka 3.9 in KRaft mode on the node (a 1-node cluster needs no ZooKeeper)."""
-    if not kafka.kafka_dist.is_cached(kafka.DEFAULT_VERSION, kafka.cache_dir()):
-        pytest.skip("Kafka jars not in the cache (make setup)")
-
-    def make(**options) -> KafkaSystem:
-        system = KafkaSystem("unused:2181", {"offsets.topic.replication.factor": 1},
-                             KafkaOptions(mode="kraft", start_timeout=90, **options))
-        made.append(system)
-        return system
-
-    made: list[KafkaSystem] = []
-    try:
-        yield make
-    finally:
-        for system in made:
-            system.teardown(None)
 
 
 def test_kafka_starts_and_is_recognised_at_once_many_times(node, kraft):
