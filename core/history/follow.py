@@ -166,10 +166,10 @@ def convert(src: Path, dest: Path, wait, timings: dict | None = None) -> tuple[i
     """The conversion itself: `src` followed until `wait()` says it is closed,
     then written to `dest` (through a temporary file beside it); the last row
     group's write time into `timings`."""
-    timings = timings if timings is not None else {}
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    timings = timings if timings is not None else {}
     report = ReadReport()
     tmp = dest.with_name(dest.name + ".follow.tmp")
     tables, buffered, n = [], 0, 0
