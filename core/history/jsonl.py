@@ -97,7 +97,9 @@ def follow_jsonl(path: str | os.PathLike, wait: Callable[[], bool],
         while True:
             data = f.read(FOLLOW_READ)
             rest += data
-            cut = rest.rfind(b"\n") + 1
+            more = len(data) == FOLLOW_READ  # read on before waiting
+            final = closed and not more  # the file read to its end: a last line may lack its newline
+            cut = len(rest) if final else rest.rfind(b"\n") + 1
             events = []
             for raw in io.BytesIO(rest[:cut]):  # splits at newlines only, as iter_jsonl's file does
                 line_no += 1
@@ -105,21 +107,13 @@ def follow_jsonl(path: str | os.PathLike, wait: Callable[[], bool],
                     events.append(_parse_line(name, *pending, last=False, order=order, report=report))
                 pending = (line_no, raw)
             rest = rest[cut:]
-            more = len(data) == FOLLOW_READ  # read on before waiting
-            if closed and not more:
-                if rest:  # a last line without its newline
-                    line_no += 1
-                    if pending is not None:
-                        events.append(_parse_line(name, *pending, last=False, order=order, report=report))
-                    pending = (line_no, rest)
-                if pending is not None and (event := _parse_line(name, *pending, last=True, order=order,
-                                                                 report=report)) is not None:
-                    events.append(event)
-                if events:
-                    yield events
-                break
+            if final and pending is not None and (
+                    event := _parse_line(name, *pending, last=True, order=order, report=report)) is not None:
+                events.append(event)
             if events:
                 yield events
+            if final:
+                break
             if not more and not closed:
                 closed = wait()
     if order.next_index == 0:
