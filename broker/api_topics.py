@@ -69,7 +69,18 @@ class TopicApis:
                     isr_nodes=st.isr if st else [], offline_replicas=[r for r in replicas if r not in self.metadata.live]))
             topics.append(R.MetadataResponseTopic(error_code=P.NONE, name=name, is_internal=False, partitions=parts))
         return R(throttle_time_ms=0, brokers=self._advertised_brokers(R), cluster_id=self.metadata.cluster_id,
-                 controller_id=self.metadata.controller_id, topics=topics)
+                 controller_id=self._controller_for_clients(), topics=topics)
+
+    def _controller_for_clients(self) -> int:
+        """The broker a client should send CreateTopics to: the controller when it is live, else
+        this broker. Any broker takes CreateTopics (it writes the assignment to ZooKeeper; Kafka's
+        brokers forward them, KIP-590), and a client told -1 or a broker it does not know waits
+        for a metadata refresh that librdkafka's AdminClient does not make: a topic created just
+        after the cluster's start was answered 30 s late, when that wait timed out."""
+        md = self.metadata
+        if md.controller_id in md.live:
+            return md.controller_id
+        return self.cfg.broker_id if md.session_ok else -1
 
     async def _create_topic(self, name: str, partitions: int, rf: int, assignment=None,
                             validate_only: bool = False) -> int:

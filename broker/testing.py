@@ -303,9 +303,9 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         asked_before = False
         while True:
-            # A fresh client each time: one whose first metadata came from a broker that did not
-            # know the controller yet (controller -1, just after the start) sent nothing for its
-            # whole timeout (seen twice in clean-clone runs, the topic created 30 s late).
+            # A fresh client each time, so that one stuck on its first answer cannot hold the test for
+            # its whole timeout (seen twice, a topic created 30 s late: the brokers named controller -1
+            # just after the start, which they no longer do, api_topics._controller_for_clients).
             admin = AdminClient({"bootstrap.servers": self.bootstrap})
             fut = admin.create_topics([NewTopic(topic, partitions, replication_factor, config=config or {})],
                                       operation_timeout=timeout)[topic]

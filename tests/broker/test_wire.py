@@ -130,3 +130,32 @@ def test_offsets_epochs_topics_and_leadership_over_the_wire(make_cluster):
                                                allow_auto_topic_creation=False), 8)
         assert unknown.topics[0].error_code == P.UNKNOWN_TOPIC_OR_PARTITION
         assert md.controller_id in cluster.brokers and len(md.brokers) == 3
+
+
+def test_metadata_names_a_live_broker_while_the_controller_is_not_one(make_cluster, zookeeper):
+    """librdkafka's AdminClient sends CreateTopics to the controller its metadata names, and when
+    that is -1 or a broker it does not know, waits for a metadata refresh it does not make (a
+    topic created just after a cluster's start was answered 30 s late). /controller held here by
+    a broker that is not there, as by a controller whose session has not expired yet: Metadata
+    names this broker, which takes CreateTopics itself."""
+    import json
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from kazoo.client import KazooClient
+
+    cluster = make_cluster(1, settings={"default.replication.factor": "1"}, start=False)
+    chroot = "/" + cluster.zookeeper.split("/", 1)[1]
+    gone = KazooClient(hosts=zookeeper.connect)
+    gone.start(timeout=30)
+    try:
+        gone.create(chroot + "/controller", json.dumps({"version": 1, "brokerid": 99}).encode(),
+                    ephemeral=True, makepath=True)
+        cluster.start()
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        assert admin.list_topics(timeout=10).controller_id == 1
+        admin.create_topics([NewTopic("while-gone", 1, 1)], operation_timeout=1)["while-gone"].result(15)
+        assert cluster.controller() == 99  # still held: the client did not wait for an election
+    finally:
+        gone.stop()
+        gone.close()
+    cluster.wait_leaders("while-gone", 1)
