@@ -28,7 +28,9 @@ Protocol: a Unix socket; one request per connection, a JSON line
 master, which is the service's); one answer line, `{"results": {...}}`,
 `{"error": "..."}` (bad input: the same one line `harness check` gives),
 or `{"failure": "..."}` (anything else: the caller checks in its own
-process instead). Requests are served one at a time.
+process instead). `{"claim": true}` says a check comes soon: the service
+stops priming and raises its priority then, not when the check comes,
+and answers `{"claimed": true}`. Requests are served one at a time.
 
 `python -m checkers.service --socket PATH` is the service; `start`,
 `connect` and `from_environment` are the callers' side; `remove_stale`
@@ -62,7 +64,11 @@ log = logging.getLogger(__name__)
 
 ENV = "HARNESS_CHECK_SERVICE"  # the socket of a service shared by a nightly's or a calibration's runs
 BACKGROUND_NICE = 19
-PRIMES = 3  # how many times a service primes its session while no request comes
+# The most times a service primes its session while no request or claim comes. Each prime
+# makes the next check faster (on a 65k-event history, idle: 2.05 s after 3, 1.61 s after 6,
+# docs/benchmarks.md); a run claims the service when it heals, so the priming stops then,
+# not when the check comes.
+PRIMES = 8
 START_WAIT_S = 10.0  # how long a caller waits for a service's socket to appear
 # A service's socket folder, in the temporary folder. Not a prefix of a check's
 # JSONL conversion folder (`harness-check-*`, checkers/load.py), which
@@ -89,7 +95,17 @@ class CheckService:
         options.pop("master")
         options["allow"] = sorted(options["allow"])
         options["scratch"] = str(options["scratch"]) if options["scratch"] is not None else None
-        request = orjson.dumps({"history": str(Path(history).resolve()), "options": options}) + b"\n"
+        return self._ask({"history": str(Path(history).resolve()), "options": options})["results"]
+
+    def claim(self) -> None:
+        """Say a check comes soon: the service stops priming and raises its priority now,
+        so that the check does not wait for that (a prime under way took 0.5 to 1.8 s to
+        stop). Returns once it has; a service that cannot answer raises ServiceError."""
+        self._ask({"claim": True})
+
+    def _ask(self, req: dict) -> dict:
+        """One request, its answer; an error answer raised (UserError, else ServiceError)."""
+        request = orjson.dumps(req) + b"\n"
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
                 conn.connect(self.address)
@@ -102,8 +118,8 @@ class CheckService:
         if not line.endswith(b"\n"):
             raise ServiceError(f"check service at {self.address} closed the connection without an answer")
         answer = orjson.loads(line)
-        if "results" in answer:
-            return answer["results"]
+        if "results" in answer or "claimed" in answer:
+            return answer
         if "error" in answer:
             raise UserError(answer["error"])
         raise ServiceError(f"check service at {self.address}: {answer.get('failure', 'no answer')}")
@@ -301,6 +317,9 @@ def _serve_one(conn: socket.socket, session: _Session) -> None:
         line = requests.readline()
     try:
         request = orjson.loads(line)
+        if isinstance(request, dict) and request.get("claim") is True:
+            _answer(conn, _claimed(session))
+            return
         options = request["options"]
         opts = Options(**{**options, "allow": set(options["allow"])})
         history = request["history"]
@@ -316,6 +335,21 @@ def _serve_one(conn: socket.socket, session: _Session) -> None:
         except Exception as e:  # noqa: BLE001 - the caller checks in its own process instead
             log.exception("checking %s failed", history)
             answer = {"failure": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+    _answer(conn, answer)
+
+
+def _claimed(session: _Session) -> dict:
+    """A claim's answer: the session claimed (its priming stopped), or why it could not be."""
+    started = time.monotonic()
+    try:
+        session.claim()
+    except UserError as e:  # the session did not start: the check will say so
+        return {"error": str(e)}
+    log.info("claimed in %.2f s: a check comes soon", time.monotonic() - started)
+    return {"claimed": True}
+
+
+def _answer(conn: socket.socket, answer: dict) -> None:
     try:
         conn.sendall(orjson.dumps(answer) + b"\n")
     except OSError as e:  # the caller is gone (interrupted): the next request is served all the same

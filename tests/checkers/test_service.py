@@ -106,6 +106,24 @@ def test_the_first_request_raises_the_service_and_its_jvm_from_nice_19_to_0(star
     assert set(after.values()) == {0}, after
 
 
+def test_a_claim_stops_the_priming_and_raises_the_priority_before_the_check_comes(tmp_path, hist):
+    # `harness run` claims its service when it heals, so that the check finds it idle at nice 0.
+    svc = service.start(tmp_path / "check-service.log", jvm_log_path=tmp_path / "spark.log")
+    try:
+        wait_for(lambda: "primed (1 of" in (tmp_path / "check-service.log").read_text(), timeout=120,
+                 what="the first prime")
+        svc.claim()
+        claimed = (tmp_path / "check-service.log").read_text()
+        assert "claimed in" in claimed and "for the priming to stop" in claimed, claimed
+        assert _java_children(svc.process.pid) and set(_nices(svc.process.pid).values()) == {0}
+        svc.claim()  # again, as each run of a night does: nothing left to stop
+        assert svc.check(_anomalous(hist).write(tmp_path), Options())["valid"] is False
+        said = (tmp_path / "check-service.log").read_text()
+        assert said.count("claimed in") == 2 and "primed" not in said[len(claimed):], said
+    finally:
+        svc.close()
+
+
 def test_bad_input_is_the_same_one_line_error_as_in_process(started, spark, hist, tmp_path):
     svc, _, logs = started
     bad = tmp_path / "history.jsonl"
@@ -195,5 +213,6 @@ def test_the_later_primes_check_the_history_a_run_is_writing(spark, tmp_path, ca
     session._thread.join(300)
     primed = [re.sub(r" in [0-9.]+ s$", "", r.getMessage()) for r in caplog.records
               if r.getMessage().startswith("primed")]
-    assert primed == [f"primed (1 of 3) on {len(_prime_events())} events",
-                      f"primed (2 of 3) on {len(events)} events", f"primed (3 of 3) on {len(events)} events"]
+    n = service.PRIMES
+    assert primed == [f"primed (1 of {n}) on {len(_prime_events())} events"] + \
+        [f"primed ({i} of {n}) on {len(events)} events" for i in range(2, n + 1)]

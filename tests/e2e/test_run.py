@@ -210,6 +210,12 @@ def test_a_run_is_checked_by_a_check_service_of_its_own_that_ends_with_it(real_r
     workload = re.search(r"^(\S+ \S+) INFO harness.run: phase: running clients",
                          (faults_run.dir / "harness.log").read_text(), re.M)[1]
     assert listening < workload, (listening, workload)
+    # Claimed when the run healed: the check found it primed no more, at nice 0.
+    claimed = re.search(r"^(\S+ \S+) check-service: claimed in", said, re.M)[1]
+    healing = re.search(r"^(\S+ \S+) INFO harness.run: phase: healing",
+                        (faults_run.dir / "harness.log").read_text(), re.M)[1]
+    checked = re.search(r"^(\S+ \S+) check-service: checked", said, re.M)[1]
+    assert healing <= claimed <= checked, (healing, claimed, checked)
     assert address[1] not in service.running_services()
     assert (faults_run.dir / "spark.log").is_file()
     run = json.loads((faults_run.dir / "run.json").read_text())
