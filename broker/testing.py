@@ -11,7 +11,6 @@ also when a test fails.
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import os
 import random
@@ -25,7 +24,6 @@ from pathlib import Path
 ZK_JARS = ["/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar"]
 ZK_PORTS = range(21810, 21900)
 BROKER_PORTS = range(29100, 29900)
-ATTEMPT_S = 10.0  # create_topic's wait for one request's answer before it asks again with a fresh client
 
 
 def _port_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -300,32 +298,21 @@ class LocalCluster:
                      timeout: float = 30.0, config: dict | None = None) -> None:
         from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
         deadline = time.monotonic() + timeout
-        asked_before = False
         while True:
-            # A fresh client each time, so that one stuck on its first answer cannot hold the test for
-            # its whole timeout (seen twice, a topic created 30 s late: the brokers named controller -1
-            # just after the start, which they no longer do, api_topics._controller_for_clients).
-            admin = AdminClient({"bootstrap.servers": self.bootstrap})
             fut = admin.create_topics([NewTopic(topic, partitions, replication_factor, config=config or {})],
                                       operation_timeout=timeout)[topic]
             try:
-                fut.result(max(0.1, min(ATTEMPT_S, deadline - time.monotonic())))
+                fut.result(timeout)
                 break
-            except concurrent.futures.TimeoutError:
-                if time.monotonic() > deadline:
-                    raise
             except KafkaException as e:
-                code = e.args[0].code()
-                if code == KafkaError.TOPIC_ALREADY_EXISTS and asked_before:
-                    break  # an earlier request, answered late, created it
                 # Brokers register in ZooKeeper before each has seen the others' registrations
                 # (a watch later): one that still counts fewer live brokers refuses the
                 # replication factor and creates nothing, so asking again is safe.
-                if code != KafkaError.INVALID_REPLICATION_FACTOR or time.monotonic() > deadline:
+                if e.args[0].code() != KafkaError.INVALID_REPLICATION_FACTOR or time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
-            asked_before = True
         self.wait_leaders(topic, partitions, timeout)
 
     def wait_leaders(self, topic: str, partitions: int, timeout: float = 30.0, isr_size: int | None = None):
