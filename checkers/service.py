@@ -70,6 +70,7 @@ BACKGROUND_NICE = 19
 # not when the check comes.
 PRIMES = 8
 START_WAIT_S = 10.0  # how long a caller waits for a service's socket to appear
+RENICE_PASSES = 5  # _renice_tree's most passes over a process tree that keeps starting threads
 # A service's socket folder, in the temporary folder. Not a prefix of a check's
 # JSONL conversion folder (`harness-check-*`, checkers/load.py), which
 # `remove_stale` must never take from a check under way.
@@ -294,22 +295,31 @@ class _Session:
 
 
 def _renice_tree(nice: int) -> None:
-    """Every thread of this process and of its descendants (the JVM) to `nice`."""
-    pids = [os.getpid()] + descendants(os.getpid())
-    failed = 0
-    for pid in pids:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
+    """Every thread of this process and of its descendants (the JVM) to `nice`. A thread
+    started meanwhile by one not yet set inherits the old value, so the threads are gone
+    over again until a pass finds none to set (at most RENICE_PASSES)."""
+    for _ in range(RENICE_PASSES):
+        changed = failed = 0
+        for pid in [os.getpid()] + descendants(os.getpid()):
             try:
-                os.setpriority(os.PRIO_PROCESS, int(tid), nice)
+                tids = os.listdir(f"/proc/{pid}/task")
             except OSError:
-                failed += 1
-    if failed:
-        log.info("could not set %d thread(s) to nice %d (raising priority needs root): checks run niced",
-                 failed, nice)
+                continue
+            for tid in tids:
+                try:
+                    if os.getpriority(os.PRIO_PROCESS, int(tid)) != nice:
+                        os.setpriority(os.PRIO_PROCESS, int(tid), nice)
+                        changed += 1
+                except ProcessLookupError:  # the thread ended meanwhile
+                    continue
+                except OSError:
+                    failed += 1
+        if failed:
+            log.info("could not set %d thread(s) to nice %d (raising priority needs root): checks run niced",
+                     failed, nice)
+            return
+        if not changed:
+            return
 
 
 def _serve_one(conn: socket.socket, session: _Session) -> None:
