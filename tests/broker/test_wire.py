@@ -3,6 +3,7 @@ with a raw protocol client (kafka-python message classes)."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -138,8 +139,6 @@ def test_metadata_names_a_live_broker_while_the_controller_is_not_one(make_clust
     topic created just after a cluster's start was answered 30 s late). /controller held here by
     a broker that is not there, as by a controller whose session has not expired yet: Metadata
     names this broker, which takes CreateTopics itself."""
-    import json
-
     from confluent_kafka.admin import AdminClient, NewTopic
     from kazoo.client import KazooClient
 
