@@ -327,39 +327,29 @@ def _serve_one(conn: socket.socket, session: _Session) -> None:
         line = requests.readline()
     try:
         request = orjson.loads(line)
-        if isinstance(request, dict) and request.get("claim") is True:
-            _answer(conn, _claimed(session))
-            return
-        options = request["options"]
-        opts = Options(**{**options, "allow": set(options["allow"])})
-        history = request["history"]
+        claim = isinstance(request, dict) and request.get("claim") is True
+        if not claim:
+            options = request["options"]
+            opts = Options(**{**options, "allow": set(options["allow"])})
+            history = request["history"]
     except (orjson.JSONDecodeError, KeyError, TypeError) as e:
         answer = {"failure": f"a bad request: {e}"}
     else:
+        what = "claiming the session" if claim else f"checking {history}"
         started = time.monotonic()
         try:
-            answer = {"results": check_history(history, opts, spark=session.claim())}
-            log.info("checked %s in %.1f s", history, time.monotonic() - started)
-        except UserError as e:
+            if claim:
+                session.claim()
+                answer = {"claimed": True}
+                log.info("claimed in %.2f s: a check comes soon", time.monotonic() - started)
+            else:
+                answer = {"results": check_history(history, opts, spark=session.claim())}
+                log.info("checked %s in %.1f s", history, time.monotonic() - started)
+        except UserError as e:  # bad input, or a session that did not start
             answer = {"error": str(e)}
         except Exception as e:  # noqa: BLE001 - the caller checks in its own process instead
-            log.exception("checking %s failed", history)
+            log.exception("%s failed", what)
             answer = {"failure": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
-    _answer(conn, answer)
-
-
-def _claimed(session: _Session) -> dict:
-    """A claim's answer: the session claimed (its priming stopped), or why it could not be."""
-    started = time.monotonic()
-    try:
-        session.claim()
-    except UserError as e:  # the session did not start: the check will say so
-        return {"error": str(e)}
-    log.info("claimed in %.2f s: a check comes soon", time.monotonic() - started)
-    return {"claimed": True}
-
-
-def _answer(conn: socket.socket, answer: dict) -> None:
     try:
         conn.sendall(orjson.dumps(answer) + b"\n")
     except OSError as e:  # the caller is gone (interrupted): the next request is served all the same
