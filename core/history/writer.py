@@ -1,14 +1,15 @@
 """`HistoryWriter` appends events to `history.jsonl` from many client threads,
-at a cost to them of a struct pack and a buffer append per event (per burst
-of a producer's invokes).
+at a cost to them of an array of int64 and a buffer append per burst of a
+producer's invokes or poll's acknowledgements (a JSON dump per other event).
 
 Formatting JSON costs about a microsecond per event, as much as the rest of
 a producer's loop per send, and in one Python process it holds the GIL
 whatever thread does it. So the client threads only pack each event into an
 in-memory buffer of its kind (one atomic `bytearray.extend` under the GIL):
-a send's invoke and its ok as rows of int64 (`sends_invoked` for a burst of
-invokes at one time, `sends_acked` for the acknowledgements one poll served,
-`send_invoked`, `send_acked`), any other event as its
+a send's invokes and oks as groups of int64, the events of one call at one
+time (`sends_invoked` for a burst of invokes, `sends_acked` for the
+acknowledgements one poll served, `send_invoked` and `send_acked` for
+one), any other event as its
 JSON without index and time (`record`). A shipper thread hands the three
 buffers to a writer *process* every 50 ms through a pipe, and that process
 orders the events by time, numbers them, formats them as JSON lines and
@@ -27,24 +28,24 @@ decreases in file order. It still comes before anything that depends on it:
 whatever happened after its append read the clock after the cut.
 
 The writer process formats a batch at once, not one event by one in Python:
-numpy reads the rows, orders them and writes the lines of a send's events as
-rows of a byte matrix kept from batch to batch, four digits at a time from a
-table, every number of a kind's lines in the same columns (a number whose
-width varies between lines is cut out of the shorter ones; the digits that
-all lines share are written once); one Arrow cast of binary views puts the
-lines of all kinds in file order (`_Batcher`, `_Lines`, `_number_views`).
+numpy unpacks the groups into rows (`_group_rows`), orders them and writes
+the lines of a send's events as rows of a byte matrix kept from batch to
+batch, four digits at a time from a table, every number of a kind's lines
+in the same columns (a number whose width varies between lines is cut out
+of the shorter ones; the digits that all lines share are written once); one
+Arrow cast of binary views puts the lines of all kinds in file order
+(`_Batcher`, `_Lines`, `_number_views`).
 Only JSON events (polls, the nemesis, errors: few at saturation) and sends
 with a negative number take a Python step each. Whole 4 KB blocks go to the
 file with O_DIRECT where the file system takes it (`_Output`): the kernel
 copies no page cache for them, which was most of the writer's kernel CPU.
 
-Cost, measured (docs/benchmarks.md, 2026-11-26, 2 shared cores): recording
-costs the producer's process about 0.23 us of CPU per send (the ok's part,
-`sends_acked` per poll, 0.20 us in a bare loop against 0.26-0.30 for
-`send_acked`), the writer process 0.29 us of CPU per event at saturation
-(0.37-0.40 alone on a 4M-event stream, against 0.79-0.84 for the 48-byte
-cells before); recorded / unrecorded throughput at saturation 0.79 and
-0.81 in two runs, at the 0.8 target but not steadily above it.
+Cost, measured (docs/benchmarks.md, 2026-11-27, 2 shared cores): the two
+recorders of a send cost its thread about 81 ns in a bare loop (131 ns
+when each built its rows as a Python list for `struct.pack`), the writer
+process 0.12 to 0.14 us of CPU per event at saturation; recorded /
+unrecorded throughput at saturation 0.86 (medians of 6 alternated trials;
+0.83 with the rows packed in the thread, same run).
 
 Durability: what the writer process has received is in the file (the page
 cache) moments later, and `close()` fsyncs it. If the harness is killed with
@@ -72,6 +73,7 @@ import subprocess
 import sys
 import threading
 import time
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -82,14 +84,16 @@ import pyarrow as pa
 log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------
-# What the client's events become: a send's invoke and its ok are rows of
-# int64 in a buffer of their own; any other event is its time, the length of
-# its JSON (without index and time), and the JSON, in a third buffer. The
-# shipper sends the three at once as a batch: its cut, the three lengths, then
-# the buffers.
+# What the client's events become: a send's invokes and its oks are groups of
+# int64 in a buffer of their kind, each group the events one call recorded at
+# one time: its head (time, process, n), then n invokes as their n keys and
+# their n values, or n oks as (value, partition, offset) each, as the
+# producer's lists already hold them (no rows are built in the client's
+# thread). Any other event is its time, the length of its JSON (without index
+# and time), and the JSON, in a third buffer. The shipper sends the three at
+# once as a batch: its cut, the three lengths, then the buffers.
 
-_INVOKE = struct.Struct("<qqqq")       # time, process, key, value
-_OK = struct.Struct("<qqqqq")          # time, process, value, partition, offset
+_GROUP_HEAD = 3                        # int64s of a group's head: time, process, n
 _JSON_HEAD = struct.Struct("<qq")      # time, length of the JSON that follows
 _BATCH_HEAD = struct.Struct("<qqqq")   # cut, bytes of invokes, of oks, of JSON events that follow
 _NEVER = (1 << 63) - 1                 # the cut of the last batch: everything is written
@@ -219,64 +223,75 @@ class HistoryWriter:
 
 def _send_recorders(append_invoke, append_ok, record, path: Path):
     """A writer's `send_invoked`, `send_acked`, `sends_invoked` and
-    `sends_acked`: functions rather than methods, each a struct pack and an
-    append with nothing looked up on the way (the producer's loop calls
+    `sends_acked`: functions rather than methods, each one array of int64
+    (`array.fromlist`, a C loop over the lists the producer has) and one
+    append, with nothing looked up on the way (the producer's loop calls
     `sends_invoked` once per burst and `sends_acked` once per poll). A number
     beyond int64 takes the general form, `record`, which keeps it exact; a
     closed writer's sealed buffer refuses the append."""
 
-    def send_invoked(process: int, key: int, value: int, _pack=_INVOKE.pack, _now=time.monotonic_ns) -> None:
-        """`record(process, "invoke", "send", key=key, value=value)`, cheaper."""
-        try:
-            append_invoke(_pack(_now(), process, key, value))
-        except struct.error:
-            record(process, "invoke", "send", key=key, value=value)
-        except BufferError:
-            raise RuntimeError(f"history {path} is closed") from None
-
-    def send_acked(process: int, value: int, partition: int, offset: int,
-                   _pack=_OK.pack, _now=time.monotonic_ns) -> None:
-        """`record(process, "ok", "send", value=..., partition=..., offset=...)`, cheaper."""
-        try:
-            append_ok(_pack(_now(), process, value, partition, offset))
-        except struct.error:
-            record(process, "ok", "send", value=value, partition=partition, offset=offset)
-        except BufferError:
-            raise RuntimeError(f"history {path} is closed") from None
-
     def sends_invoked(process: int, keys: list[int], values: list[int], _now=time.monotonic_ns,
-                      _pack=struct.pack) -> None:
-        """`send_invoked(process, key, value)` for each pair, all at one time
-        (a producer's burst: one clock read, one pack, one append)."""
-        n = len(values)
-        rows = [_now(), process, 0, 0] * n
-        rows[2::4], rows[3::4] = keys, values
+                      _array=array) -> None:
+        """`record(process, "invoke", "send", key=key, value=value)` for each
+        pair, all at one time (a producer's burst: one clock read, one append)."""
+        if len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys for {len(values)} values")
+        if not values:
+            return
         try:
-            data = _pack(f"<{4 * n}q", *rows)
-        except struct.error:  # a number beyond int64
+            group = _array("q", (_now(), process, len(values)))
+            group.fromlist(keys)
+            group.fromlist(values)
+        except (OverflowError, TypeError):  # a number beyond int64
             for key, value in zip(keys, values):
                 send_invoked(process, key, value)
             return
         try:
-            append_invoke(data)
+            append_invoke(group)
         except BufferError:
             raise RuntimeError(f"history {path} is closed") from None
 
-    def sends_acked(process: int, acks: list[int], _now=time.monotonic_ns, _pack=struct.pack) -> None:
-        """`send_acked(process, value, partition, offset)` for each triple of
-        `acks` (values, partitions and offsets interleaved), all at one time:
-        a producer's acknowledgements served by one poll."""
-        n = len(acks) // 3
-        rows = [_now(), process, 0, 0, 0] * n
-        rows[2::5], rows[3::5], rows[4::5] = acks[0::3], acks[1::3], acks[2::3]
+    def sends_acked(process: int, acks: list[int], _now=time.monotonic_ns, _array=array) -> None:
+        """`record(process, "ok", "send", value=..., partition=..., offset=...)`
+        for each triple of `acks` (values, partitions and offsets interleaved),
+        all at one time: a producer's acknowledgements served by one poll."""
+        if len(acks) % 3:
+            raise ValueError(f"{len(acks)} numbers are not (value, partition, offset) triples")
+        if not acks:
+            return
         try:
-            data = _pack(f"<{5 * n}q", *rows)
-        except struct.error:  # a number beyond int64
-            for i in range(0, 3 * n, 3):
+            group = _array("q", (_now(), process, len(acks) // 3))
+            group.fromlist(acks)
+        except (OverflowError, TypeError):  # a number beyond int64
+            for i in range(0, len(acks), 3):
                 send_acked(process, *acks[i:i + 3])
             return
         try:
-            append_ok(data)
+            append_ok(group)
+        except BufferError:
+            raise RuntimeError(f"history {path} is closed") from None
+
+    def send_invoked(process: int, key: int, value: int) -> None:
+        """One send's invoke: `sends_invoked` of one."""
+        try:
+            group = array("q", (time.monotonic_ns(), process, 1, key, value))
+        except (OverflowError, TypeError):
+            record(process, "invoke", "send", key=key, value=value)
+            return
+        try:
+            append_invoke(group)
+        except BufferError:
+            raise RuntimeError(f"history {path} is closed") from None
+
+    def send_acked(process: int, value: int, partition: int, offset: int) -> None:
+        """One send's ok: `sends_acked` of one."""
+        try:
+            group = array("q", (time.monotonic_ns(), process, 1, value, partition, offset))
+        except (OverflowError, TypeError):
+            record(process, "ok", "send", value=value, partition=partition, offset=offset)
+            return
+        try:
+            append_ok(group)
         except BufferError:
             raise RuntimeError(f"history {path} is closed") from None
 
@@ -293,15 +308,18 @@ _WRITER_ENV = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TR
 # --------------------------------------------------------------------------
 # The writer process
 
-# The two integer kinds: their columns in a row (time is column 0), and the
-# line each row becomes, as literal pieces and the names of the numbers between them.
+# The two integer kinds: their columns in a row (time is column 0), the line
+# each row becomes, as literal pieces and the names of the numbers between
+# them, and whether a group lays its numbers out column by column (an invoke
+# group's keys, then its values) or event by event.
 _KINDS = (
     (("time", "process", "key", "value"),
      (b'{"index":', "index", b',"time":', "time", b',"process":', "process",
-      b',"type":"invoke","f":"send","key":', "key", b',"value":', "value", b"}\n")),
+      b',"type":"invoke","f":"send","key":', "key", b',"value":', "value", b"}\n"), True),
     (("time", "process", "value", "partition", "offset"),
      (b'{"index":', "index", b',"time":', "time", b',"process":', "process",
-      b',"type":"ok","f":"send","value":', "value", b',"partition":', "partition", b',"offset":', "offset", b"}\n")),
+      b',"type":"ok","f":"send","value":', "value", b',"partition":', "partition", b',"offset":', "offset", b"}\n"),
+     False),
 )
 _JSON = len(_KINDS)  # the kind number of JSON events
 _DIGITS4 = np.frombuffer(b"".join(b"%04d" % i for i in range(10000)), "<u4")  # "0000".."9999" as 4 bytes
@@ -328,7 +346,7 @@ class _Batcher:
         self._size = 0
         self._need: int | None = None  # the size of the batch the chunks begin, once its head is in
         # held back from the last batch: each integer kind's rows, and JSON events as (times, bodies)
-        self._held: list[np.ndarray] = [np.empty((0, len(columns)), np.int64) for columns, _ in _KINDS]
+        self._held: list[np.ndarray] = [np.empty((0, len(columns)), np.int64) for columns, *_ in _KINDS]
         self._held_json: tuple[np.ndarray, list[bytes]] = (np.empty(0, np.int64), [])
         self._matrices = [_Matrix() for _ in _KINDS]  # each kind's byte matrix, kept from batch to batch
 
@@ -347,14 +365,14 @@ class _Batcher:
             buf = self._joined()
             if self._need is None:
                 cut, *sizes = _BATCH_HEAD.unpack_from(buf)
-                if min(sizes) < 0 or any(size % (8 * len(columns)) for size, (columns, _) in zip(sizes, _KINDS)):
+                if min(sizes) < 0 or any(size % 8 for size in sizes[:len(_KINDS)]):
                     raise ValueError(f"not a batch's head: cut {cut}, sizes {sizes}")
                 self._need = _BATCH_HEAD.size + sum(sizes)
                 continue
             cut, *sizes = _BATCH_HEAD.unpack_from(buf)
             start, rows = _BATCH_HEAD.size, []
-            for size, (columns, _) in zip(sizes, _KINDS):
-                rows.append(np.frombuffer(buf, "<i8", size // 8, start).reshape(-1, len(columns)))
+            for size, (columns, _, by_column) in zip(sizes, _KINDS):
+                rows.append(_group_rows(buf[start:start + size], len(columns), by_column))
                 start += size
             out += self._batch(cut, rows, _json_events(buf, start, self._need))
             self._chunks = [buf[self._need:]] if self._size > self._need else []
@@ -369,7 +387,7 @@ class _Batcher:
 
     def finish(self) -> list:
         """The lines of everything held back: the stream has ended."""
-        empty = [np.empty((0, len(columns)), np.int64) for columns, _ in _KINDS]
+        empty = [np.empty((0, len(columns)), np.int64) for columns, *_ in _KINDS]
         return self._batch(_NEVER, empty, (np.empty(0, np.int64), []))
 
     def _batch(self, cut: int, rows: list[np.ndarray], json: tuple[np.ndarray, list[bytes]]) -> list:
@@ -405,7 +423,7 @@ class _Batcher:
             n = int(np.count_nonzero(rank[at:at + len(r)] < written))  # a prefix: the kind is in time order
             if n:
                 ranks, block = rank[at:at + n], r[:n]
-                names, pieces = _KINDS[kind]
+                names, pieces, _ = _KINDS[kind]
                 by_column = np.ascontiguousarray(block.T)
                 columns = dict(zip(names, by_column))
                 bounds = dict(zip(names, zip(by_column.min(axis=1).tolist(), by_column.max(axis=1).tolist())))
@@ -424,6 +442,38 @@ class _Batcher:
         self._held_json = (json_times[n:], json_bodies[n:])
         self.index += written
         return [lines.text()]
+
+
+def _group_rows(data: memoryview, width: int, by_column: bool) -> np.ndarray:
+    """The rows (time, process, then the events' numbers: `width` columns in
+    all) of one integer kind's groups, which `data` holds whole."""
+    ints = np.frombuffer(data, np.int64)  # native, as the client's `array("q")` wrote them
+    numbers = width - 2
+    heads = []
+    at, end, view = 0, len(ints), data.cast("q")
+    while at < end:  # a group per call of the client's: a burst's invokes, a poll's oks
+        n = view[at + 2] if at + _GROUP_HEAD <= end else -1
+        if n < 0 or at + _GROUP_HEAD + numbers * n > end:
+            raise ValueError(f"a group of {n} sends does not fit its batch")
+        heads.append(at)
+        at += _GROUP_HEAD + numbers * n
+    head = np.array(heads, np.int64)
+    count = ints[head + 2]
+    rows = np.empty((int(count.sum()), width), np.int64)
+    rows[:, 0], rows[:, 1] = np.repeat(ints[head], count), np.repeat(ints[head + 1], count)
+    # Each column's numbers, in order: a mask from +1 where a group's numbers of
+    # it start to -1 where they end (event by event: all of a group's numbers).
+    spans = [(0, numbers)] if not by_column else [(j, j + 1) for j in range(numbers)]
+    for j, (lo, hi) in enumerate(spans):
+        edges = np.zeros(end + 1, np.int8)
+        edges[head + _GROUP_HEAD + lo * count] = 1
+        edges[head + _GROUP_HEAD + hi * count] -= 1
+        taken = ints[np.cumsum(edges[:end], dtype=np.int8).view(bool)]
+        if by_column:
+            rows[:, 2 + j] = taken
+        else:
+            rows[:, 2:] = taken.reshape(-1, numbers)
+    return rows
 
 
 def _json_events(buf, start: int, end: int) -> tuple[np.ndarray, list[bytes]]:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from array import array
 from pathlib import Path
 
 import orjson
@@ -20,7 +21,7 @@ import pytest
 from core.history.files import iter_source_jsonl, load_run_json, resolve
 from core.history.jsonl import ReadReport, read_jsonl
 from core.history.parquet import jsonl_to_parquet, read_parquet_events, validate_parquet, write_parquet
-from core.history.writer import (_BATCH_HEAD, _INVOKE, _JSON_HEAD, _NEVER, _OK, HistoryWriter, _Batcher,
+from core.history.writer import (_BATCH_HEAD, _JSON_HEAD, _NEVER, HistoryWriter, _Batcher,
                                  _Output)
 from core.errors import HistoryError
 from core.history.format import MAX_PARTITION, MAX_STORED_OFFSET, _plain_client_event, check_fields
@@ -85,6 +86,10 @@ def test_a_send_s_two_cheap_events_are_the_general_ones(tmp_path):
             cheap.sends_acked(4, [x for value in values for x in (value, value % 3, 1 << 40)])
             for value in values:
                 general.record(4, "ok", "send", value=value, partition=value % 3, offset=1 << 40)
+        with pytest.raises(ValueError):  # lists that do not make whole sends: refused, nothing appended
+            cheap.sends_invoked(4, [1], [2, 3])
+        with pytest.raises(ValueError):
+            cheap.sends_acked(4, [1, 2])
     strip = [{k: v for k, v in e.items() if k != "time"} for e in read_jsonl(tmp_path / "cheap.jsonl")]
     assert strip == [{k: v for k, v in e.items() if k != "time"} for e in read_jsonl(tmp_path / "general.jsonl")]
     assert [e["value"] for e in strip if e["value"] >= 1 << 63] == [1 << 63, 1 << 63, (1 << 63) + 1, (1 << 63) + 1]
@@ -96,11 +101,28 @@ def _stream(batches: list[tuple]) -> bytes:
     events as (time, the event without index and time)."""
     out = []
     for cut, invokes, oks, events in batches:
-        parts = [b"".join(_INVOKE.pack(*e) for e in invokes), b"".join(_OK.pack(*e) for e in oks),
+        parts = [_groups(invokes, by_column=True), _groups(oks, by_column=False),
                  b"".join(_JSON_HEAD.pack(t, len(body)) + body for t, body in
                           ((t, orjson.dumps(event)) for t, event in events))]
         out.append(_BATCH_HEAD.pack(cut, *map(len, parts)) + b"".join(parts))
     return b"".join(out)
+
+
+def _groups(rows: list[tuple], by_column: bool) -> bytes:
+    """Rows of one integer kind (time, process, numbers...) as the client groups them: the rows
+    next to each other with the same time and process in one group, its head (time, process, n),
+    then its numbers column by column (invokes) or row by row (oks)."""
+    out = array("q")
+    i = 0
+    while i < len(rows):
+        j = i
+        while j < len(rows) and rows[j][:2] == rows[i][:2]:
+            j += 1
+        numbers = [row[2:] for row in rows[i:j]]
+        out.extend((*rows[i][:2], j - i))
+        out.extend([x for column in zip(*numbers) for x in column] if by_column else [x for n in numbers for x in n])
+        i = j
+    return out.tobytes()
 
 
 def _expected_lines(batches: list[tuple], origin: int) -> bytes:
@@ -184,9 +206,10 @@ def _mixed_batches(n: int, seed: int) -> list[tuple]:
 
 
 def _burst_batches(n: int, seed: int) -> list[tuple]:
-    """Batches as a saturated producer makes them: bursts of invokes and then their oks in another
-    order, keys of one and two digits, offsets of several partitions crossing a power of ten, values
-    from 0 and from near 10^12, a few processes; with a poll now and then."""
+    """Batches as a saturated producer makes them: bursts of invokes at one time and then their oks
+    in another order, a poll's worth at one time, keys of one and two digits, offsets of several
+    partitions crossing a power of ten, values from 0 and from near 10^12, a few processes; with a
+    poll now and then."""
     rng = random.Random(seed)
     t, value = 10**9 + rng.randrange(10**12), rng.choice([0, 995, 10**12 - 300])
     offsets = [rng.choice([0, 9990, 99_999_990]) for _ in range(12)]
@@ -195,14 +218,15 @@ def _burst_batches(n: int, seed: int) -> list[tuple]:
         invokes, oks, events = [], [], []
         for _ in range(rng.randrange(6)):
             process, sent = rng.choice([1, 7, 12]), []
+            t += rng.choice([300, 1700, 10**5])
             for _ in range(rng.choice([1, 50, 256])):
-                t += rng.choice([300, 1700, 10**5])
                 invokes.append((t, process, value % 16, value))
                 sent.append(value)
                 value += 1
             rng.shuffle(sent)
             for v in sent[:rng.randrange(len(sent) + 1)]:
-                t += rng.choice([1, 900, 10**7])
+                if rng.random() < 0.1:  # the next poll's acknowledgements
+                    t += rng.choice([1, 900, 10**7])
                 partition = rng.randrange(12)
                 offsets[partition] += 1
                 oks.append((t, process, v, partition, offsets[partition]))
@@ -243,6 +267,10 @@ def test_a_stream_that_is_not_batches_is_an_error():
         _Batcher(0).lines(_BATCH_HEAD.pack(1, 0, -40, 0))
     with pytest.raises(ValueError, match="does not fit its batch"):
         _Batcher(0).lines(_BATCH_HEAD.pack(1, 0, 0, 20) + _JSON_HEAD.pack(1, 30) + b"{}" + bytes(2))
+    with pytest.raises(ValueError, match="a group of 5 sends does not fit"):  # a head for 5 invokes, 1 there
+        _Batcher(0).lines(_BATCH_HEAD.pack(1, 40, 0, 0) + array("q", (1, 0, 5, 7, 8)).tobytes())
+    with pytest.raises(ValueError, match="a group of -1 sends does not fit"):  # a cut head
+        _Batcher(0).lines(_BATCH_HEAD.pack(1, 0, 16, 0) + array("q", (1, 0)).tobytes())
 
 
 @pytest.mark.parametrize("at", [0, 1])
