@@ -76,6 +76,13 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
         t = time.monotonic()
         prepared = prepare(source, scratch, read.add)
         validated = round(time.monotonic() - t, 3)
+        # Liveness works on sorted arrays on the driver, not in Spark:
+        # searchsorted beats a shuffle here (docs/benchmarks.md). Measured
+        # before Spark's passes, so that its columns (gigabytes for a large
+        # history) are let go before the JVM's memory grows, not beside it.
+        t = time.monotonic()
+        live = liveness.measure(read.columns(), stats.faults(read.few), opts.fault_ends, opts.hang_s)
+        live_s = round(time.monotonic() - t, 3)
         if spark is None:  # a session for this one check: sized by the history now known
             spark = get_session(opts.master, opts.spark_conf,
                                 java_options=QUICK_START_JAVA if prepared.events <= SMALL_EVENTS else "")
@@ -85,12 +92,8 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
             results = offsets.unfold(_analyse(df, read, folded, promised, opts), folded)
         if folded:
             results["warnings"].append(offsets.warning(folded))
-        # Liveness works on sorted arrays on the driver, not in Spark:
-        # searchsorted beats a shuffle here (docs/benchmarks.md).
-        t = time.monotonic()
-        results["liveness"] = liveness.measure(read.columns(), results["stats"]["faults"],
-                                               opts.fault_ends, opts.hang_s)
-        results["stages"] = {"validate": validated, **results["stages"], "liveness": round(time.monotonic() - t, 3)}
+        results["liveness"] = live
+        results["stages"] = {"validate": validated, **results["stages"], "liveness": live_s}
         results["warnings"] = loaded.warnings + results.get("warnings", [])
     results["checker"] = {"engine": "spark", "master": spark.sparkContext.master,
                           "seconds": round(time.monotonic() - started, 3),

@@ -88,8 +88,14 @@ class Waits:
     def none() -> "Waits":
         return Waits(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, bool))
 
+    def lengths(self) -> np.ndarray:
+        """Each wait's length, ns (computed once: a large history has tens of millions of waits)."""
+        if not hasattr(self, "_length"):
+            self._length = self.end - self.start
+        return self._length
+
     def longest_ns(self) -> int:
-        return int((self.end - self.start).max()) if len(self.start) else 0
+        return int(self.lengths().max()) if len(self.start) else 0
 
     def overlapping(self, lo: int, hi: int) -> int:
         """The longest wait overlapping [lo, hi], ns (0 if none). Waits one
@@ -117,8 +123,8 @@ class Waits:
         return int(max(parts))
 
     def _index(self) -> None:
-        self._length = self.end - self.start
-        ordered = len(self.start) < 2 or bool((np.diff(self.start) >= 0).all() and (np.diff(self.end) >= 0).all())
+        self.lengths()
+        ordered = all(_nondecreasing(x) for x in (self.start, self.end))
         if not ordered or not len(self.start):
             self._blocks = None
             return
@@ -129,6 +135,13 @@ class Waits:
 _BLOCK = 1024  # waits per block of `Waits.overlapping`'s maxima
 
 
+def _nondecreasing(x: np.ndarray) -> bool:
+    """Whether `x` never decreases, looked at _CHUNK elements at a time (no
+    temporary of its whole length)."""
+    return all(bool((x[a + 1:a + _CHUNK + 1] >= x[a:a + _CHUNK][:len(x) - a - 1]).all())
+               for a in range(0, max(len(x) - 1, 0), _CHUNK))
+
+
 def producer_waits(inv_t: np.ndarray, comp_t: np.ndarray, ack_t: np.ndarray, end: int) -> Waits:
     """The waits of sends (module docstring); all three arrays sorted. The
     gaps (before the first acknowledgement, between each two, after the
@@ -137,7 +150,10 @@ def producer_waits(inv_t: np.ndarray, comp_t: np.ndarray, ack_t: np.ndarray, end
     if len(inv_t) == 0:
         return Waits.none()
     n, last = len(ack_t) + 1, max(end, int(inv_t[-1]))
-    kept = []
+    # Filled in place and then cut to what was kept: joining the chunks' waits
+    # at the end would hold them twice.
+    waits = Waits(np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, bool))
+    count = 0
     for a in range(0, n, _CHUNK):
         b = min(n, a + _CHUNK)
         prev = ack_t[max(a - 1, 0):b - 1]
@@ -152,11 +168,16 @@ def producer_waits(inv_t: np.ndarray, comp_t: np.ndarray, ack_t: np.ndarray, end
         is_open = np.zeros(b - a, bool)
         if b == n:
             is_open[-1] = True
-        kept.append((np.minimum(start[keep], upto[keep]), upto[keep], is_open[keep]))
-    return Waits(*(np.concatenate(parts) for parts in zip(*kept)))
+        k = int(np.count_nonzero(keep))
+        waits.start[count:count + k] = np.minimum(start[keep], upto[keep])
+        waits.end[count:count + k], waits.open[count:count + k] = upto[keep], is_open[keep]
+        count += k
+    for column in (waits.start, waits.end, waits.open):
+        column.resize(count, refcheck=False)  # in place: nothing else refers to them yet
+    return waits
 
 
-_CHUNK = 1 << 22  # gaps at a time of `producer_waits`
+_CHUNK = 1 << 22  # elements at a time of the passes over every send: bounds their temporaries
 
 
 def consumer_waits(ack_t: np.ndarray, ack_o: np.ndarray, read_t: np.ndarray, read_o: np.ndarray,
@@ -289,7 +310,7 @@ def _s(ns) -> float | None:
 
 def _listed(w: Waits) -> list[list]:
     """Waits of at least LIST_MIN_S, the longest LIST_MAX, in time order: [start, end, open]."""
-    length = w.end - w.start
+    length = w.lengths()
     idx = np.flatnonzero(length >= LIST_MIN_S * NS)
     idx = idx[np.argsort(-length[idx], kind="stable")][:LIST_MAX]
     idx.sort()
@@ -324,16 +345,15 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
     end = max(c.end, int(inv_t[-1]) if len(inv_t) else -1)
 
     producers = producer_waits(inv_t, comp_t, ack_t, end)
+    # Of the producers' waits only these are reported: taken now, and the waits
+    # (one per acknowledgement at saturation) let go before the sorts below.
+    faults, heal = fault_intervals(nemesis, ends)
+    producers_over = [producers.overlapping(f["start_ns"], f["end_ns"]) for f in faults]
+    producers_longest, producers_listed = producers.longest_ns(), _listed(producers)
+    del producers
 
     # Sends' partitions: by key, where a key's acknowledged sends all went to one partition.
-    known = (ack_key >= 0) & (ack_p >= 0)
-    # Distinct (key, partition) pairs, as one int64 where they fit (they do for any real topic).
-    k_, p_ = ack_key[known], ack_p[known]
-    if len(k_) and k_.max() < 2**31 and p_.max() < 2**31:
-        combined = np.unique((k_ << 32) | p_)
-        pairs = np.stack([combined >> 32, combined & 0xFFFFFFFF])
-    else:
-        pairs = np.unique(np.stack([k_, p_]), axis=1) if len(k_) else np.empty((2, 0), np.int64)
+    pairs = _key_partitions(ack_key, ack_p)
     keys, counts = np.unique(pairs[0], return_counts=True)
     single = set(keys[counts == 1].tolist())
     key_part = {int(k): int(p) for k, p in zip(pairs[0].tolist(), pairs[1].tolist()) if k in single}
@@ -341,10 +361,13 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
     lookup_p = np.array([key_part[k] for k in lookup_k.tolist()], dtype=np.int64)
 
     def part_of_keys(keys_):
-        if not len(lookup_k):
-            return np.full(len(keys_), -1, np.int64)
-        i = np.minimum(np.searchsorted(lookup_k, keys_), len(lookup_k) - 1)
-        return np.where(lookup_k[i] == keys_, lookup_p[i], -1).astype(np.int32)
+        out = np.full(len(keys_), -1, np.int32)
+        if len(lookup_k):
+            for a in range(0, len(keys_), _CHUNK):  # a chunk at a time: a few temporaries of its length
+                chunk = keys_[a:a + _CHUNK]
+                i = np.minimum(np.searchsorted(lookup_k, chunk), len(lookup_k) - 1)
+                out[a:a + _CHUNK] = np.where(lookup_k[i] == chunk, lookup_p[i], -1)
+        return out
 
     inv_part = part_of_keys(inv_key)
     comp_part = part_of_keys(comp_key)
@@ -352,7 +375,7 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
     # The keys are done with: let them go before the sorts by partition (at 100M
     # events these columns are gigabytes, and the sorts copy what they group).
     c.inv_key = c.comp_key = None
-    del known, k_, p_, pairs, inv_key, comp_key, ack_key
+    del pairs, inv_key, comp_key, ack_key
 
     partitions = sorted((set(np.unique(ack_p).tolist()) | set(np.unique(c.read_partition).tolist())) - {-1})
     r_order = np.lexsort((c.read_time, c.read_partition))
@@ -381,14 +404,13 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
         consumer_longest[p] = consumer_waits(*columns[p], end).longest_ns() if c.polls else 0
     consumers = consumer_overall(columns, c.read_time, end) if c.polls else Waits.none()
 
-    faults, heal = fault_intervals(nemesis, ends)
     read_t = np.unique(c.read_time)
     fault_rows = []
     starts = np.array([x["start_ns"] for x in faults], np.int64)
     stops = np.array([x["end_ns"] for x in faults], np.int64)
     for i, fault in enumerate(faults):
         lo, hi = fault["start_ns"], fault["end_ns"]
-        pw, cw = producers.overlapping(lo, hi), consumers.overlapping(lo, hi)
+        pw, cw = producers_over[i], consumers.overlapping(lo, hi)
         # The other faults in force at some time of this one (their start actions, by start).
         together = (starts < hi) & (lo < stops)
         together[i] = False
@@ -426,13 +448,32 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
         "consumer_recovery_s": _since(read_t, heal),
         # Without a recovery: how long the run watched after the heal and saw none.
         "unrecovered_s": _s(end - heal) if heal is not None and recovery is None and end > heal else None,
-        "unavailable_s": _s(max(producers.longest_ns(), consumers.longest_ns())),
+        "unavailable_s": _s(max(producers_longest, consumers.longest_ns())),
         "faults": fault_rows,
-        "producers": {"unavailable_s": _s(producers.longest_ns()), "waits": _listed(producers)},
+        "producers": {"unavailable_s": _s(producers_longest), "waits": producers_listed},
         "consumers": {"unavailable_s": _s(consumers.longest_ns()), "waits": _listed(consumers)},
         "by_partition": by_partition,
         "unattributed_sends": unattributed,
     }
+
+
+def _key_partitions(ack_key: np.ndarray, ack_p: np.ndarray) -> np.ndarray:
+    """The distinct (key, partition) pairs of the acknowledgements that have
+    both, as two rows, sorted; found _CHUNK acknowledgements at a time (the
+    pairs are few, the acknowledgements of a large history tens of millions)."""
+    found = [np.empty((2, 0), np.int64)]
+    for a in range(0, len(ack_key), _CHUNK):
+        k_, p_ = ack_key[a:a + _CHUNK], ack_p[a:a + _CHUNK].astype(np.int64)
+        known = (k_ >= 0) & (p_ >= 0)
+        k_, p_ = k_[known], p_[known]
+        if not len(k_):
+            continue
+        if k_.max() < 2**31:  # one int64 per pair (partitions are below 2^23)
+            combined = np.unique((k_ << 32) | p_)
+            found.append(np.stack([combined >> 32, combined & 0xFFFFFFFF]))
+        else:
+            found.append(np.unique(np.stack([k_, p_]), axis=1))
+    return np.unique(np.concatenate(found, axis=1), axis=1)
 
 
 def _by_time(time: np.ndarray, *arrays: np.ndarray) -> tuple:
@@ -452,7 +493,10 @@ def _by_partition(parts: np.ndarray, *arrays: np.ndarray) -> dict[int, tuple]:
         parts, arrays = parts[attributed], tuple(a[attributed] for a in arrays)
     del attributed
     order = np.argsort(parts, kind="stable")
-    keys, starts = np.unique(parts[order], return_index=True)
+    ordered = parts[order]  # where each partition starts, without np.unique's sort of a copy
+    starts = np.flatnonzero(np.concatenate(([len(ordered) > 0], ordered[1:] != ordered[:-1])))
+    keys = ordered[starts]
+    del ordered
     bounds = np.append(starts, len(order)).tolist()
     grouped = [a[order] for a in arrays]
     return {int(k): tuple(g[bounds[i]:bounds[i + 1]] for g in grouped) for i, k in enumerate(keys.tolist())}

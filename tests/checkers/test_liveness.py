@@ -273,3 +273,36 @@ def test_columns_read_in_small_batches_are_the_columns_read_at_once(tmp_path):
         assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b, name
     assert whole.polls > 0 and len(whole.read_time) > 0 and whole.end > 0
     assert (whole.comp_key >= 0).all(), "every completion found its invocation's key"
+
+
+@pytest.mark.parametrize("keyed", [True, False])
+def test_a_measure_taken_a_few_sends_at_a_time_is_the_measure_taken_at_once(monkeypatch, keyed):
+    # measure goes over every send a chunk at a time (a large history's columns
+    # are gigabytes, its temporaries must not be): chunk edges must change
+    # nothing, whether sends are attributed by key (keyed) or not, with keys
+    # too large to pack with their partition and sends without a key.
+    import numpy as np
+
+    from checkers import liveness
+
+    def columns():
+        rng = np.random.default_rng(7)
+        n = 3_000
+        inv_t = np.cumsum(rng.integers(1, 3 * S // 1000, n))
+        comp_t = np.sort(inv_t + rng.integers(1, 2 * S, n))
+        key = rng.integers(-1, 12, n) + np.where(rng.random(n) < 0.1, 1 << 40, 0)
+        part = (key % 5 if keyed else rng.integers(0, 5, n)).astype(np.int32)
+        ok = rng.random(n) < 0.9
+        reads = np.sort(rng.integers(0, int(comp_t[-1]), n // 4))
+        return liveness.Columns(inv_t, key.copy(), comp_t, key, ok, np.where(ok, part, -1).astype(np.int32),
+                                np.arange(n), reads, rng.integers(0, 5, len(reads)),
+                                rng.integers(0, n, len(reads)), end=int(comp_t[-1]) + S, polls=len(reads))
+
+    nemesis = [{"index": i, "time": t * S, "type": ty, "f": f}
+               for i, (t, ty, f) in enumerate([(2, "invoke", "kill"), (2, "ok", "kill"), (4, "invoke", "start"),
+                                                (4, "ok", "start"), (5, "invoke", "heal"), (5, "ok", "heal")])]
+    at_once = liveness.measure(columns(), nemesis, ENDS)
+    monkeypatch.setattr(liveness, "_CHUNK", 7)
+    assert liveness.measure(columns(), nemesis, ENDS) == at_once
+    assert at_once["faults"] and at_once["producers"]["unavailable_s"] > 0
+    assert (at_once["unattributed_sends"] < 3_000) == keyed
