@@ -226,9 +226,9 @@ def _send_recorders(append_invoke, append_ok, record, path: Path):
     `sends_acked`: functions rather than methods, each one array of int64
     (`array.fromlist`, a C loop over the lists the producer has) and one
     append, with nothing looked up on the way (the producer's loop calls
-    `sends_invoked` once per burst and `sends_acked` once per poll). A number
-    beyond int64 takes the general form, `record`, which keeps it exact; a
-    closed writer's sealed buffer refuses the append."""
+    `sends_invoked` once per burst and `sends_acked` once per poll). A group
+    with a number beyond int64 takes the general form, `record`, which keeps
+    it exact; a closed writer's sealed buffer refuses the append."""
 
     def sends_invoked(process: int, keys: list[int], values: list[int], _now=time.monotonic_ns,
                       _array=array) -> None:
@@ -244,7 +244,7 @@ def _send_recorders(append_invoke, append_ok, record, path: Path):
             group.fromlist(values)
         except (OverflowError, TypeError):  # a number beyond int64
             for key, value in zip(keys, values):
-                send_invoked(process, key, value)
+                record(process, "invoke", "send", key=key, value=value)
             return
         try:
             append_invoke(group)
@@ -264,7 +264,7 @@ def _send_recorders(append_invoke, append_ok, record, path: Path):
             group.fromlist(acks)
         except (OverflowError, TypeError):  # a number beyond int64
             for i in range(0, len(acks), 3):
-                send_acked(process, *acks[i:i + 3])
+                record(process, "ok", "send", value=acks[i], partition=acks[i + 1], offset=acks[i + 2])
             return
         try:
             append_ok(group)
@@ -273,27 +273,11 @@ def _send_recorders(append_invoke, append_ok, record, path: Path):
 
     def send_invoked(process: int, key: int, value: int) -> None:
         """One send's invoke: `sends_invoked` of one."""
-        try:
-            group = array("q", (time.monotonic_ns(), process, 1, key, value))
-        except (OverflowError, TypeError):
-            record(process, "invoke", "send", key=key, value=value)
-            return
-        try:
-            append_invoke(group)
-        except BufferError:
-            raise RuntimeError(f"history {path} is closed") from None
+        sends_invoked(process, [key], [value])
 
     def send_acked(process: int, value: int, partition: int, offset: int) -> None:
         """One send's ok: `sends_acked` of one."""
-        try:
-            group = array("q", (time.monotonic_ns(), process, 1, value, partition, offset))
-        except (OverflowError, TypeError):
-            record(process, "ok", "send", value=value, partition=partition, offset=offset)
-            return
-        try:
-            append_ok(group)
-        except BufferError:
-            raise RuntimeError(f"history {path} is closed") from None
+        sends_acked(process, [value, partition, offset])
 
     return send_invoked, send_acked, sends_invoked, sends_acked
 
