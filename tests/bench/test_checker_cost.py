@@ -44,17 +44,18 @@ def test_differences_name_each_anomaly_that_differs():
 
 
 def test_the_table_holds_each_size_on_both_masters(capsys):
-    row = {"events": 994_979, "parts": 1, "check_s": 15.75, "bare_scan_s": 0.32, "ratio": 49.2,
-           "peak_rss_mb": 2826, "python_peak_rss_mb": 700}
-    there = {**row, "check_s": 30.5, "bare_scan_s": 1.5, "ratio": 20.3, "peak_rss_mb": 1500, "python_peak_rss_mb": 650}
+    row = {"events": 994_979, "parts": 1, "check_s": 15.75, "first_check_s": 21.5, "bare_scan_s": 0.32,
+           "ratio": 49.2, "peak_rss_mb": 2826, "python_peak_rss_mb": 700}
+    there = {**row, "check_s": 30.5, "first_check_s": 41.25, "bare_scan_s": 1.5, "ratio": 20.3, "peak_rss_mb": 1500,
+             "python_peak_rss_mb": 650}
     print_table({"master": "local[*]", "cpus": 2, "driver_memory": "8g", "session_start_s": 5.0,
                  "runs": [row], "cold_cli_s": 40.0, "cold_cli_exit": 0,
                  "standalone": {"runs": [there], "cold_cli_s": 60.0, "memory_per_worker": "1g",
                                 "executors_peak_rss_mb": 2048}})
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("driver memory 8g; local[*], 2 CPUs | standalone")
-    assert lines[2].split() == ["994,979", "15.75", "0.32", "49.2x", "2,826", "MiB", "700", "MiB", "|",
-                                "30.50", "1.50", "20.3x", "1,500", "MiB", "650", "MiB"]
+    assert lines[2].split() == ["994,979", "15.75", "21.50", "0.32", "49.2x", "2,826", "MiB", "700", "MiB", "|",
+                                "30.50", "41.25", "1.50", "20.3x", "1,500", "MiB", "650", "MiB"]
 
 
 def test_bad_sizes_are_refused():
