@@ -81,7 +81,8 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
         # before Spark's passes, so that its columns (gigabytes for a large
         # history) are let go before the JVM's memory grows, not beside it.
         t = time.monotonic()
-        live = liveness.measure(read.columns(), stats.faults(read.few), opts.fault_ends, opts.hang_s)
+        faults = stats.faults(read.few)  # the nemesis's events: liveness's and the results' stats
+        live = liveness.measure(read.columns(), faults, opts.fault_ends, opts.hang_s)
         live_s = round(time.monotonic() - t, 3)
         if spark is None:  # a session for this one check: sized by the history now known
             spark = get_session(opts.master, opts.spark_conf,
@@ -89,7 +90,7 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
         loaded = load(spark, prepared)
         df, folded = offsets.fold(loaded.df, prepared.to_fold)
         with _sized(spark, loaded.events, opts.spark_conf):
-            results = offsets.unfold(_analyse(df, read, folded, promised, opts), folded)
+            results = offsets.unfold(_analyse(df, read, folded, faults, promised, opts), folded)
         if folded:
             results["warnings"].append(offsets.warning(folded))
         results["liveness"] = live
@@ -186,7 +187,8 @@ def _together(*frames) -> list[list[dict]]:
     return out
 
 
-def _analyse(df, read: HistoryReader, folded: dict[int, int], promised: dict, opts: Options) -> dict:
+def _analyse(df, read: HistoryReader, folded: dict[int, int], faults: list[dict], promised: dict,
+             opts: Options) -> dict:
     # Four Spark jobs for a history without anomalies (docs/checker.md,
     # "Passes"); what the driver gathered while it validated the history
     # (`read`: the nemesis's events and the final reads, every operation
@@ -203,7 +205,6 @@ def _analyse(df, read: HistoryReader, folded: dict[int, int], promised: dict, op
     try:
         few = read.folded_few(folded)
         logs = an.final_logs(few)
-        faults = stats.faults(few)
         invokes = {f: n for f, n in read.invokes.items() if f != "send"}
         frames = an.build(df, logs)
         frames.restarts = read.restarts
