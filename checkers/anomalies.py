@@ -11,7 +11,8 @@ is read off one of them:
   (inconsistent-offset), and which offsets are known at all (poll-skip);
 - read runs: each poll's records from one partition, in runs of offsets
   rising by one, which `checkers.order` puts in each process's order
-  (nonmonotonic-poll, poll-skip; nonmonotonic-send from the by-value frame).
+  (nonmonotonic-poll, poll-skip; nonmonotonic-send is the driver's,
+  checkers/send_order.py).
 
 Aggregations use only numbers, so that Spark keeps them in its fast hash
 aggregation: an operation's type is a small code, and a position is one long,

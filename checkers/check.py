@@ -80,6 +80,11 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
         # searchsorted beats a shuffle here (docs/benchmarks.md). Measured
         # before Spark's passes, so that its columns (gigabytes for a large
         # history) are let go before the JVM's memory grows, not beside it.
+        # Send order was settled while the history was read (the driver
+        # pairs every send): what is left is the sends never answered.
+        t = time.monotonic()
+        sends_back = read.send_order.result(offsets.folding(prepared.to_fold))
+        send_order_s = round(time.monotonic() - t, 3)
         t = time.monotonic()
         faults = stats.faults(read.few)  # the nemesis's events: liveness's and the results' stats
         live = liveness.measure(read.columns(), faults, opts.fault_ends, opts.hang_s)
@@ -90,11 +95,12 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
         loaded = load(spark, prepared)
         df, folded = offsets.fold(loaded.df, prepared.to_fold)
         with _sized(spark, loaded.events, opts.spark_conf):
-            results = offsets.unfold(_analyse(df, read, folded, faults, promised, opts), folded)
+            results = offsets.unfold(_analyse(df, read, folded, faults, sends_back, promised, opts), folded)
         if folded:
             results["warnings"].append(offsets.warning(folded))
         results["liveness"] = live
-        results["stages"] = {"validate": validated, **results["stages"], "liveness": live_s}
+        results["stages"] = {"validate": validated, **results["stages"], "send-order": send_order_s,
+                             "liveness": live_s}
         results["warnings"] = loaded.warnings + results.get("warnings", [])
     results["checker"] = {"engine": "spark", "master": spark.sparkContext.master,
                           "seconds": round(time.monotonic() - started, 3),
@@ -187,8 +193,8 @@ def _together(*frames) -> list[list[dict]]:
     return out
 
 
-def _analyse(df, read: HistoryReader, folded: dict[int, int], faults: list[dict], promised: dict,
-             opts: Options) -> dict:
+def _analyse(df, read: HistoryReader, folded: dict[int, int], faults: list[dict],
+             sends_back: tuple[int, list[dict]], promised: dict, opts: Options) -> dict:
     # Four Spark jobs for a history without anomalies (docs/checker.md,
     # "Passes"); what the driver gathered while it validated the history
     # (`read`: the nemesis's events and the final reads, every operation
@@ -196,9 +202,9 @@ def _analyse(df, read: HistoryReader, folded: dict[int, int], faults: list[dict]
     # (2) their totals (highest offset read per partition, records read);
     # (3) the by-value aggregation, kept, and every by-value anomaly and
     # count in one aggregation over it; (4) the by-position aggregation
-    # (kept: poll-skip joins it again) and read and send order from one
-    # window pass. Examples and skipped offsets, only where anomalies were
-    # found, take a few more.
+    # (kept: poll-skip joins it again) and read order from one window pass
+    # (send order, `sends_back`, is the driver's). Examples and skipped
+    # offsets, only where anomalies were found, take a few more.
     stage = _Stages()
     kept: list = []  # what this keeps; the frames' builders list theirs in frames.kept
     frames = None
@@ -229,6 +235,7 @@ def _analyse(df, read: HistoryReader, folded: dict[int, int], faults: list[dict]
         first_inconsistent, step_rows = _together(an.inconsistent_first(by_pos), steps.limit(order.STEPS_ON_DRIVER + 1))
         stage.done("by-position-order")
         found = order.order_checks(steps, step_rows, by_pos)
+        found["nonmonotonic-send"] = sends_back
         n_inconsistent, inconsistent_at = an.inconsistent_positions(by_pos, first_inconsistent)
         lat = stats.latency(read.histogram_rows())
         stage.done("skips")

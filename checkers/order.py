@@ -1,14 +1,13 @@
-"""Read order and send order: nonmonotonic-poll, poll-skip, nonmonotonic-send.
+"""Read order: nonmonotonic-poll, poll-skip.
 
-Each process's reads of a partition, in the order it was given them, and
-each producer's acknowledged sends to a partition, in the order it invoked
-them, come from one window pass over small rows: the read runs of
+Each process's reads of a partition, in the order it was given them, come
+from one window pass over small rows: the read runs of
 `anomalies.read_runs` (a run's inside steps are all +1, so only the step
-into each run is looked at), the events that restart read order, and the
-acknowledged sends of the by-value frame. Only the odd steps (backwards, or
-jumping forwards) leave the pass; they are few in any real history and are
-classified on the driver, the known offsets that a jump skipped found by a
-join with the by-position frame.
+into each run is looked at) and the events that restart read order. Only
+the odd steps (backwards, or jumping forwards) leave the pass; they are few
+in any real history and are classified on the driver, the known offsets
+that a jump skipped found by a join with the by-position frame. (Send
+order is the driver's alone: checkers/send_order.py.)
 
 Read order restarts where the contract says: an `assign` or `crash` of the
 process restarts every partition it reads, a `seek` the partition it names.
@@ -21,7 +20,7 @@ safe side.
 
 from __future__ import annotations
 
-from checkers.anomalies import MAX_EXAMPLES, OK, Frames, offset_of, partition_of, pos_of
+from checkers.anomalies import MAX_EXAMPLES, Frames, offset_of, partition_of, pos_of
 from checkers.spark import broadcast_if_small, keep, local_frame, release
 
 # Gaps in a consumer's offsets up to this wide are checked offset by offset;
@@ -31,7 +30,6 @@ NARROW_GAP = 1024
 STEPS_ON_DRIVER = 100_000
 _STEP_SCHEMA = ("process long, partition long, index long, slot int, offset long, value long, "
                 "prev_offset long, prev_value long, prev_index long")
-_READ, _SEND = 0, 1  # the kinds of ordered streams
 
 
 def _F():
@@ -41,12 +39,10 @@ def _F():
 
 
 def order_steps(frames: Frames):
-    """The odd steps of read order (backwards or jumping) and of send order
-    (backwards) from one window pass, partitioned by kind (reads or sends),
-    process and partition, ordered by index (and slot, within a poll): each
-    process's consecutive read runs of a partition, and its successive
-    acknowledged sends to a partition. Few in any real history:
-    `order_checks` takes them to the driver."""
+    """The odd steps of read order (backwards or jumping) from one window
+    pass, partitioned by process and partition, ordered by index (and slot,
+    within a poll): each process's consecutive read runs of a partition. Few
+    in any real history: `order_checks` takes them to the driver."""
     from pyspark.sql import Window
 
     F = _F()
@@ -59,33 +55,22 @@ def order_steps(frames: Frames):
     proc_parts = runs.select("process", "partition").distinct()
     resets = restarts.join(proc_parts, "process").where(
         (F.col("only") < 0) | (F.col("only") == F.col("partition"))).select(
-        F.lit(_READ).alias("kind"), "process", "partition", "index", F.lit(0).alias("slot"),
-        *[null_long.alias(c) for c in ("first_offset", "first_value", "last_offset", "last_value", "ack_index")])
-    # A producer's acknowledged sends, in invocation order, as one-record runs.
-    ack_offset = offset_of(F.col("ack_pos"))
-    sends = frames.by_value.where(F.col("outcome") == OK).select(
-        F.lit(_SEND).alias("kind"), "process", partition_of(F.col("ack_pos")).alias("partition"),
-        F.col("inv_index").alias("index"), F.lit(0).alias("slot"),
-        ack_offset.alias("first_offset"), F.col("value").alias("first_value"),
-        ack_offset.alias("last_offset"), F.col("value").alias("last_value"), F.col("comp_index").alias("ack_index"))
-    stream = (runs.select(F.lit(_READ).alias("kind"), "process", "partition", "index",
-                          F.col("first_slot").alias("slot"), "first_offset", "first_value", "last_offset",
-                          "last_value", null_long.alias("ack_index"))
-              .unionByName(resets).unionByName(sends))
-    w = Window.partitionBy("kind", "process", "partition").orderBy("index", "slot")
+        "process", "partition", "index", F.lit(0).alias("slot"),
+        *[null_long.alias(c) for c in ("first_offset", "first_value", "last_offset", "last_value")])
+    stream = runs.select("process", "partition", "index", F.col("first_slot").alias("slot"), "first_offset",
+                         "first_value", "last_offset", "last_value").unionByName(resets)
+    w = Window.partitionBy("process", "partition").orderBy("index", "slot")
     offset, prev_offset = F.col("offset"), F.col("prev_offset")
     # A restart has no records: it is never a step, and the run after it has none before it.
     return stream.select(
-        "kind", "process", "partition", "index", "slot", F.col("first_offset").alias("offset"),
+        "process", "partition", "index", "slot", F.col("first_offset").alias("offset"),
         F.col("first_value").alias("value"), F.lag("last_offset").over(w).alias("prev_offset"),
-        F.lag("last_value").over(w).alias("prev_value"), F.lag("index").over(w).alias("prev_index"), "ack_index",
-    ).where(offset.isNotNull() & prev_offset.isNotNull()).where(
-        F.when(F.col("kind") == _SEND, offset < prev_offset)
-        .otherwise((offset <= prev_offset) | (offset > prev_offset + 1)))
+        F.lag("last_value").over(w).alias("prev_value"), F.lag("index").over(w).alias("prev_index"),
+    ).where(offset.isNotNull() & prev_offset.isNotNull()).where((offset <= prev_offset) | (offset > prev_offset + 1))
 
 
 def order_checks(steps, rows: list, by_pos) -> dict[str, tuple[int, list[dict]]]:
-    """nonmonotonic-poll, poll-skip and nonmonotonic-send from `order_steps`:
+    """nonmonotonic-poll and poll-skip from `order_steps`:
     `rows` are its first STEPS_ON_DRIVER + 1 rows, classified on the driver
     unless there are more (a history with many gaps: records it does not
     know), then in Spark. Either way the gaps meet the known positions by
@@ -94,9 +79,8 @@ def order_checks(steps, rows: list, by_pos) -> dict[str, tuple[int, list[dict]]]
     offset, prev_offset = F.col("offset"), F.col("prev_offset")
     if len(rows) <= STEPS_ON_DRIVER:
         order = lambda r: (r["index"], r["slot"])  # noqa: E731
-        reads = [r for r in rows if r["kind"] == _READ]
-        back = sorted((r for r in reads if r["offset"] <= r["prev_offset"]), key=order)
-        gaps = [r for r in reads if r["offset"] > r["prev_offset"] + 1]
+        back = sorted((r for r in rows if r["offset"] <= r["prev_offset"]), key=order)
+        gaps = [r for r in rows if r["offset"] > r["prev_offset"] + 1]
         skipped = []
         if gaps:
             widths = [r["offset"] - r["prev_offset"] - 1 for r in gaps]
@@ -104,36 +88,25 @@ def order_checks(steps, rows: list, by_pos) -> dict[str, tuple[int, list[dict]]]
             gaps_df = local_frame(by_pos.sparkSession, [tuple(r[c] for c in columns) for r in gaps], _STEP_SCHEMA)
             skipped = sorted((r.asDict() for r in _skipped(gaps_df, by_pos, sum(w for w in widths if w <= NARROW_GAP),
                                                            sum(w > NARROW_GAP for w in widths)).collect()), key=order)
-        sends = sorted((r for r in rows if r["kind"] == _SEND), key=lambda r: r["index"])
         return {"nonmonotonic-poll": (len(back), [_step(r) for r in back[:MAX_EXAMPLES]]),
-                "poll-skip": (len(skipped), [_step(r, skipped=True) for r in skipped[:MAX_EXAMPLES]]),
-                "nonmonotonic-send": (len(sends), [_send_step(r) for r in sends[:MAX_EXAMPLES]])}
+                "poll-skip": (len(skipped), [_step(r, skipped=True) for r in skipped[:MAX_EXAMPLES]])}
     kept = [keep(steps)]
     try:
         steps = kept[0]
-        reads, sends = steps.where(F.col("kind") == _READ), steps.where(F.col("kind") == _SEND)
-        backwards = reads.where(offset <= prev_offset)
-        gaps = reads.where(offset > prev_offset + 1).select(*[c.split()[0] for c in _STEP_SCHEMA.split(", ")])
+        backwards = steps.where(offset <= prev_offset)
+        gaps = steps.where(offset > prev_offset + 1).select(*[c.split()[0] for c in _STEP_SCHEMA.split(", ")])
         width = offset - prev_offset - 1
         sizes = gaps.agg(F.sum(F.when(width <= NARROW_GAP, width)).alias("narrow"),
                          F.count(F.when(width > NARROW_GAP, 1)).alias("wide")).collect()[0]
         skips = keep(_skipped(gaps, by_pos, sizes["narrow"] or 0, sizes["wide"]))
         kept.append(skips)
         examples = {name: frame.orderBy(*keys).limit(MAX_EXAMPLES).collect()
-                    for name, frame, keys in (("back", backwards, ("index", "slot")), ("skip", skips, ("index", "slot")),
-                                              ("send", sends, ("index",)))}
+                    for name, frame, keys in (("back", backwards, ("index", "slot")), ("skip", skips, ("index", "slot")))}
         return {"nonmonotonic-poll": (backwards.count(), [_step(r) for r in examples["back"]]),
-                "poll-skip": (skips.count(), [_step(r, skipped=True) for r in examples["skip"]]),
-                "nonmonotonic-send": (sends.count(), [_send_step(r) for r in examples["send"]])}
+                "poll-skip": (skips.count(), [_step(r, skipped=True) for r in examples["skip"]])}
     finally:
         for frame in kept:
             release(frame)
-
-
-def _send_step(r) -> dict:
-    return {"process": r["process"], "partition": r["partition"],
-            "prev_value": r["prev_value"], "prev_offset": r["prev_offset"], "prev_invoke_index": r["prev_index"],
-            "value": r["value"], "offset": r["offset"], "invoke_index": r["index"], "ack_index": r["ack_index"]}
 
 
 # Wide gaps up to this many are matched against the known offsets of their

@@ -18,7 +18,9 @@ per event), keeping only what later batches need:
 - from the pairs, the latency histograms (`histogram_rows`: completions by
   f, outcome, second of completion and 4 % latency bucket, with the largest
   latency) and the invocations by f;
-- liveness's columns (`columns`; checkers/liveness.py).
+- liveness's columns (`columns`; checkers/liveness.py);
+- send order (`send_order`; checkers/send_order.py), from every
+  acknowledged send and its invocation's index.
 
 The rest (every anomaly) is Spark's: its passes are over the whole history
 at once, by value and by position, which no single read in order can do
@@ -32,6 +34,7 @@ import ctypes
 import numpy as np
 
 from checkers.liveness import Columns
+from checkers.send_order import Acks, SendOrder, group_of
 from checkers.stats import BUCKET_FLOOR_NS, BUCKET_GROWTH, HISTOGRAM_COLUMNS
 from core.errors import HistoryError
 from core.history.format import FINAL_READS, NEMESIS_PROCESS_ID, TYPES
@@ -61,8 +64,8 @@ class HistoryReader:
         self.invokes: dict[str, int] = {}  # client invocations by f
         self._histogram: dict[tuple, list[int]] = {}  # (f, type, second, bucket) -> [count, max]
         self._fs: dict[str, int] = {}  # f -> a small id, in order seen
-        # Sends invoked and not yet answered, sorted by value: value, key, time.
-        self._sends = (_EMPTY, _EMPTY, _EMPTY)
+        # Sends invoked and not yet answered, sorted by value: value, key, time, index, process.
+        self._sends = (_EMPTY,) * 5
         # Other operations, by (process, f) group: invocations and completions so far,
         # and the invocations not yet answered (group << _ORDINAL_BITS | ordinal, time).
         self._groups: dict[tuple[int, int], int] = {}
@@ -75,6 +78,7 @@ class HistoryReader:
         self._last_time: dict[int, int] = {}
         self._poll_invokes: dict[int, int] = {}
         self._final: set[int] = set()
+        self.send_order = SendOrder()
 
     # -----------------------------------------------------------------------
     # one batch
@@ -95,6 +99,7 @@ class HistoryReader:
             return pc.fill_null(pc.cast(t[name], pa.int64()), default).to_numpy()
 
         process, time, index = col("process"), col("time"), col("index")
+        value, key, partition, offset = col("value"), col("key"), col("partition"), col("offset")
         typ = pc.fill_null(pc.index_in(t["type"], value_set=pa.array(TYPES)), -1).to_numpy()
         f_col = t["f"].combine_chunks() if isinstance(t["f"], pa.ChunkedArray) else t["f"]
         f_codes = pc.dictionary_encode(pc.cast(f_col, pa.string()))
@@ -108,14 +113,15 @@ class HistoryReader:
         client = process >= 0
         invoke = typ == INVOKE
         self._gather_few(t, process, f, fid[FINAL_READS])
-        self._gather_restarts(process, f, typ, index, col("partition"))
+        self._gather_restarts(process, f, typ, index, partition)
         send = client & (f == fid["send"])
-        comp_key, comp_inv_time = self._pair_sends(col("value"), col("key"), time, send, invoke)
+        comp_key, comp_inv_time, comp_inv_index = self._pair_sends(value, key, time, index, process, send, invoke)
         self._pair_others(process, f, typ, index, time, ~send, invoke)
         self._count(process, f, client & invoke)
-        self._gather_liveness(t, col, process, time, typ, f, fid, send, invoke, comp_key)
+        self._gather_liveness(t, process, time, typ, f, fid, send, invoke, key, partition, offset, comp_key)
         comp = send & ~invoke
         found = comp_inv_time >= 0
+        self._order_acks(process, index, typ, value, partition, offset, comp, found, comp_inv_index)
         self._add_latencies(np.full(int(found.sum()), fid["send"]), typ[comp][found], time[comp][found],
                             (time[comp] - comp_inv_time)[found])
 
@@ -149,24 +155,30 @@ class HistoryReader:
                 only = (named if named is not None else self._seek_invoked.get(proc)) if fi == seek else None
                 self.restarts.append((proc, i, only))
 
-    def _pair_sends(self, value, key, time, send, invoke):
-        """Each send completion's invocation: its key and time (-1 where none
-        was invoked before it, which the checker's Spark pass refuses)."""
+    def _pair_sends(self, value, key, time, index, process, send, invoke):
+        """Each send completion's invocation: its key, time and index (-1 where
+        none was invoked before it, which the checker's Spark pass refuses)."""
         inv, comp = send & invoke, send & ~invoke
-        values = np.concatenate((self._sends[0], value[inv]))
-        keys = np.concatenate((self._sends[1], key[inv]))
-        times = np.concatenate((self._sends[2], time[inv]))
-        order = np.argsort(values, kind="stable")
-        values, keys, times = values[order], keys[order], times[order]
+        kept = [np.concatenate((old, new[inv])) for old, new in zip(self._sends, (value, key, time, index, process))]
+        order = np.argsort(kept[0], kind="stable")
+        values, keys, times, indexes, processes = (column[order] for column in kept)
         wanted = value[comp]
         if not len(values):
-            return np.full(len(wanted), -1), np.full(len(wanted), -1)
+            return (np.full(len(wanted), -1),) * 3
         i = np.minimum(np.searchsorted(values, wanted), len(values) - 1)
         found = values[i] == wanted
         answered = np.zeros(len(values), bool)
         answered[i[found]] = True
-        self._sends = (values[~answered], keys[~answered], times[~answered])
-        return np.where(found, keys[i], -1), np.where(found, times[i], -1)
+        self._sends = tuple(column[~answered] for column in (values, keys, times, indexes, processes))
+        return np.where(found, keys[i], -1), np.where(found, times[i], -1), np.where(found, indexes[i], -1)
+
+    def _order_acks(self, process, index, typ, value, partition, offset, comp, found, comp_inv_index) -> None:
+        """The `ok` send completions that answer an invocation, to send order."""
+        ok = (typ[comp] == TYPES.index("ok")) & found
+        rows = np.flatnonzero(comp)[ok]
+        acks = Acks(group_of(process[rows], partition[rows]), comp_inv_index[ok], offset[rows], value[rows],
+                    index[rows])
+        self.send_order.add(acks, self._sends[4], self._sends[3])
 
     def _pair_others(self, process, f, typ, index, time, others, invoke) -> None:
         """Every operation but a client's send, by order within its (process,
@@ -246,7 +258,8 @@ class HistoryReader:
                 entry[0] += n
                 entry[1] = max(entry[1], m)
 
-    def _gather_liveness(self, t, col, process, time, typ, f, fid, send, invoke, comp_key) -> None:
+    def _gather_liveness(self, t, process, time, typ, f, fid, send, invoke, key, partition, offset,
+                         comp_key) -> None:
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -264,12 +277,12 @@ class HistoryReader:
         inv, comp = send & invoke, send & ~invoke
         add = self._chunks.setdefault
         add("inv_time", []).append(time[inv])
-        add("inv_key", []).append(col("key")[inv])
+        add("inv_key", []).append(key[inv])
         add("comp_time", []).append(time[comp])
         add("comp_key", []).append(comp_key)
         add("comp_ok", []).append(ok[comp])
-        add("comp_partition", []).append(np.where(ok, col("partition"), -1)[comp].astype(np.int32))
-        add("comp_offset", []).append(col("offset")[comp])
+        add("comp_partition", []).append(np.where(ok, partition, -1)[comp].astype(np.int32))
+        add("comp_offset", []).append(offset[comp])
         rows = np.flatnonzero(client & is_poll & ok)
         rt = rp = ro = rproc = _EMPTY
         if len(rows) and "records" in t.column_names:
