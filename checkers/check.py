@@ -76,15 +76,15 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
         t = time.monotonic()
         prepared = prepare(source, scratch, read.add)
         validated = round(time.monotonic() - t, 3)
-        # Liveness works on sorted arrays on the driver, not in Spark:
-        # searchsorted beats a shuffle here (docs/benchmarks.md). Measured
-        # before Spark's passes, so that its columns (gigabytes for a large
-        # history) are let go before the JVM's memory grows, not beside it.
         # Send order was settled while the history was read (the driver
         # pairs every send): what is left is the sends never answered.
         t = time.monotonic()
         sends_back = read.send_order.result(offsets.folding(prepared.to_fold))
         send_order_s = round(time.monotonic() - t, 3)
+        # Liveness works on sorted arrays on the driver, not in Spark:
+        # searchsorted beats a shuffle here (docs/benchmarks.md). Measured
+        # before Spark's passes, so that its columns (gigabytes for a large
+        # history) are let go before the JVM's memory grows, not beside it.
         t = time.monotonic()
         faults = stats.faults(read.few)  # the nemesis's events: liveness's and the results' stats
         live = liveness.measure(read.columns(), faults, opts.fault_ends, opts.hang_s)

@@ -22,9 +22,9 @@ per event), keeping only what later batches need:
 - send order (`send_order`; checkers/send_order.py), from every
   acknowledged send and its invocation's index.
 
-The rest (every anomaly) is Spark's: its passes are over the whole history
-at once, by value and by position, which no single read in order can do
-within bounded memory.
+The rest (every other anomaly) is Spark's: its passes are over the whole
+history at once, by value and by position, which no single read in order
+can do within bounded memory.
 """
 
 from __future__ import annotations
