@@ -7,8 +7,10 @@ histories larger than memory can be checked.
 from __future__ import annotations
 
 import os
+import queue
+import threading
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import orjson
 
@@ -191,13 +193,37 @@ def validate_parquet(files: list[Path], big_offsets: set[int] | None = None, on_
     Per-row checks are vectorised; a bad row is reported by its index.
     `on_batch` is given each batch once it is checked (the checked columns
     and PASSED_ON), in order: one read of the history serves a pass over all
-    of it (the checker's liveness, the few nemesis events).
+    of it (the checker's liveness, the few nemesis events). The batches are
+    then read and checked in a thread, a batch or two ahead of `on_batch`:
+    Arrow and NumPy work outside Python's lock, so the two share the cores
+    (docs/benchmarks.md). Either way a batch reaches `on_batch` only once it
+    passed, and the first error in file order is the one raised.
     """
+    order = OrderCheck(pairs=False)
+    batches = _checked_batches(files, order, big_offsets, bool(on_batch))
+    if on_batch is None:
+        for _ in batches:
+            pass
+    else:
+        ahead = _ahead(batches)
+        try:
+            for batch in ahead:
+                on_batch(batch)
+        finally:
+            ahead.close()  # on_batch's error or Ctrl-C: the thread stops now, not when collected
+    if order.next_index == 0:
+        raise HistoryError(f"{files[0] if files else 'history'}: the history is empty")
+    return order.next_index
+
+
+def _checked_batches(files: list[Path], order: "OrderCheck", big_offsets: set[int] | None,
+                     passed_on: bool) -> Iterator:
+    """The Parquet parts' batches, each once it passed `_check_parquet_batch`
+    (and its offsets to fold were added to `big_offsets`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    order = OrderCheck(pairs=False)
     for file in files:
         try:
             pf = pq.ParquetFile(file)
@@ -213,7 +239,7 @@ def validate_parquet(files: list[Path], big_offsets: set[int] | None = None, on_
             if not ok:
                 raise HistoryError(f"{file.name}: column '{name}' must be {kind}, not {t}")
         needed = [c for c in ("index", "time", "process", "type", "f", "value", "partition", "offset", "records",
-                              "partitions", "offsets", "ends") + (PASSED_ON if on_batch else ())
+                              "partitions", "offsets", "ends") + (PASSED_ON if passed_on else ())
                   if c in schema.names]
         try:
             batches = pf.iter_batches(batch_size=1 << 20, columns=needed)
@@ -221,13 +247,50 @@ def validate_parquet(files: list[Path], big_offsets: set[int] | None = None, on_
                 _check_parquet_batch(file, batch, order, pa, pc)
                 if big_offsets is not None:
                     big_offsets.update(offsets_to_fold(batch))
-                if on_batch is not None:
-                    on_batch(batch)
+                yield batch
         except (OSError, pa.ArrowException) as e:
             raise HistoryError(f"{file}: cannot read ({first_line(e)})") from None
-    if order.next_index == 0:
-        raise HistoryError(f"{files[0] if files else 'history'}: the history is empty")
-    return order.next_index
+
+
+_DONE = object()
+
+
+def _ahead(items: Iterator, depth: int = 2) -> Iterator:
+    """`items`, produced in a thread up to `depth` ahead of the caller; an
+    exception the thread meets is raised here, in its place. If the caller
+    stops early (its own error, Ctrl-C), the thread stops at its next item."""
+    ready: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def offer(item) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not offer(item):
+                    return
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread, raised there
+            offer(e)
+            return
+        offer(_DONE)
+
+    thread = threading.Thread(target=produce, name="history-check-ahead", daemon=True)
+    thread.start()
+    try:
+        while (item := ready.get()) is not _DONE:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
 
 
 

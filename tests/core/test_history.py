@@ -437,6 +437,47 @@ def test_a_parquet_part_that_does_not_continue_is_an_error(tmp_path):
         validate_parquet(resolve(tmp_path).files)
 
 
+def _part(events: list[dict], i: int, index_from: int | None = None) -> list[dict]:
+    """`events` as the i-th of several parts that continue each other (indexes
+    from `index_from` instead, if given)."""
+    first = i * len(events) if index_from is None else index_from
+    later = i * (events[-1]["time"] + 1)
+    return [{**e, "index": e["index"] + first, "time": e["time"] + later} for e in events]
+
+
+def _ahead_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "history-check-ahead"]
+
+
+def test_parts_checked_ahead_reach_the_caller_in_order_up_to_the_first_bad_one(tmp_path):
+    # With on_batch, parts are read and checked in a thread ahead of the
+    # caller: it still sees only batches that passed, in order, then the
+    # error of the first bad part, and no thread is left.
+    events = _sample()
+    for i in range(3):  # three parts that continue each other, then one that starts again at 0
+        write_parquet(_part(events, i), tmp_path / f"p{i}.parquet")
+    write_parquet(_part(events, 3, index_from=0), tmp_path / "p3.parquet")
+    seen = []
+    with pytest.raises(HistoryError, match=f"p3.parquet row {3 * len(events)}: 'index' is 0"):
+        validate_parquet(resolve(tmp_path).files, on_batch=lambda b: seen.append(b.column("index")[0].as_py()))
+    assert seen == [0, len(events), 2 * len(events)]
+    assert not _ahead_threads()
+
+
+def test_an_error_of_the_caller_stops_the_parts_checked_ahead(tmp_path):
+    events = _sample()
+    for i in range(4):
+        write_parquet(_part(events, i), tmp_path / f"p{i}.parquet")
+
+    def refuse(batch) -> None:
+        raise HistoryError("the caller's own check")
+
+    with pytest.raises(HistoryError, match="the caller's own check"):
+        validate_parquet(resolve(tmp_path).files, on_batch=refuse)
+    assert not _ahead_threads()
+    assert validate_parquet(resolve(tmp_path).files, on_batch=lambda b: None) == 4 * len(events)
+
+
 def test_resolve_a_run_directory(tmp_path):
     (tmp_path / "history.jsonl").write_text(json.dumps(_sample()[0]) + "\n")
     (tmp_path / "run.json").write_text('{"producer": {"enable.idempotence": true}}')
