@@ -216,7 +216,7 @@ def validate_parquet(files: list[Path], big_offsets: set[int] | None = None, on_
     return order.next_index
 
 
-def _checked_batches(files: list[Path], order: "OrderCheck", big_offsets: set[int] | None,
+def _checked_batches(files: list[Path], order: OrderCheck, big_offsets: set[int] | None,
                      passed_on: bool) -> Iterator:
     """The Parquet parts' batches, each once it passed `_check_parquet_batch`
     (and its offsets to fold were added to `big_offsets`)."""
