@@ -76,10 +76,11 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
         t = time.monotonic()
         prepared = prepare(source, scratch, read.add)
         validated = round(time.monotonic() - t, 3)
+        folded = offsets.folding(prepared.to_fold)  # true offset -> the checker's
         # Send order was settled while the history was read (the driver
         # pairs every send): what is left is the sends never answered.
         t = time.monotonic()
-        sends_back = read.send_order.result(offsets.folding(prepared.to_fold))
+        sends_back = read.send_order.result(folded)
         send_order_s = round(time.monotonic() - t, 3)
         # Liveness works on sorted arrays on the driver, not in Spark:
         # searchsorted beats a shuffle here (docs/benchmarks.md). Measured
@@ -93,7 +94,7 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
             spark = get_session(opts.master, opts.spark_conf,
                                 java_options=QUICK_START_JAVA if prepared.events <= SMALL_EVENTS else "")
         loaded = load(spark, prepared)
-        df, folded = offsets.fold(loaded.df, prepared.to_fold)
+        df = offsets.fold(loaded.df, folded)
         with _sized(spark, loaded.events, opts.spark_conf):
             results = offsets.unfold(_analyse(df, read, folded, faults, sends_back, promised, opts), folded)
         if folded:

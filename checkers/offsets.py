@@ -33,14 +33,14 @@ def folding(big: set[int]) -> dict[int, int]:
     return {true: top + i for i, true in enumerate(sorted(big))}
 
 
-def fold(df, big: set[int]):
-    """`df` (load.normalise's columns) with every offset of `big` replaced by
-    its folded value; the folding (true -> folded). Unchanged if `big` is empty."""
+def fold(df, mapping: dict[int, int]):
+    """`df` (load.normalise's columns) with every offset of `mapping` (a
+    `folding`: true -> folded) replaced by its folded value. Unchanged if
+    `mapping` is empty."""
     from pyspark.sql import functions as F
 
-    mapping = folding(big)
     if not mapping:
-        return df, mapping
+        return df
     lookup = F.create_map(*[F.lit(x).cast("long") for pair in mapping.items() for x in pair])
 
     def folded(col):
@@ -55,7 +55,7 @@ def fold(df, big: set[int]):
         else positions(c, ("partition", "offset", "key", "value")) if c == "records"
         else positions(c, ("partition", "offset")) if c in ("ends", "offsets")
         else F.col(c)
-        for c in df.columns]), mapping
+        for c in df.columns])
 
 
 def unfold(results, mapping: dict[int, int]):
