@@ -11,6 +11,7 @@ import threading
 import orjson
 import pytest
 
+from checkers import anomalies
 from checkers import check as check_module
 from checkers import order
 from checkers.check import Options, check_history, sized_conf
@@ -48,6 +49,21 @@ def test_small_and_large_history_settings_give_the_same_results(spark, planted, 
     monkeypatch.setattr(check_module, "SMALL_EVENTS", 0)
     large = check_history(path, Options(), spark=spark)
     assert _without_timing(large) == _without_timing(small)
+
+
+def test_the_driver_s_lookups_give_the_same_results_as_arrays_and_as_maps(spark, planted, monkeypatch):
+    # Final-read brackets by process, final-log ends and highest reads by
+    # partition: looked up in a dense array where the keys are small, in a
+    # map where they are not; a missing key is null either way.
+    syn, path = planted
+    dense = check_history(path, Options(), spark=spark)
+    monkeypatch.setattr(anomalies, "DENSE_KEYS", 0)
+    assert _without_timing(check_history(path, Options(), spark=spark)) == _without_timing(dense)
+    monkeypatch.undo()
+    keys = spark.createDataFrame([(k,) for k in (0, 2, 3, 5000, 7)], "k long")
+    for mapping in ({0: 10, 2: -1, 7: 1 << 62}, {0: 10, 2: -1, 7: 1 << 62, 5000: 3}):
+        looked_up = keys.select("k", anomalies._lookup(mapping, keys["k"]).alias("v")).collect()
+        assert {r["k"]: r["v"] for r in looked_up} == {k: mapping.get(k) for k in (0, 2, 3, 5000, 7)}
 
 
 def test_the_spark_side_paths_of_read_order_agree_with_the_driver_side(spark, planted, hist, tmp_path, monkeypatch):
