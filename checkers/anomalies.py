@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from checkers.spark import broadcast_if_small, keep
+from checkers.spark import broadcast_if_small, keep, long_array, long_map
 from core.errors import HistoryError
 from core.history.format import FINAL_READS, MAX_OFFSET, MAX_PARTITION
 
@@ -196,11 +196,11 @@ def _in_brackets(brackets: dict[int, list[tuple[int, int]]]):
         for process, lo, hi in spans:
             inside = inside | ((F.col("process") == process) & (F.col("index") > lo) & (F.col("index") < hi))
         return inside
-    pairs = []
-    for process, spans_of in brackets.items():
-        pairs += [F.lit(process), F.array(*[F.struct(F.lit(lo).alias("lo"), F.lit(hi).alias("hi"))
-                                            for lo, hi in spans_of])]
-    spans_col = F.element_at(F.create_map(*pairs), F.col("process"))
+    # Each process's spans, as SQL text: one call to the JVM (checkers.spark.long_array).
+    spans_of_process = F.expr("array(" + ", ".join(
+        "array(" + ", ".join(f"named_struct('lo', {int(lo)}L, 'hi', {int(hi)}L)" for lo, hi in spans_of) + ")"
+        for spans_of in brackets.values()) + ")")
+    spans_col = F.element_at(F.map_from_arrays(long_array(list(brackets)), spans_of_process), F.col("process"))
     return F.coalesce(F.exists(spans_col, lambda b: (F.col("index") > b["lo"]) & (F.col("index") < b["hi"])),
                       F.lit(False))
 
@@ -365,18 +365,8 @@ def _lookup(mapping: dict[int, int], column):
     if not mapping:
         return F.lit(None).cast("long")
     if min(mapping) >= 0 and max(mapping) < DENSE_KEYS:
-        return F.get(_longs([mapping.get(k) for k in range(max(mapping) + 1)]), column.cast("int"))
-    return F.element_at(F.map_from_arrays(_longs(list(mapping)), _longs(list(mapping.values()))), column)
-
-
-def _longs(values: list[int | None]):
-    """An array literal of longs (None as null), sent to the JVM as SQL text:
-    one call, where a literal per element is a round trip each (a 10M-event
-    history's final-read brackets, by processes numbered up to 2,206, made
-    about 4,400 of them: 2 s of a check, docs/benchmarks.md). The same
-    expression either way, folded into one literal by Spark's optimiser."""
-    F = _F()
-    return F.expr("array(" + ", ".join("NULL" if v is None else f"{int(v)}L" for v in values) + ")")
+        return F.get(long_array([mapping.get(k) for k in range(max(mapping) + 1)]), column.cast("int"))
+    return F.element_at(long_map(mapping), column)
 
 
 def value_checks(frames: Frames, max_read: dict[int, int], logs: FinalLogs) -> dict:

@@ -16,6 +16,7 @@ happened.
 
 from __future__ import annotations
 
+from checkers.spark import long_map
 from core.errors import HistoryError
 from core.history.format import FOLD_ROOM, MAX_OFFSET
 
@@ -41,7 +42,7 @@ def fold(df, mapping: dict[int, int]):
 
     if not mapping:
         return df
-    lookup = F.create_map(*[F.lit(x).cast("long") for pair in mapping.items() for x in pair])
+    lookup = long_map(mapping)
 
     def folded(col):
         return F.coalesce(F.element_at(lookup, col), col)

@@ -66,6 +66,32 @@ def test_the_driver_s_lookups_give_the_same_results_as_arrays_and_as_maps(spark,
         assert {r["k"]: r["v"] for r in looked_up} == {k: mapping.get(k) for k in (0, 2, 3, 5000, 7)}
 
 
+def test_final_read_brackets_give_the_same_results_inline_and_as_a_map(check, hist, monkeypatch):
+    # A reader with two brackets of final reads (its first ended in a crash
+    # and it read again): tested inline, or in a map of each process's spans.
+    for v in range(4):
+        hist.send(0, v, 0, v)
+    hist.send(0, 4, outcome="info")
+    hist.poll(1, (0, 0, 0), (0, 1, 4))  # during the run: 4 is a dirty read, the log has 1 at offset 1
+    hist.final_reads(6, [0])  # another reader's bracket, which reads nothing
+    hist.poll(6)
+    hist.final_reads_ok(6, {})
+    hist.final_reads(5, [0])
+    hist.poll(5, (0, 0, 0))
+    hist.final_reads_ok(5, {})
+    hist.crash(5)
+    hist.final_reads(5, [0])
+    hist.poll(5, (0, 1, 1), (0, 2, 2))
+    hist.final_reads_ok(5, {0: 4})
+    hist.poll(5, (0, 3, 3))  # after its final reads: a read of the run
+    hist.poll(6, (0, 2, 2))  # and after the other's
+    inline = check(hist)
+    assert inline["counts_by_anomaly"]["dirty-read"] == 1
+    assert inline["counts_by_anomaly"]["lost-acked"] == 1  # 3, read only after the final reads
+    monkeypatch.setattr(anomalies, "BRACKETS_INLINE", 0)
+    assert _without_timing(check(hist)) == _without_timing(inline)
+
+
 def test_the_spark_side_paths_of_read_order_agree_with_the_driver_side(spark, planted, hist, tmp_path, monkeypatch):
     # A wide gap (a jump past 1,024 offsets over a known one), a narrow one, a step back, a send out of order.
     hist.send(0, 0, 0, 0)
