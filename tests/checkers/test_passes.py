@@ -67,8 +67,8 @@ def test_the_driver_s_lookups_give_the_same_results_as_arrays_and_as_maps(spark,
 
 
 def test_final_read_brackets_give_the_same_results_inline_and_as_a_map(check, hist, monkeypatch):
-    # A reader with two brackets of final reads (its first ended in a crash
-    # and it read again): tested inline, or in a map of each process's spans.
+    # A reader with two brackets of final reads (it crashed after the first
+    # and read again): tested inline, or in a map of each process's spans.
     for v in range(4):
         hist.send(0, v, 0, v)
     hist.send(0, 4, outcome="info")
