@@ -19,7 +19,8 @@ import orjson
 
 from checkers import anomalies as an
 from checkers import liveness, node_logs, offsets, order, stats
-from checkers.load import load, prepare, scratch_for
+from checkers.load import file_uri, load, prepare, scratch_for
+from checkers.read_runs import SPARK_SCHEMA as RUNS_SCHEMA, RunsWriter
 from checkers.reading import HistoryReader
 from checkers.spark import QUICK_START_JAVA, default_master, get_session, keep, release
 from core.history.files import load_run_json, resolve
@@ -72,11 +73,19 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
         # Validate before Spark starts: bad input fails fast, with line numbers.
         # The same read of the history gathers what the driver takes from it
         # (checkers/reading.py): it is read once on the driver.
-        read = HistoryReader()
+        # The read runs are made on the driver too, where the scratch folder
+        # lets Spark's executors read them (checkers/read_runs.py).
+        read = HistoryReader(RunsWriter(scratch / "runs.parquet") if scratch is not None else None)
         t = time.monotonic()
-        prepared = prepare(source, scratch, read.add)
+        try:
+            prepared = prepare(source, scratch, read.add)
+        finally:
+            if read.runs is not None:
+                read.runs.close()
         validated = round(time.monotonic() - t, 3)
         folded = offsets.folding(prepared.to_fold)  # true offset -> the checker's
+        if folded:
+            read.runs = None  # made with the true offsets: Spark makes them with the folded ones
         # Send order was settled while the history was read (the driver
         # pairs every send): what is left is the sends never answered.
         t = time.monotonic()
@@ -200,7 +209,8 @@ def _analyse(df, read: HistoryReader, folded: dict[int, int], faults: list[dict]
     # "Passes"); what the driver gathered while it validated the history
     # (`read`: the nemesis's events and the final reads, every operation
     # paired, latency histograms) takes none: (1) the read runs, kept, and
-    # (2) their totals (highest offset read per partition, records read);
+    # (2) their totals (highest offset read per partition, records read),
+    # both only where Spark makes the runs, not the driver (`read.runs`);
     # (3) the by-value aggregation, kept, and every by-value anomaly and
     # count in one aggregation over it; (4) the by-position aggregation
     # (kept: poll-skip joins it again) and read order from one window pass
@@ -215,15 +225,19 @@ def _analyse(df, read: HistoryReader, folded: dict[int, int], faults: list[dict]
         invokes = {f: n for f, n in read.invokes.items() if f != "send"}
         frames = an.build(df, logs)
         frames.restarts = read.restarts
-        runs = keep(an.read_runs(frames.reads))
-        kept.append(runs)
-        per_partition, split = _together(*an.run_totals(runs))
-        if split[0]["polls"]:
-            runs = keep(an.exact_runs(runs, frames.reads, split[0]["polls"]))
+        if read.runs is not None:  # made by the driver as it read the history
+            runs = df.sparkSession.read.schema(RUNS_SCHEMA).parquet(file_uri(read.runs.path))
+            max_read, records_read = read.runs.totals.highest, sum(read.runs.totals.records.values())
+        else:
+            runs = keep(an.read_runs(frames.reads))
             kept.append(runs)
+            per_partition, split = _together(*an.run_totals(runs))
+            if split[0]["polls"]:
+                runs = keep(an.exact_runs(runs, frames.reads, split[0]["polls"]))
+                kept.append(runs)
+            max_read = {r["partition"]: r["m"] for r in per_partition}
+            records_read = sum(r["n"] for r in per_partition)
         frames.runs = runs
-        max_read = {r["partition"]: r["m"] for r in per_partition}
-        records_read = sum(r["n"] for r in per_partition)
         stage.done("read-runs")
         an.add_by_value(frames, logs)
         checked = an.value_checks(frames, max_read, logs)

@@ -72,19 +72,23 @@ def scratch_folder(named: str | os.PathLike) -> Path:
 
 @contextmanager
 def scratch_for(source: HistorySource, master: str, named: str | os.PathLike | None = None) -> Iterator[Path | None]:
-    """The folder a JSONL history's Parquet conversion goes to, for one check,
-    removed afterwards (None for a Parquet history, which is read where it is).
+    """The folder for what one check writes for Spark to read (a JSONL
+    history's Parquet conversion, the driver's read runs), removed
+    afterwards.
 
     `named` (--scratch) if given; else, on a local master, the system's
     temporary folder, as always (only this machine's executors read it);
-    else beside the history (a hidden `.harness-check-*` folder in its
-    folder), which executors that read the history read too. A folder that
-    cannot be written to is a one-line error, which names --scratch where
-    the default was taken: falling back to the driver's local disk would fail
-    later, on the executors of other hosts, with a less telling error.
+    else, for a JSONL history, beside it (a hidden `.harness-check-*`
+    folder in its folder), which executors that read the history read too.
+    A Parquet history on a cluster, with no --scratch, gets none (None): it
+    is read where it is, and Spark makes the read runs itself. A folder
+    that cannot be written to is a one-line error, which names --scratch
+    where the default was taken: falling back to the driver's local disk
+    would fail later, on the executors of other hosts, with a less telling
+    error.
     """
     parent = scratch_folder(named) if named is not None else None
-    if source.format != "jsonl":
+    if source.format != "jsonl" and parent is None and not is_local(master):
         yield None
         return
     if parent is None and not is_local(master):

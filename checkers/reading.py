@@ -20,7 +20,9 @@ per event), keeping only what later batches need:
   latency) and the invocations by f;
 - liveness's columns (`columns`; checkers/liveness.py);
 - send order (`send_order`; checkers/send_order.py), from every
-  acknowledged send and its invocation's index.
+  acknowledged send and its invocation's index;
+- given a `RunsWriter`, the read runs of every ok poll, written for Spark
+  to read (checkers/read_runs.py).
 
 The rest (every other anomaly) is Spark's: its passes are over the whole
 history at once, by value and by position, which no single read in order
@@ -34,6 +36,7 @@ import ctypes
 import numpy as np
 
 from checkers.liveness import Columns
+from checkers.read_runs import RunsWriter
 from checkers.send_order import Acks, SendOrder, group_of
 from checkers.stats import BUCKET_FLOOR_NS, BUCKET_GROWTH, HISTOGRAM_COLUMNS
 from core.errors import HistoryError
@@ -56,8 +59,9 @@ class HistoryReader:
     FEW_COLUMNS = ("process", "index", "time", "type", "f", "partitions", "ends", "extra")
     RESTARTS = ("assign", "crash", "seek")
 
-    def __init__(self) -> None:
+    def __init__(self, runs: RunsWriter | None = None) -> None:
         self.few: list[dict] = []
+        self.runs = runs  # where each batch's read runs go, if anywhere (checkers/read_runs.py)
         # (process, index, partition or None: every partition it reads), in order.
         self.restarts: list[tuple[int, int, int | None]] = []
         self._seek_invoked: dict[int, int | None] = {}  # process -> the partition of its last seek invocation
@@ -118,7 +122,7 @@ class HistoryReader:
         comp_key, comp_inv_time, comp_inv_index = self._pair_sends(value, key, time, index, process, send, invoke)
         self._pair_others(process, f, typ, index, time, ~send, invoke)
         self._count(process, f, client & invoke)
-        self._gather_liveness(t, process, time, typ, f, fid, send, invoke, key, partition, offset, comp_key)
+        self._gather_liveness(t, process, time, index, typ, f, fid, send, invoke, key, partition, offset, comp_key)
         comp = send & ~invoke
         found = comp_inv_time >= 0
         self._order_acks(process, index, typ, value, partition, offset, comp, found, comp_inv_index)
@@ -258,7 +262,7 @@ class HistoryReader:
                 entry[0] += n
                 entry[1] = max(entry[1], m)
 
-    def _gather_liveness(self, t, process, time, typ, f, fid, send, invoke, key, partition, offset,
+    def _gather_liveness(self, t, process, time, index, typ, f, fid, send, invoke, key, partition, offset,
                          comp_key) -> None:
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -292,6 +296,13 @@ class HistoryReader:
             if len(flat):
                 p = pc.fill_null(pc.cast(pc.struct_field(flat, "partition"), pa.int64()), -1).to_numpy()
                 o = pc.fill_null(pc.cast(pc.struct_field(flat, "offset"), pa.int64()), -1).to_numpy()
+                if self.runs is not None:
+                    # A record's slot: its place among its poll's records.
+                    length = pc.fill_null(pc.list_value_length(recs), 0).to_numpy().astype(np.int64)
+                    slot = np.arange(len(flat)) - (np.cumsum(length) - length)[parent]
+                    of_poll = rows[parent]
+                    self.runs.add(parent, process[of_poll], index[of_poll], time[of_poll], p, o, slot,
+                                  pc.struct_field(flat, "value"))
                 # The largest offset per (poll, partition). A poll's records are
                 # together and mostly in runs of one partition, so the keys are
                 # nearly sorted already (a stable sort finds the runs).

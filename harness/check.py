@@ -39,9 +39,10 @@ def configure(parser) -> None:
     parser.add_argument("--spark-conf", metavar="KEY=VALUE", action="append", default=[],
                         help="extra Spark setting (repeatable)")
     parser.add_argument("--scratch", metavar="DIR",
-                        help="an existing folder for a JSONL history's Parquet conversion, at a path every Spark "
-                             "executor reads (default: beside the history on a cluster master, the temporary "
-                             "folder on a local one)")
+                        help="an existing folder for what the check writes for Spark (a JSONL history's Parquet "
+                             "conversion, the read runs), at a path every Spark executor reads (default: the "
+                             "temporary folder on a local master; on a cluster, beside a JSONL history, and for "
+                             "a Parquet one nothing written: Spark makes the read runs)")
     parser.add_argument("--json", action="store_true", help="print results.json instead of the summary")
 
 

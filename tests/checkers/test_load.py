@@ -1,5 +1,5 @@
-"""Where a JSONL history's Parquet conversion goes (checkers/load.py
-`scratch_for`): the temporary folder on a local master, beside the history
+"""Where a JSONL history's Parquet conversion and the driver's read runs go
+(checkers/load.py `scratch_for`): the temporary folder on a local master, beside the history
 on a cluster (where the executors that read the history read it too), or a
 folder the user names with `harness check --scratch`; a folder that cannot
 be written is one line and exit 2, before Spark starts. None of these needs
@@ -58,12 +58,23 @@ def test_a_named_scratch_folder_wins_on_any_master(jsonl, tmp_path):
         assert list(shared.iterdir()) == []
 
 
-def test_a_parquet_history_needs_no_scratch_folder(tmp_path):
+def test_a_parquet_history_on_a_cluster_gets_a_scratch_folder_only_if_named(tmp_path):
+    # On a cluster a Parquet history is read where it is, and Spark makes the
+    # read runs (checkers/read_runs.py) rather than the driver writing them
+    # beside the user's history.
     path = tmp_path / "history.parquet"
     write_parquet(GOOD, path)
     with scratch_for(resolve(path), CLUSTER) as folder:
         assert folder is None
     assert [p.name for p in tmp_path.iterdir()] == ["history.parquet"]
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    with scratch_for(resolve(path), CLUSTER, shared) as folder:
+        assert folder.parent == shared
+    # A local master's: the temporary folder, as for JSONL.
+    with scratch_for(resolve(path), "local[*]") as folder:
+        assert folder.parent == Path(tempfile.gettempdir())
+    assert not folder.exists()
 
 
 def refuse_named_folders(monkeypatch) -> None:
