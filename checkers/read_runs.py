@@ -34,9 +34,9 @@ SCHEMA = pa.schema([("process", pa.int64()), ("index", pa.int64()), ("partition"
                     ("last_slot", pa.int32()), ("first_offset", pa.int64()), ("last_offset", pa.int64()),
                     ("first_value", pa.int64()), ("last_value", pa.int64()), ("contiguous", pa.bool_())])
 
-# The same columns as Spark reads them.
-SPARK_SCHEMA = ("process long, index long, partition long, time long, n long, first_slot int, last_slot int, "
-                "first_offset long, last_offset long, first_value long, last_value long, contiguous boolean")
+# The same columns as Spark reads them (a DDL string).
+_SPARK_TYPES = {pa.int64(): "long", pa.int32(): "int", pa.bool_(): "boolean"}
+SPARK_SCHEMA = ", ".join(f"{f.name} {_SPARK_TYPES[f.type]}" for f in SCHEMA)
 
 
 @dataclass
