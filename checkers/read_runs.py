@@ -59,9 +59,9 @@ class RunsWriter:
     def add(self, poll: np.ndarray, process: np.ndarray, index: np.ndarray, time: np.ndarray,
             partition: np.ndarray, offset: np.ndarray, slot: np.ndarray, value: pa.Array) -> None:
         """One batch's records of ok polls, in file order: each record's poll
-        (a number, the same for one poll's records, rising), its poll's
-        process, index and time, and its partition, offset, place in the
-        poll's records (`slot`) and value (nulls kept)."""
+        (its place in `process`, `index` and `time`, which are the polls'),
+        and its partition, offset, place in the poll's records (`slot`) and
+        value (nulls kept)."""
         n = len(poll)
         if not n:
             return
@@ -73,8 +73,9 @@ class RunsWriter:
         starts = np.flatnonzero(new)
         ends = np.append(starts[1:], n) - 1
         take_first, take_last = pa.array(starts), pa.array(ends)
+        of_run = poll[starts]
         self._writer.write_table(pa.Table.from_arrays([
-            process[starts], index[starts], partition[starts], time[starts], (ends - starts + 1).astype(np.int64),
+            process[of_run], index[of_run], partition[starts], time[of_run], (ends - starts + 1).astype(np.int64),
             slot[starts].astype(np.int32), slot[ends].astype(np.int32), offset[starts], offset[ends],
             value.take(take_first).cast(pa.int64()), value.take(take_last).cast(pa.int64()),
             np.ones(len(starts), bool)], schema=SCHEMA))
@@ -91,4 +92,3 @@ class RunsWriter:
     def close(self) -> None:
         """Finish the file (empty if no poll read anything)."""
         self._writer.close()
-

@@ -300,8 +300,7 @@ class HistoryReader:
                     # A record's slot: its place among its poll's records.
                     length = pc.fill_null(pc.list_value_length(recs), 0).to_numpy().astype(np.int64)
                     slot = np.arange(len(flat)) - (np.cumsum(length) - length)[parent]
-                    of_poll = rows[parent]
-                    self.runs.add(parent, process[of_poll], index[of_poll], time[of_poll], p, o, slot,
+                    self.runs.add(parent, process[rows], index[rows], time[rows], p, o, slot,
                                   pc.struct_field(flat, "value"))
                 # The largest offset per (poll, partition). A poll's records are
                 # together and mostly in runs of one partition, so the keys are
