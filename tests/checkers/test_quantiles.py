@@ -6,13 +6,11 @@ from __future__ import annotations
 import math
 import random
 
-import pandas as pd
-
 from checkers import stats
 
 
-def histogram(samples: dict[tuple, list[int]], keys: list[str]) -> pd.DataFrame:
-    """The rows Spark would count: (keys..., bucket, n, max) per bucket."""
+def histogram(samples: dict[tuple, list[int]], keys: list[str]) -> list[dict]:
+    """The rows the driver's read counts: (keys..., bucket, n, max) per bucket."""
     rows: dict[tuple, list[int]] = {}
     for key, latencies in samples.items():
         for ns in latencies:
@@ -20,7 +18,7 @@ def histogram(samples: dict[tuple, list[int]], keys: list[str]) -> pd.DataFrame:
                                                                           stats.BUCKET_GROWTH))
             n, top = rows.get((*key, b), [0, 0])
             rows[(*key, b)] = [n + 1, max(top, ns)]
-    return pd.DataFrame([(*k, n, top) for k, (n, top) in rows.items()], columns=keys + ["bucket", "n", "max"])
+    return [dict(zip(keys + ["bucket", "n", "max"], (*k, n, top))) for k, (n, top) in rows.items()]
 
 
 def nearest_rank(values: list[int], q: float) -> int:
@@ -55,3 +53,30 @@ def test_per_second_groups_are_sorted_and_separate():
     assert [r["count"] for r in rows] == [1, 3, 4]
     assert [r["max_ms"] for r in rows] == [1.0, 3.0, 4.0]
     assert all(r["p50_ms"] == r["max_ms"] for r in rows)  # one latency per second: the edge is capped by the max
+
+
+def test_latency_merges_a_key_given_twice_and_counts_every_completion():
+    rng = random.Random(3)
+    samples = {(second, f, t): [rng.randrange(1_000, 90_000_000) for _ in range(rng.randrange(1, 40))]
+               for second in range(5) for f, t in (("send", "ok"), ("send", "info"), ("poll", "ok"), ("assign", "ok"))}
+    rows = histogram(samples, ["second", "f", "type"])
+    # Each key's count split over two rows, the second with a smaller max, in another order.
+    split = []
+    for r in rows:
+        if r["n"] > 1:
+            split += [dict(r, n=r["n"] - 1), dict(r, n=1, max=r["max"] - 1)]
+        else:
+            split.append(r)
+    rng.shuffle(split)
+    whole, parts = stats.latency(rows), stats.latency(split)
+    assert parts == whole
+    assert whole.completions == {"assign": {"ok": sum(len(v) for (_, f, _), v in samples.items() if f == "assign")},
+                                 "poll": {"ok": sum(len(v) for (_, f, _), v in samples.items() if f == "poll")},
+                                 "send": {t: sum(len(v) for (_, f, t2), v in samples.items() if f == "send" and t2 == t)
+                                          for t in ("info", "ok")}}
+    assert [(r["second"], r["f"], r["type"], r["count"]) for r in whole.throughput] == \
+        [(s, f, t, len(v)) for (s, f, t), v in sorted(samples.items())]
+    assert {r["f"] for r in whole.per_second} == {"send", "poll"}
+    assert [(r["f"], r["type"]) for r in whole.overall] == [("assign", "ok"), ("poll", "ok"), ("send", "info"),
+                                                            ("send", "ok")]
+    assert stats.latency([]) == stats.Latency([], [], [], {})
