@@ -19,10 +19,10 @@ import orjson
 
 from checkers import anomalies as an
 from checkers import liveness, node_logs, offsets, order, stats
-from checkers.load import file_uri, load, prepare, scratch_for
+from checkers.load import events_ahead, file_uri, load, prepare, scratch_for
 from checkers.read_runs import SPARK_SCHEMA as RUNS_SCHEMA, RunsWriter
 from checkers.reading import HistoryReader
-from checkers.spark import QUICK_START_JAVA, default_master, get_session, keep, release
+from checkers.spark import QUICK_START_JAVA, SessionStart, default_master, keep, release
 from core.history.files import load_run_json, resolve
 from core.history.format import FINAL_READS
 from core.history.jsonl import iter_jsonl
@@ -70,47 +70,34 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
     started = time.monotonic()
     master = spark.sparkContext.master if spark is not None else (opts.master or default_master())
     with scratch_for(source, master, opts.scratch) as scratch:
-        # Validate before Spark starts: bad input fails fast, with line numbers.
-        # The same read of the history gathers what the driver takes from it
-        # (checkers/reading.py): it is read once on the driver.
-        # The read runs are made on the driver too, where the scratch folder
-        # lets Spark's executors read them (checkers/read_runs.py).
-        read = HistoryReader(RunsWriter(scratch / "runs.parquet") if scratch is not None else None)
-        t = time.monotonic()
+        starting = None
+        if spark is None:
+            # A session for this one check, once the options are known good,
+            # sized by the history's events (from Parquet's footers, guessed
+            # from JSONL's size): its JVM starts while the driver reads the
+            # history (docs/benchmarks.md).
+            small = events_ahead(source) <= SMALL_EVENTS
+            starting = SessionStart(master=opts.master, conf=opts.spark_conf,
+                                    java_options=QUICK_START_JAVA if small else "")
         try:
-            prepared = prepare(source, scratch, read.add)
-        finally:
-            if read.runs is not None:
-                read.runs.close()
-        validated = round(time.monotonic() - t, 3)
-        folded = offsets.folding(prepared.to_fold)  # true offset -> the checker's
-        if folded:
-            read.runs = None  # made with the true offsets: Spark makes them with the folded ones
-        # Send order was settled while the history was read (the driver
-        # pairs every send): what is left is the sends never answered.
-        t = time.monotonic()
-        sends_back = read.send_order.result(folded)
-        send_order_s = round(time.monotonic() - t, 3)
-        # Liveness works on sorted arrays on the driver, not in Spark:
-        # searchsorted beats a shuffle here (docs/benchmarks.md). Measured
-        # before Spark's passes, so that its columns (gigabytes for a large
-        # history) are let go before the JVM's memory grows, not beside it.
-        t = time.monotonic()
-        faults = stats.faults(read.few)  # the nemesis's events: liveness's and the results' stats
-        live = liveness.measure(read.columns(), faults, opts.fault_ends, opts.hang_s)
-        live_s = round(time.monotonic() - t, 3)
-        if spark is None:  # a session for this one check: sized by the history now known
-            spark = get_session(opts.master, opts.spark_conf,
-                                java_options=QUICK_START_JAVA if prepared.events <= SMALL_EVENTS else "")
+            driver = _read_on_driver(source, scratch, opts)
+        except BaseException:
+            if starting is not None:
+                starting.abandon()  # a refused history: no session left behind
+            raise
+        if spark is None:
+            spark = starting.result()
+        prepared, read, folded = driver.prepared, driver.read, driver.folded
         loaded = load(spark, prepared)
         df = offsets.fold(loaded.df, folded)
         with _sized(spark, loaded.events, opts.spark_conf):
-            results = offsets.unfold(_analyse(df, read, folded, faults, sends_back, promised, opts), folded)
+            results = offsets.unfold(_analyse(df, read, folded, driver.faults, driver.sends_back, promised, opts),
+                                     folded)
         if folded:
             results["warnings"].append(offsets.warning(folded))
-        results["liveness"] = live
-        results["stages"] = {"validate": validated, **results["stages"], "send-order": send_order_s,
-                             "liveness": live_s}
+        results["liveness"] = driver.liveness
+        results["stages"] = {"validate": driver.seconds["validate"], **results["stages"],
+                             "send-order": driver.seconds["send-order"], "liveness": driver.seconds["liveness"]}
         results["warnings"] = loaded.warnings + results.get("warnings", [])
     results["checker"] = {"engine": "spark", "master": spark.sparkContext.master,
                           "seconds": round(time.monotonic() - started, 3),
@@ -123,6 +110,51 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
         results["node_logs"] = node_logs.scan(source.root)
         results["warnings"] += node_logs.warnings(results["node_logs"])
     return _ordered(results)
+
+
+@dataclass
+class _DriverRead:
+    """What the driver takes from the history before Spark's passes."""
+
+    prepared: object  # load.Prepared
+    read: HistoryReader
+    folded: dict[int, int]  # true offset -> the checker's (checkers/offsets.py)
+    sends_back: tuple[int, list[dict]]  # nonmonotonic-send (checkers/send_order.py)
+    faults: list[dict]  # the nemesis's events
+    liveness: dict
+    seconds: dict[str, float]  # validate, send-order, liveness
+
+
+def _read_on_driver(source, scratch: Path | None, opts: Options) -> _DriverRead:
+    """Validate the history and read it once on the driver (`checkers/reading.py`):
+    bad input fails fast, with line numbers. The read runs are made on the way,
+    where the scratch folder lets Spark's executors read them (checkers/read_runs.py)."""
+    read = HistoryReader(RunsWriter(scratch / "runs.parquet") if scratch is not None else None)
+    seconds = {}
+    t = time.monotonic()
+    try:
+        prepared = prepare(source, scratch, read.add)
+    finally:
+        if read.runs is not None:
+            read.runs.close()
+    seconds["validate"] = round(time.monotonic() - t, 3)
+    folded = offsets.folding(prepared.to_fold)
+    if folded:
+        read.runs = None  # made with the true offsets: Spark makes them with the folded ones
+    # Send order was settled while the history was read (the driver
+    # pairs every send): what is left is the sends never answered.
+    t = time.monotonic()
+    sends_back = read.send_order.result(folded)
+    seconds["send-order"] = round(time.monotonic() - t, 3)
+    # Liveness works on sorted arrays on the driver, not in Spark:
+    # searchsorted beats a shuffle here (docs/benchmarks.md). Measured
+    # before Spark's passes, so that its columns (gigabytes for a large
+    # history) are let go before the JVM's memory grows, not beside it.
+    t = time.monotonic()
+    faults = stats.faults(read.few)  # the nemesis's events: liveness's and the results' stats
+    live = liveness.measure(read.columns(), faults, opts.fault_ends, opts.hang_s)
+    seconds["liveness"] = round(time.monotonic() - t, 3)
+    return _DriverRead(prepared, read, folded, sends_back, faults, live, seconds)
 
 
 # Histories up to this many events are "small": every shuffle goes to one

@@ -25,6 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from core.history.files import HistorySource, iter_source_jsonl
 from core.history.jsonl import ReadReport
 from core.history.parquet import validate_parquet, write_parquet
@@ -112,6 +115,23 @@ def scratch_for(source: HistorySource, master: str, named: str | os.PathLike | N
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# A JSONL event takes 150 bytes on average (a 60 s run's: 153; a poll's
+# invocation 65, a poll with records much more): one per 100 bytes is the guess.
+JSONL_BYTES_PER_EVENT = 100
+
+
+def events_ahead(source: HistorySource) -> int:
+    """How many events the history holds, before it is read: a Parquet
+    history's from its files' footers, a JSONL one's guessed from its size.
+    0 where a file cannot be read (its validation says why)."""
+    try:
+        if source.format == "jsonl":
+            return sum(f.stat().st_size for f in source.files) // JSONL_BYTES_PER_EVENT
+        return sum(pq.read_metadata(f).num_rows for f in source.files)
+    except (OSError, pa.ArrowException):
+        return 0
 
 
 def prepare(source: HistorySource, scratch: Path | None, on_batch: Callable | None = None) -> Prepared:

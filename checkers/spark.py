@@ -50,8 +50,10 @@ def default_master() -> str:
 
 
 # One JVM start at a time: a warm-up in the background and the check that
-# follows it must end with one session, not two JVMs.
-_START = threading.Lock()
+# follows it must end with one session, not two JVMs. Re-entrant: a
+# `SessionStart` holds it from before `get_session` until it knows whether
+# to keep the session it started.
+_START = threading.RLock()
 
 
 # A JVM that will check one small history and exit spends its time compiling, not
@@ -151,6 +153,87 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None, m
         raise UserError(f"cannot start Spark on {master}: {first} (JVM output in {jvm_log_path()})") from None
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+class SessionStart:
+    """`get_session(**kwargs)` in a thread of its own, begun now: a check
+    from the shell starts its JVM while the driver reads the history
+    (`checkers.check.check_history`), not after. `result()` waits for the
+    session (or raises what starting it raised); `abandon()`, for a check
+    that stops before it needs the session (a refused history), stops the
+    session if this start made it, so that a caller in the same process
+    (`harness check`'s `main` in tests) is not left with one it never
+    asked for. The thread is a daemon: a `harness check` process that
+    stops on bad input exits at once, and the JVM, whose input is a pipe
+    from this process, exits with it."""
+
+    def __init__(self, **kwargs) -> None:
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._abandoned = False
+        self._settled = False  # the session made, and whether to keep it decided (under _lock)
+        self._made = False  # no session was running before this start made one
+        self._session = None
+        self._error: BaseException | None = None
+        threading.Thread(target=self._start, args=(kwargs,), name="spark-session-start", daemon=True).start()
+
+    def _start(self, kwargs: dict) -> None:
+        from pyspark import SparkContext
+
+        try:
+            # Held until the session is kept or stopped: no other caller in this
+            # process is handed a session an abandoned start is about to stop.
+            with _START:
+                self._made = SparkContext._active_spark_context is None
+                self._session = get_session(**kwargs)
+                with self._lock:
+                    self._settled = True
+                    if self._abandoned:
+                        self._stop_if_made()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller by result()
+            self._error = e
+        finally:
+            self._done.set()
+
+    def result(self):
+        """The session, once started (None once `abandon` stopped it)."""
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._session
+
+    def abandon(self) -> None:
+        """The session is not wanted after all: stopped if this start made it,
+        now or as soon as it is made."""
+        with self._lock:
+            self._abandoned = True
+            if not self._settled:
+                return  # still starting (the thread stops it once made), or it failed
+        with _START:
+            self._stop_if_made()
+
+    def _stop_if_made(self) -> None:
+        if self._made and self._session is not None:
+            stop_jvm(self._session)
+            self._session = None
+
+
+def stop_jvm(session, wait_s: float | None = None) -> None:
+    """Stop `session` and the JVM behind it, so that the next `get_session`
+    starts a JVM of its own settings (PySpark keeps a stopped session's JVM
+    and would start the next session in it); `wait_s`: wait that long for
+    the JVM to exit."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    session.stop()
+    if gateway is None:
+        return
+    gateway.shutdown()
+    SparkContext._gateway = SparkContext._jvm = None
+    gateway.proc.stdin.close()  # the gateway's JVM exits when its standard input ends
+    if wait_s is not None:
+        gateway.proc.wait(timeout=wait_s)
 
 
 def conf_pairs(pairs: list[str]) -> dict[str, str]:

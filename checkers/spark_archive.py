@@ -19,7 +19,7 @@ import os
 import sys
 
 from checkers.check import prime
-from checkers.spark import class_archive_path, get_session, jvm_log_path
+from checkers.spark import class_archive_path, get_session, jvm_log_path, stop_jvm
 
 # The JVM writes its archive after the session stops: tens of megabytes, seconds.
 DUMP_TIMEOUT_S = 300
@@ -30,8 +30,6 @@ def build(force: bool = False) -> bool:
     path = class_archive_path()
     if path.is_file() and not force:
         return True
-    from pyspark import SparkContext
-
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
     spark = get_session(java_options=f"-XX:ArchiveClassesAtExit={partial}", class_archive=False)
@@ -40,11 +38,7 @@ def build(force: bool = False) -> bool:
         prime(spark)
         primed = True
     finally:
-        jvm = SparkContext._gateway.proc  # the driver JVM's process, launched by get_session
-        spark.stop()
-        SparkContext._gateway.shutdown()
-        jvm.stdin.close()  # the gateway's JVM exits when its standard input ends
-        jvm.wait(timeout=DUMP_TIMEOUT_S)
+        stop_jvm(spark, wait_s=DUMP_TIMEOUT_S)  # the JVM writes the archive as it exits
         if not primed:  # what it dumped is not every class a check loads
             partial.unlink(missing_ok=True)
     if not partial.is_file() or partial.stat().st_size == 0:

@@ -121,3 +121,23 @@ def test_spark_reads_files_by_absolute_file_uris(tmp_path, monkeypatch):
     # Not resolved against a cluster's default filesystem, nor an executor's working folder.
     assert file_uri(Path("a b/history.parquet")) == f"file://{tmp_path}/a b/history.parquet"
     assert file_uri(Path("/x/y.parquet")) == "file:///x/y.parquet"
+
+
+def test_the_events_ahead_of_a_read_are_exact_for_parquet_and_guessed_for_jsonl(jsonl, tmp_path):
+    """`events_ahead` picks the session's JVM settings before the history is
+    read: Parquet's footers count the events; JSONL's size gives a guess
+    (JSONL_BYTES_PER_EVENT); a file that cannot be read counts 0 (its
+    validation says why)."""
+    events = len(GOOD)
+    parquet = tmp_path / "history.parquet"
+    write_parquet(iter(GOOD), parquet)
+    assert load.events_ahead(resolve(parquet)) == events
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    write_parquet(iter(GOOD), parts / "part-0.parquet")
+    write_parquet(iter(GOOD[:3]), parts / "part-1.parquet")
+    assert load.events_ahead(resolve(parts)) == events + 3
+    assert events / 2 <= load.events_ahead(resolve(jsonl)) <= 2 * events
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"PAR1 not a parquet file PAR1")
+    assert load.events_ahead(resolve(broken)) == 0

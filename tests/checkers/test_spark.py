@@ -1,14 +1,21 @@
 """The Spark session's settings (checkers/spark.py): a cluster master on this
 machine's loopback address gets a driver that listens there too, one
 elsewhere Spark's own choice of address; a JVM started for one small check
-starts quickly."""
+starts quickly, and in a thread of its own."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
 from checkers import check
-from checkers.spark import QUICK_START_JAVA, on_loopback
+from checkers import spark as spark_module
+from checkers.spark import QUICK_START_JAVA, SessionStart, on_loopback
+from tests.checkers.test_bad_input import changed, lines
+from tests.support import REPO
 
 
 @pytest.mark.parametrize("master, loopback", [
@@ -28,21 +35,78 @@ class _Started(Exception):
     pass
 
 
-@pytest.mark.parametrize("small_events, expected", [(10, QUICK_START_JAVA), (0, "")])
+@pytest.mark.parametrize("small_events, expected", [(1000, QUICK_START_JAVA), (0, "")])
 def test_a_session_started_for_one_small_check_gets_the_quick_start_jvm(monkeypatch, hist, tmp_path,
                                                                          small_events, expected):
     """A cold `harness check` of a small history starts its JVM with the JIT's first tier only
-    (faster to start; docs/benchmarks.md); a larger history's JVM keeps the defaults."""
+    (faster to start; docs/benchmarks.md); a larger history's JVM keeps the defaults. The
+    session starts in a thread of its own (`SessionStart`): what starting it raised, the
+    check raises."""
     asked = {}
 
     def started(master=None, conf=None, memory=None, java_options=""):
         asked["java_options"] = java_options
         raise _Started
 
-    monkeypatch.setattr(check, "get_session", started)
+    monkeypatch.setattr(spark_module, "get_session", started)
     monkeypatch.setattr(check, "SMALL_EVENTS", small_events)
     for v in range(3):
         hist.send(0, v, 0, v)
     with pytest.raises(_Started):
         check.check_history(hist.write(tmp_path), check.Options())
     assert asked["java_options"] == expected
+
+
+def test_a_session_started_in_a_thread_is_the_one_this_process_has(spark):
+    """`SessionStart` hands over the session `get_session` gives: this
+    process's own, where one is running (tests, the check service)."""
+    assert SessionStart(master="local[2]").result().sparkContext is spark.sparkContext
+
+
+def _in_a_fresh_process(code: str) -> str:
+    """`code` run by this Python in a process of its own (no session running in it)."""
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout.strip()
+
+
+def test_an_abandoned_start_stops_the_session_and_jvm_it_made_and_no_other():
+    """Abandoned while starting (the thread stops what it makes) and once
+    started: no session and no JVM are left, and the next session starts a
+    JVM of its own. A session that was running before is left running."""
+    out = _in_a_fresh_process("""
+        from pyspark import SparkContext
+        from checkers.spark import SessionStart, get_session
+        start = SessionStart(master="local[1]")
+        start.abandon()  # while its JVM starts
+        print(start.result() is None and SparkContext._active_spark_context is None, SparkContext._gateway is None)
+        start = SessionStart(master="local[1]")
+        jvm = start.result().sparkContext._gateway.proc
+        start.abandon()
+        print(SparkContext._active_spark_context is None, jvm.wait(timeout=60) is not None)
+        running = get_session("local[1]")
+        start = SessionStart(master="local[1]")
+        assert start.result().sparkContext is running.sparkContext
+        start.abandon()
+        print(SparkContext._active_spark_context is running.sparkContext)
+        """)
+    assert out.split("\n") == ["True True", "True True", "True"]
+
+
+def test_a_refused_history_leaves_no_session_in_the_process_that_checked_it(tmp_path):
+    """`harness check`'s `main` in a process of its own, as tests call it: the
+    session started while the history was read is gone once it is refused."""
+    path = tmp_path / "history.jsonl"
+    path.write_text(lines(changed(3, index=7)))
+    out = _in_a_fresh_process(f"""
+        import threading
+        from pyspark import SparkContext
+        from harness.cli import main
+        status = main(["check", {str(path)!r}])
+        for t in threading.enumerate():
+            if t.name == "spark-session-start":
+                t.join()
+        print(status, SparkContext._active_spark_context is None)
+        """)
+    assert out.split("\n")[-1] == "2 True"
