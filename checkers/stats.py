@@ -46,15 +46,13 @@ def latency(rows: list) -> Latency:
     overall = _quantiles(rows, ["f", "type"])
     per_second = _quantiles([r for r in rows if r["f"] in ("send", "poll")], ["second", "f", "type"])
     by_second: dict[tuple, int] = {}
-    by_op: dict[tuple, int] = {}
     for r in rows:
         key = (r["second"], r["f"], r["type"])
         by_second[key] = by_second.get(key, 0) + r["n"]
-        by_op[key[1:]] = by_op.get(key[1:], 0) + r["n"]
     throughput = [{"second": second, "f": f, "type": t, "count": n} for (second, f, t), n in sorted(by_second.items())]
     completions: dict[str, dict[str, int]] = {}
-    for (f, t), n in sorted(by_op.items()):
-        completions.setdefault(f, {})[t] = n
+    for row in overall:  # each (f, outcome)'s count, in order
+        completions.setdefault(row["f"], {})[row["type"]] = row["count"]
     return Latency(overall, per_second, throughput, completions)
 
 
