@@ -1,6 +1,6 @@
 """Helpers the test areas share: the installed `harness` command in a
-subprocess (as a user runs it), a run's history, polling for a condition,
-and the clusters a process owns."""
+subprocess (as a user runs it), Python code in a fresh process, a run's
+history, polling for a condition, and the clusters a process owns."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -21,6 +22,16 @@ def harness(*argv: str, env: dict | None = None, timeout: float = 600) -> subpro
     """`harness ARGV` from the repository's folder, output captured."""
     return subprocess.run([HARNESS, *argv], capture_output=True, text=True, timeout=timeout, cwd=REPO,
                           env={**os.environ, **(env or {})})
+
+
+def fresh_python(code: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`code` (dedented) run by this Python in a process of its own, from the
+    repository's folder, output captured; it must exit 0. For what a process
+    holds once (a Spark session, the modules imported)."""
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env={**os.environ, **(env or {})})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
 
 
 def harness_run(results: Path, *argv: str, env: dict | None = None,

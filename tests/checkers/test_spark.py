@@ -5,17 +5,13 @@ starts quickly, and in a thread of its own."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-
 import pytest
 
 from checkers import check
 from checkers import spark as spark_module
 from checkers.spark import QUICK_START_JAVA, SessionStart, on_loopback
 from tests.checkers.test_bad_input import changed, lines
-from tests.support import REPO
+from tests.support import fresh_python
 
 
 @pytest.mark.parametrize("master, loopback", [
@@ -63,19 +59,11 @@ def test_a_session_started_in_a_thread_is_the_one_this_process_has(spark):
     assert SessionStart(master="local[2]").result().sparkContext is spark.sparkContext
 
 
-def _in_a_fresh_process(code: str) -> str:
-    """`code` run by this Python in a process of its own (no session running in it)."""
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout.strip()
-
-
 def test_an_abandoned_start_stops_the_session_and_jvm_it_made_and_no_other():
     """Abandoned while starting (the thread stops what it makes) and once
     started: no session and no JVM are left, and the next session starts a
     JVM of its own. A session that was running before is left running."""
-    out = _in_a_fresh_process("""
+    out = fresh_python("""
         from pyspark import SparkContext
         from checkers.spark import SessionStart, get_session
         start = SessionStart(master="local[1]")
@@ -90,7 +78,7 @@ def test_an_abandoned_start_stops_the_session_and_jvm_it_made_and_no_other():
         assert start.result().sparkContext is running.sparkContext
         start.abandon()
         print(SparkContext._active_spark_context is running.sparkContext)
-        """)
+        """).stdout.strip()
     assert out.split("\n") == ["True True", "True True", "True"]
 
 
@@ -99,7 +87,7 @@ def test_a_refused_history_leaves_no_session_in_the_process_that_checked_it(tmp_
     session started while the history was read is gone once it is refused."""
     path = tmp_path / "history.jsonl"
     path.write_text(lines(changed(3, index=7)))
-    out = _in_a_fresh_process(f"""
+    out = fresh_python(f"""
         import threading
         from pyspark import SparkContext
         from harness.cli import main
@@ -108,5 +96,5 @@ def test_a_refused_history_leaves_no_session_in_the_process_that_checked_it(tmp_
             if t.name == "spark-session-start":
                 t.join()
         print(status, SparkContext._active_spark_context is None)
-        """)
+        """).stdout.strip()
     assert out.split("\n")[-1] == "2 True"

@@ -4,14 +4,13 @@ starts maps it, and making it again when it is there does nothing."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import pytest
 
 from checkers.spark import JVM_LOG_ENV, class_archive_path
-from tests.support import REPO
+from tests.support import REPO, fresh_python
 
 _SESSION = ("from checkers.spark import get_session, QUICK_START_JAVA\n"
             "spark = get_session(java_options=QUICK_START_JAVA + ' -Xlog:cds=info')\n"
@@ -21,9 +20,7 @@ _SESSION = ("from checkers.spark import get_session, QUICK_START_JAVA\n"
 def _driver_log(tmp_path) -> str:
     """The JVM log of a fresh process's session."""
     log = tmp_path / "jvm.log"
-    proc = subprocess.run([sys.executable, "-c", _SESSION], cwd=REPO, timeout=300,
-                          env={**os.environ, JVM_LOG_ENV: str(log)}, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    fresh_python(_SESSION, env={JVM_LOG_ENV: str(log)})
     return log.read_text(errors="replace")
 
 

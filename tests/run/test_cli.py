@@ -4,13 +4,10 @@ word that is not one is one line and exit 2."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from harness.cli import COMMANDS, main, named_command
-from tests.support import REPO
+from tests.support import fresh_python
 
 
 @pytest.mark.parametrize("argv, command", [
@@ -32,7 +29,7 @@ def test_a_check_imports_no_other_subcommand_and_no_pandas():
     code = ("import sys\nfrom harness.cli import main\n"
             "status = main(['check', '/nonexistent/history.jsonl'])\n"
             f"print(status, [m for m in {others + ['pandas']!r} if m in sys.modules])\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = fresh_python(code, timeout=120)
     assert proc.stdout.split("\n")[0] == "2 []", proc.stdout + proc.stderr
     assert proc.stderr.count("\n") == 1 and "no such file" in proc.stderr, proc.stderr
 
