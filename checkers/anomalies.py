@@ -215,14 +215,10 @@ class Frames:
     # `in_run` (read during the run, from a partition whose final log is known). Not kept:
     # read from the history again by the few look-ups that need it.
     reads: object
-    runs: object = None  # read runs (`read_runs`), kept
     by_value: object = None  # kept
     # The reads of duplicated values (`add_duplicate_reads`): value, partition,
     # offset and the first read's index; kept, only where duplicates were found.
     dup_reads: object = None
-    # The events that restart read order: (process, index, the partition it
-    # restarts or None for all), from `reading.HistoryReader.restarts`.
-    restarts: list = field(default_factory=list)
     kept: list = field(default_factory=list)
 
 

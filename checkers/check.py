@@ -22,7 +22,7 @@ from checkers import liveness, node_logs, offsets, order, stats
 from checkers.load import events_ahead, file_uri, load, prepare, scratch_for
 from checkers.read_runs import SPARK_SCHEMA as RUNS_SCHEMA, RunsWriter
 from checkers.reading import HistoryReader
-from checkers.spark import QUICK_START_JAVA, SessionStart, default_master, keep, release
+from checkers.spark import QUICK_START_JAVA, Beside, SessionStart, default_master, keep, release
 from core.history.files import load_run_json, resolve
 from core.history.format import FINAL_READS
 from core.history.jsonl import iter_jsonl
@@ -87,23 +87,20 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
             raise
         if spark is None:
             spark = starting.result()
-        prepared, read, folded = driver.prepared, driver.read, driver.folded
-        loaded = load(spark, prepared)
-        df = offsets.fold(loaded.df, folded)
-        with _sized(spark, loaded.events, opts.spark_conf):
-            results = offsets.unfold(_analyse(df, read, folded, driver.faults, driver.sends_back, promised, opts),
-                                     folded)
+        prepared, folded = driver.prepared, driver.folded
+        with _sized(spark, prepared.events, opts.spark_conf):
+            results = offsets.unfold(_analyse(spark, driver, promised, opts), folded)
         if folded:
             results["warnings"].append(offsets.warning(folded))
         results["liveness"] = driver.liveness
         results["stages"] = {"validate": driver.seconds["validate"], **results["stages"],
                              "send-order": driver.seconds["send-order"], "liveness": driver.seconds["liveness"]}
-        results["warnings"] = loaded.warnings + results.get("warnings", [])
+        results["warnings"] = prepared.warnings + results.get("warnings", [])
     results["checker"] = {"engine": "spark", "master": spark.sparkContext.master,
                           "seconds": round(time.monotonic() - started, 3),
                           "stages": results.pop("stages"),
                           "history": str(source.files[0] if len(source.files) == 1 else source.root),
-                          "format": source.format, "events": loaded.events}
+                          "format": source.format, "events": prepared.events}
     results["promises"] = promised
     if (source.root / "nodes").is_dir():
         # A run folder: its brokers' logs are part of the evidence (errors, unexpected exits).
@@ -235,8 +232,14 @@ def _together(*frames) -> list[list[dict]]:
     return out
 
 
-def _analyse(df, read: HistoryReader, folded: dict[int, int], faults: list[dict],
-             sends_back: tuple[int, list[dict]], promised: dict, opts: Options) -> dict:
+def _order_steps(runs, restarts: list) -> tuple:
+    """Read order's odd steps (`order.order_steps`), and the first
+    STEPS_ON_DRIVER + 1 of them collected."""
+    steps = order.order_steps(runs, restarts)
+    return steps, steps.limit(order.STEPS_ON_DRIVER + 1).collect()
+
+
+def _analyse(spark, driver: _DriverRead, promised: dict, opts: Options) -> dict:
     # Four Spark jobs for a history without anomalies (docs/checker.md,
     # "Passes"); what the driver gathered while it validated the history
     # (`read`: the nemesis's events and the final reads, every operation
@@ -246,19 +249,28 @@ def _analyse(df, read: HistoryReader, folded: dict[int, int], faults: list[dict]
     # (3) the by-value aggregation, kept, and every by-value anomaly and
     # count in one aggregation over it; (4) the by-position aggregation
     # (kept: poll-skip joins it again) and read order from one window pass
-    # (send order, `sends_back`, is the driver's). Examples and skipped
+    # (send order, the driver's `sends_back`). Examples and skipped
     # offsets, only where anomalies were found, take a few more.
+    read, folded, faults = driver.read, driver.folded, driver.faults
     stage = _Stages()
     kept: list = []  # what this keeps; the frames' builders list theirs in frames.kept
     frames = None
+    # Read order's window pass needs only the runs: its job runs in a thread
+    # beside the by-value and by-position passes, on the cores their
+    # one-task stages leave idle (docs/benchmarks.md); begun before the
+    # history is loaded where the driver made the runs.
+    steps = None
     try:
+        if read.runs is not None:  # made by the driver as it read the history
+            runs_uri = file_uri(read.runs.path)
+            steps = Beside(lambda: _order_steps(spark.read.schema(RUNS_SCHEMA).parquet(runs_uri), read.restarts))
+        df = offsets.fold(load(spark, driver.prepared).df, folded)
+        stage.done("load")
         few = read.folded_few(folded)
         logs = an.final_logs(few)
         invokes = {f: n for f, n in read.invokes.items() if f != "send"}
         frames = an.build(df, logs)
-        frames.restarts = read.restarts
-        if read.runs is not None:  # made by the driver as it read the history
-            runs = df.sparkSession.read.schema(RUNS_SCHEMA).parquet(file_uri(read.runs.path))
+        if read.runs is not None:
             max_read, records_read = read.runs.totals.highest, sum(read.runs.totals.records.values())
         else:
             runs = keep(an.read_runs(frames.reads))
@@ -269,7 +281,7 @@ def _analyse(df, read: HistoryReader, folded: dict[int, int], faults: list[dict]
                 kept.append(runs)
             max_read = {r["partition"]: r["m"] for r in per_partition}
             records_read = sum(r["n"] for r in per_partition)
-        frames.runs = runs
+            steps = Beside(lambda: _order_steps(runs, read.restarts))
         stage.done("read-runs")
         an.add_by_value(frames, logs)
         checked = an.value_checks(frames, max_read, logs)
@@ -278,11 +290,11 @@ def _analyse(df, read: HistoryReader, folded: dict[int, int], faults: list[dict]
         an.add_duplicate_reads(frames, checked["duplicate"])
         by_pos = keep(an.by_position(frames, checked["duplicate"]))
         kept.append(by_pos)
-        steps = order.order_steps(frames)
-        first_inconsistent, step_rows = _together(an.inconsistent_first(by_pos), steps.limit(order.STEPS_ON_DRIVER + 1))
+        first_inconsistent = an.inconsistent_first(by_pos).collect()
+        all_steps, first_steps = steps.result()
         stage.done("by-position-order")
-        found = order.order_checks(steps, step_rows, by_pos)
-        found["nonmonotonic-send"] = sends_back
+        found = order.order_checks(all_steps, first_steps, by_pos)
+        found["nonmonotonic-send"] = driver.sends_back
         n_inconsistent, inconsistent_at = an.inconsistent_positions(by_pos, first_inconsistent)
         lat = stats.latency(read.histogram_rows())
         stage.done("skips")
@@ -292,6 +304,8 @@ def _analyse(df, read: HistoryReader, folded: dict[int, int], faults: list[dict]
         found["inconsistent-offset"] = (n_inconsistent, inconsistent)
         stage.done("examples")
     finally:
+        if steps is not None:
+            steps.wait()  # its job reads the runs, released below
         for frame in kept + (frames.kept if frames is not None else []):
             release(frame)
     # Events by f and type: invocations counted while pairing (sends by value),

@@ -152,8 +152,26 @@ def prepare(source: HistorySource, scratch: Path | None, on_batch: Callable | No
 
 def load(spark, prepared: Prepared) -> Loaded:
     """The prepared files as one DataFrame in the checkers' columns."""
-    df = spark.read.parquet(*[file_uri(f) for f in prepared.files])
+    reader = spark.read
+    schema = spark_schema(prepared.files[0]) if prepared.files else None
+    if schema is not None:
+        reader = reader.schema(schema)
+    df = reader.parquet(*[file_uri(f) for f in prepared.files])
     return Loaded(normalise(df), prepared.events, prepared.format, prepared.warnings)
+
+
+def spark_schema(path: Path):
+    """A Parquet file's schema as Spark's, read from its footer by Arrow on
+    the driver: the schema Spark would infer from one of the files, without
+    Spark opening one, which cost a cold check about 0.4 s
+    (docs/benchmarks.md). None where an Arrow type has no Spark
+    equivalent: Spark infers the schema then, as before."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    try:
+        return from_arrow_schema(pq.read_schema(path), prefer_timestamp_ntz=False)
+    except (TypeError, ValueError, NotImplementedError, OSError, pa.ArrowException):
+        return None
 
 
 def file_uri(path: Path) -> str:

@@ -20,7 +20,7 @@ safe side.
 
 from __future__ import annotations
 
-from checkers.anomalies import MAX_EXAMPLES, Frames, offset_of, partition_of, pos_of
+from checkers.anomalies import MAX_EXAMPLES, offset_of, partition_of, pos_of
 from checkers.spark import broadcast_if_small, keep, local_frame, release
 
 # Gaps in a consumer's offsets up to this wide are checked offset by offset;
@@ -38,19 +38,20 @@ def _F():
     return F
 
 
-def order_steps(frames: Frames):
+def order_steps(runs, restarts: list):
     """The odd steps of read order (backwards or jumping) from one window
     pass, partitioned by process and partition, ordered by index (and slot,
     within a poll): each process's consecutive read runs of a partition. Few
-    in any real history: `order_checks` takes them to the driver."""
+    in any real history: `order_checks` takes them to the driver.
+    `runs`: `anomalies.read_runs`; `restarts`: (process, index, partition
+    or None for all), from `reading.HistoryReader.restarts`."""
     from pyspark.sql import Window
 
     F = _F()
-    runs = frames.runs
     null_long = F.lit(None).cast("long")
     # Events that restart a process's read order (gathered on the driver: a
     # few per consumer and fault), for every partition it reads or the one named.
-    restarts = local_frame(runs.sparkSession, [(p, i, -1 if only is None else only) for p, i, only in frames.restarts],
+    restarts = local_frame(runs.sparkSession, [(p, i, -1 if only is None else only) for p, i, only in restarts],
                            "process long, index long, only long")
     proc_parts = runs.select("process", "partition").distinct()
     resets = restarts.join(proc_parts, "process").where(

@@ -315,6 +315,39 @@ def release(frame) -> None:
     frame._jdf.queryExecution().logical().rdd().unpersist(False)
 
 
+class Beside:
+    """`work()` (Spark jobs) in a thread of its own, begun now: jobs that
+    share no stage with the caller's next ones run beside them, on the
+    cores their one-task stages leave idle. The thread takes the caller's
+    job group (PySpark's `InheritableThread`), so cancelling that group
+    (`checkers.service`'s priming) cancels these jobs too."""
+
+    def __init__(self, work) -> None:
+        from pyspark import InheritableThread
+
+        self._result = None
+        self._error: BaseException | None = None
+        self._thread = InheritableThread(target=self._run, args=(work,), name="spark-beside", daemon=True)
+        self._thread.start()
+
+    def _run(self, work) -> None:
+        try:
+            self._result = work()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller by result()
+            self._error = e
+
+    def result(self):
+        """What `work()` returned, once it has (or what it raised)."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def wait(self) -> None:
+        """Wait for the job to end, however it ends (before what it reads is released)."""
+        self._thread.join()
+
+
 def local_frame(spark, rows: list[tuple], schema: str):
     """A DataFrame of rows the driver holds (a DDL schema of `long` and `int`
     columns), handed to Spark as Arrow: the JVM reads it, and no Python runs

@@ -187,8 +187,9 @@ def test_a_small_check_runs_few_spark_jobs_and_leaves_the_session_as_it_was(spar
     # The passes (docs/checker.md, "Passes"), what they keep, and the few
     # jobs Spark adds, the read runs made on the driver: before the passes
     # were merged, a small history took about 40 (docs/benchmarks.md); with
-    # the runs made by Spark, 7.
-    assert len(sc.statusTracker().getJobIdsForGroup("test-passes")) <= 5
+    # the runs made by Spark, 7. Read order's job runs in a thread beside
+    # the others, and counts here: it takes the check's job group.
+    assert len(sc.statusTracker().getJobIdsForGroup("test-passes")) <= 6
     assert {k: spark.conf.get(k, None) for k in keys} == before
     assert sized_conf(1_000, 2) == {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false",
                                     "spark.sql.subexpressionElimination.enabled": "false"}

@@ -5,11 +5,13 @@ starts quickly, and in a thread of its own."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from checkers import check
 from checkers import spark as spark_module
-from checkers.spark import QUICK_START_JAVA, SessionStart, on_loopback
+from checkers.spark import QUICK_START_JAVA, Beside, SessionStart, on_loopback
 from tests.checkers.test_bad_input import changed, lines
 from tests.support import fresh_python
 
@@ -98,3 +100,30 @@ def test_a_refused_history_leaves_no_session_in_the_process_that_checked_it(tmp_
         print(status, SparkContext._active_spark_context is None)
         """).stdout.strip()
     assert out.split("\n")[-1] == "2 True"
+
+
+def test_work_beside_runs_in_the_callers_job_group_and_hands_back_its_result_or_error(spark):
+    # Read order's job runs in a thread beside the check's others
+    # (checkers.check._analyse): in the check's job group, so that
+    # cancelling the group (the check service's priming) reaches it too.
+    sc = spark.sparkContext
+    sc.setJobGroup("test-beside", "work beside")
+    try:
+        assert Beside(lambda: spark.range(10).count()).result() == 10
+        beside_jobs = len(sc.statusTracker().getJobIdsForGroup("test-beside"))
+        # The same work in a plain thread: its jobs are in no group.
+        plain = threading.Thread(target=lambda: spark.range(10).count())
+        plain.start()
+        plain.join()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    assert beside_jobs >= 1
+    assert len(sc.statusTracker().getJobIdsForGroup("test-beside")) == beside_jobs
+
+    def fails():
+        raise ValueError("in the thread")
+
+    failed = Beside(fails)
+    failed.wait()  # waits however the work ends
+    with pytest.raises(ValueError, match="in the thread"):
+        failed.result()
