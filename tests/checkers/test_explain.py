@@ -237,3 +237,36 @@ def test_missing_records_are_looked_up_on_every_replicas_disk(hist, check, tmp_p
         "and 1 are still on a replica (the log has them; reads missed them), e.g. 10 on n3 at 0:1.</p>")
     # Without dumps there is nothing to say, and the stories stand alone.
     assert "on_disk" not in evidence_run(resolve(tmp_path / "bare"), results, ENDS)
+
+
+def test_a_history_in_parts_is_scanned_part_by_part_with_the_same_facts(hist, tmp_path):
+    # `scan` reads a Parquet history's files each in a thread of its own: a
+    # read whose poll was invoked in an earlier file gets that invocation's
+    # time all the same, and the facts are those of one file read in order.
+    from checkers.explain import scan
+    from core.history.parquet import write_parquet
+
+    hist.send(1, 10, 0, 0)                      # 0, 1
+    hist.send(1, 11, 0, 1)                      # 2, 3
+    hist.add(2, "invoke", "poll")               # 4: invoked here ...
+    hist.add(1, "invoke", "send", key=0, value=12)  # 5
+    hist.add(2, "ok", "poll", records=[{"partition": 0, "offset": 0, "key": 0, "value": 10},
+                                       {"partition": 0, "offset": 1, "key": 0, "value": 11}])  # 6: ... read here
+    hist.add(1, "ok", "send", value=12, partition=0, offset=2)  # 7
+    hist.poll(2, (0, 2, 12))                    # 8, 9
+    hist.final_reads(3, [0])                    # 10
+    hist.poll(3, (0, 0, 10), (0, 1, 11), (0, 2, 12))  # 11, 12
+    hist.final_reads_ok(3, {0: 3})              # 13
+    _tenths(hist)
+    wanted = ({1, 6, 9}, {10, 11, 12}, {1})  # indexes, values, positions (0:1)
+    whole = tmp_path / "whole.parquet"
+    write_parquet(iter(hist.events), whole)
+    expected = scan(resolve(whole), *wanted)
+    assert [r.invoked for r in expected.reads[10]] == [4 * S // 10, 11 * S // 10]
+    for cuts in ([5], [6], [3, 6, 12], list(range(1, len(hist.events)))):
+        folder = tmp_path / f"parts-{'-'.join(map(str, cuts))}"
+        folder.mkdir()
+        for n, (a, b) in enumerate(zip([0] + cuts, cuts + [len(hist.events)])):
+            write_parquet(iter(hist.events[a:b]), folder / f"part-{n:05d}.parquet")
+        assert len(resolve(folder).files) == len(cuts) + 1
+        assert scan(resolve(folder), *wanted) == expected, cuts
