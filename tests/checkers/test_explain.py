@@ -6,8 +6,9 @@ from __future__ import annotations
 import gzip
 import json
 
-from checkers.explain import evidence_run, explain, explain_run, load_disk, load_states, wanted
+from checkers.explain import evidence_run, explain, explain_run, load_disk, load_states, scan, wanted
 from core.history.files import resolve
+from core.history.parquet import write_parquet
 from harness.check import add_explanations
 from harness.stories_html import on_disk_html, stories_html, story_indexes
 from nemesis.registry import BY_START_ACTION
@@ -243,9 +244,6 @@ def test_a_history_in_parts_is_scanned_part_by_part_with_the_same_facts(hist, tm
     # `scan` reads a Parquet history's files each in a thread of its own: a
     # read whose poll was invoked in an earlier file gets that invocation's
     # time all the same, and the facts are those of one file read in order.
-    from checkers.explain import scan
-    from core.history.parquet import write_parquet
-
     hist.send(1, 10, 0, 0)                      # 0, 1
     hist.send(1, 11, 0, 1)                      # 2, 3
     hist.add(2, "invoke", "poll")               # 4: invoked here ...
