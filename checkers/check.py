@@ -264,7 +264,7 @@ def _analyse(spark, driver: _DriverRead, promised: dict, opts: Options) -> dict:
         if read.runs is not None:  # made by the driver as it read the history
             runs_uri = file_uri(read.runs.path)
             steps = Beside(lambda: _order_steps(spark.read.schema(RUNS_SCHEMA).parquet(runs_uri), read.restarts))
-        df = offsets.fold(load(spark, driver.prepared).df, folded)
+        df = offsets.fold(load(spark, driver.prepared), folded)
         stage.done("load")
         few = read.folded_few(folded)
         logs = an.final_logs(few)

@@ -48,14 +48,6 @@ class Prepared:
     to_fold: set[int] = field(default_factory=set)
 
 
-@dataclass
-class Loaded:
-    df: object  # pyspark DataFrame
-    events: int
-    format: str
-    warnings: list[str] = field(default_factory=list)
-
-
 def is_local(master: str) -> bool:
     """Whether every executor of `master` runs on this machine (local, local[N],
     local-cluster[...]) and so reads the driver's temporary folder."""
@@ -150,14 +142,14 @@ def prepare(source: HistorySource, scratch: Path | None, on_batch: Callable | No
     return Prepared(list(source.files), n, "parquet", to_fold=to_fold)
 
 
-def load(spark, prepared: Prepared) -> Loaded:
+def load(spark, prepared: Prepared):
     """The prepared files as one DataFrame in the checkers' columns."""
     reader = spark.read
     schema = spark_schema(prepared.files[0]) if prepared.files else None
     if schema is not None:
         reader = reader.schema(schema)
     df = reader.parquet(*[file_uri(f) for f in prepared.files])
-    return Loaded(normalise(df), prepared.events, prepared.format, prepared.warnings)
+    return normalise(df)
 
 
 def spark_schema(path: Path):

@@ -162,4 +162,4 @@ def test_the_schema_spark_is_given_is_the_one_it_would_infer_and_odd_types_leave
     assert load.spark_schema(odd) is None
     assert load.spark_schema(tmp_path / "missing.parquet") is None
     prepared = load.Prepared([odd], 1, "parquet")
-    assert load.load(spark, prepared).df.columns[:2] == ["index", "time"]
+    assert load.load(spark, prepared).columns[:2] == ["index", "time"]
