@@ -155,6 +155,42 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None, m
     return session
 
 
+class Beside:
+    """`work()` in a thread of its own, begun now: `result()` waits for what
+    it returns (or raises what it raised), `wait()` for its end however it
+    ends. Spark jobs begun there run beside the caller's next ones, on the
+    cores their one-task stages leave idle. Where a session is running, the
+    thread takes the caller's job group (PySpark's `InheritableThread`), so
+    cancelling that group (`checkers.service`'s priming) cancels those jobs
+    too; before one runs there is nothing to take (`SessionStart`)."""
+
+    def __init__(self, work, name: str = "spark-beside") -> None:
+        from pyspark import InheritableThread, SparkContext
+
+        self._result = None
+        self._error: BaseException | None = None
+        thread = InheritableThread if SparkContext._active_spark_context is not None else threading.Thread
+        self._thread = thread(target=self._run, args=(work,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, work) -> None:
+        try:
+            self._result = work()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller by result()
+            self._error = e
+
+    def result(self):
+        """What `work()` returned, once it has (or what it raised)."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def wait(self) -> None:
+        """Wait for `work()` to end, however it ends (before what it reads is released)."""
+        self._thread.join()
+
+
 class SessionStart:
     """`get_session(**kwargs)` in a thread of its own, begun now: a check
     from the shell starts its JVM while the driver reads the history
@@ -169,37 +205,28 @@ class SessionStart:
 
     def __init__(self, **kwargs) -> None:
         self._lock = threading.Lock()
-        self._done = threading.Event()
         self._abandoned = False
         self._settled = False  # the session made, and whether to keep it decided (under _lock)
         self._made = False  # no session was running before this start made one
         self._session = None
-        self._error: BaseException | None = None
-        threading.Thread(target=self._start, args=(kwargs,), name="spark-session-start", daemon=True).start()
+        self._starting = Beside(lambda: self._start(kwargs), name="spark-session-start")
 
     def _start(self, kwargs: dict) -> None:
         from pyspark import SparkContext
 
-        try:
-            # Held until the session is kept or stopped: no other caller in this
-            # process is handed a session an abandoned start is about to stop.
-            with _START:
-                self._made = SparkContext._active_spark_context is None
-                self._session = get_session(**kwargs)
-                with self._lock:
-                    self._settled = True
-                    if self._abandoned:
-                        self._stop_if_made()
-        except BaseException as e:  # noqa: BLE001 - handed to the caller by result()
-            self._error = e
-        finally:
-            self._done.set()
+        # Held until the session is kept or stopped: no other caller in this
+        # process is handed a session an abandoned start is about to stop.
+        with _START:
+            self._made = SparkContext._active_spark_context is None
+            self._session = get_session(**kwargs)
+            with self._lock:
+                self._settled = True
+                if self._abandoned:
+                    self._stop_if_made()
 
     def result(self):
         """The session, once started (None once `abandon` stopped it)."""
-        self._done.wait()
-        if self._error is not None:
-            raise self._error
+        self._starting.result()
         return self._session
 
     def abandon(self) -> None:
@@ -313,39 +340,6 @@ def release(frame) -> None:
     """Free what `keep` holds (a session checks many histories: the check
     service, tests)."""
     frame._jdf.queryExecution().logical().rdd().unpersist(False)
-
-
-class Beside:
-    """`work()` (Spark jobs) in a thread of its own, begun now: jobs that
-    share no stage with the caller's next ones run beside them, on the
-    cores their one-task stages leave idle. The thread takes the caller's
-    job group (PySpark's `InheritableThread`), so cancelling that group
-    (`checkers.service`'s priming) cancels these jobs too."""
-
-    def __init__(self, work) -> None:
-        from pyspark import InheritableThread
-
-        self._result = None
-        self._error: BaseException | None = None
-        self._thread = InheritableThread(target=self._run, args=(work,), name="spark-beside", daemon=True)
-        self._thread.start()
-
-    def _run(self, work) -> None:
-        try:
-            self._result = work()
-        except BaseException as e:  # noqa: BLE001 - handed to the caller by result()
-            self._error = e
-
-    def result(self):
-        """What `work()` returned, once it has (or what it raised)."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._result
-
-    def wait(self) -> None:
-        """Wait for the job to end, however it ends (before what it reads is released)."""
-        self._thread.join()
 
 
 def local_frame(spark, rows: list[tuple], schema: str):
