@@ -43,6 +43,9 @@ from core.processes import descendants
 PLANTED = dict(lost=5, duplicates=5, inconsistent=5, aborted=5, nonmonotonic_polls=5, skips=5,
                nonmonotonic_sends=5, unseen=5)  # in each part
 PART_EVENTS = 1_000_000
+# Generated histories are kept in the project's own folder, whatever the
+# working folder: a bench started elsewhere reuses them, not a new copy.
+CACHE = Path(__file__).resolve().parents[1] / ".cache" / "bench"
 
 
 def configure(parser) -> None:
@@ -50,7 +53,8 @@ def configure(parser) -> None:
     parser.add_argument("--sizes", default="1000000,10000000",
                         help="comma list of history sizes in events (default 1000000,10000000; "
                              "100000000 is 100 parts, about 1.3 GB)")
-    parser.add_argument("--cache", default=".cache/bench", help="where generated histories are kept")
+    parser.add_argument("--cache", default=str(CACHE), help="where generated histories are kept "
+                                                           "(default the project's .cache/bench)")
     parser.add_argument("--spark-master", default=None, help="Spark master (default local[*])")
     parser.add_argument("--spark-conf", metavar="KEY=VALUE", action="append", default=[],
                         help="extra Spark setting, as for harness check (repeatable)")

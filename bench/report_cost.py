@@ -27,14 +27,15 @@ from pathlib import Path
 
 import orjson
 
-from bench.checker_cost import PeakRSS, ensure_history, expected_of
+from bench.checker_cost import CACHE, PeakRSS, ensure_history, expected_of
 from core.errors import UserError
 
 
 def configure(parser) -> None:
     """Flags, for `harness bench report`."""
     parser.add_argument("--events", type=int, default=10_000_000, help="history size in events (default 10000000)")
-    parser.add_argument("--cache", default=".cache/bench", help="where generated histories are kept")
+    parser.add_argument("--cache", default=str(CACHE), help="where generated histories are kept "
+                                                           "(default the project's .cache/bench)")
     parser.add_argument("--repeat", type=int, default=1, help="measured report builds (best is reported)")
     parser.add_argument("--out", default=None, help="write the measurements as JSON here")
 
