@@ -19,6 +19,7 @@ import orjson
 
 from checkers import anomalies as an
 from checkers import liveness, node_logs, offsets, order, stats
+from checkers.driver_by_value import SPARK_SCHEMA as BY_VALUE_SCHEMA, ValueRows
 from checkers.load import events_ahead, file_uri, load, prepare, scratch_for
 from checkers.read_runs import SPARK_SCHEMA as RUNS_SCHEMA, RunsWriter
 from checkers.reading import HistoryReader
@@ -124,9 +125,15 @@ class _DriverRead:
 
 def _read_on_driver(source, scratch: Path | None, opts: Options) -> _DriverRead:
     """Validate the history and read it once on the driver (`checkers/reading.py`):
-    bad input fails fast, with line numbers. The read runs are made on the way,
-    where the scratch folder lets Spark's executors read them (checkers/read_runs.py)."""
-    read = HistoryReader(RunsWriter(scratch / "runs.parquet") if scratch is not None else None)
+    bad input fails fast, with line numbers. The read runs and, for a history
+    the driver's memory holds, the by-value rows are gathered on the way, where
+    the scratch folder lets Spark's executors read them (checkers/read_runs.py,
+    checkers/driver_by_value.py)."""
+    read = HistoryReader()
+    if scratch is not None:
+        read.runs = RunsWriter(scratch / "runs.parquet")
+        if events_ahead(source) <= DRIVER_BY_VALUE_EVENTS:
+            read.values = ValueRows(scratch / "by_value.parquet")
     seconds = {}
     t = time.monotonic()
     try:
@@ -137,7 +144,8 @@ def _read_on_driver(source, scratch: Path | None, opts: Options) -> _DriverRead:
     seconds["validate"] = round(time.monotonic() - t, 3)
     folded = offsets.folding(prepared.to_fold)
     if folded:
-        read.runs = None  # made with the true offsets: Spark makes them with the folded ones
+        # Made with the true offsets: Spark makes them with the folded ones.
+        read.runs = read.values = None
     # Send order was settled while the history was read (the driver
     # pairs every send): what is left is the sends never answered.
     t = time.monotonic()
@@ -153,6 +161,13 @@ def _read_on_driver(source, scratch: Path | None, opts: Options) -> _DriverRead:
     seconds["liveness"] = round(time.monotonic() - t, 3)
     return _DriverRead(prepared, read, folded, sends_back, faults, live, seconds)
 
+
+# Histories up to this many events have their by-value frame made on the
+# driver (checkers/driver_by_value.py), where a scratch folder lets Spark's
+# executors read it. It raised the driver's peak at 10M events from 1.2 to
+# 3.3 GB (about 330 bytes an event): this bound keeps it near 4 GB, and
+# larger histories (100M: 8 GB in all) are Spark's (docs/benchmarks.md).
+DRIVER_BY_VALUE_EVENTS = 12_000_000
 
 # Histories up to this many events are "small": every shuffle goes to one
 # partition and adaptive execution is off, since what such a check pays for
@@ -246,8 +261,9 @@ def _analyse(spark, driver: _DriverRead, promised: dict, opts: Options) -> dict:
     # paired, latency histograms) takes none: (1) the read runs, kept, and
     # (2) their totals (highest offset read per partition, records read),
     # both only where Spark makes the runs, not the driver (`read.runs`);
-    # (3) the by-value aggregation, kept, and every by-value anomaly and
-    # count in one aggregation over it; (4) the by-position aggregation
+    # (3) the by-value aggregation, kept, where Spark makes it, not the
+    # driver (`read.values`), and every by-value anomaly and count in one
+    # aggregation over it; (4) the by-position aggregation
     # (kept: poll-skip joins it again) and read order from one window pass
     # (send order, the driver's `sends_back`). Examples and skipped
     # offsets, only where anomalies were found, take a few more.
@@ -283,7 +299,11 @@ def _analyse(spark, driver: _DriverRead, promised: dict, opts: Options) -> dict:
             records_read = sum(r["n"] for r in per_partition)
             steps = Beside(lambda: _order_steps(runs, read.restarts))
         stage.done("read-runs")
-        an.add_by_value(frames, logs)
+        if read.values is not None:  # gathered by the driver as it read the history
+            read.values.write(logs)
+            frames.by_value = spark.read.schema(BY_VALUE_SCHEMA).parquet(file_uri(read.values.path))
+        else:
+            an.add_by_value(frames, logs)
         checked = an.value_checks(frames, max_read, logs)
         multi = an.multi_partition_checks(checked, frames, logs)
         stage.done("by-value")

@@ -22,7 +22,9 @@ per event), keeping only what later batches need:
 - send order (`send_order`; checkers/send_order.py), from every
   acknowledged send and its invocation's index;
 - given a `RunsWriter`, the read runs of every ok poll, written for Spark
-  to read (checkers/read_runs.py).
+  to read (checkers/read_runs.py);
+- given a `ValueRows`, the rows of the by-value frame: every send event and
+  every record read (checkers/driver_by_value.py).
 
 The rest (every other anomaly) is Spark's: its passes are over the whole
 history at once, by value and by position, which no single read in order
@@ -35,6 +37,7 @@ import ctypes
 
 import numpy as np
 
+from checkers.driver_by_value import ValueRows
 from checkers.liveness import Columns
 from checkers.read_runs import RunsWriter
 from checkers.send_order import Acks, SendOrder, group_of
@@ -59,9 +62,10 @@ class HistoryReader:
     FEW_COLUMNS = ("process", "index", "time", "type", "f", "partitions", "ends", "extra")
     RESTARTS = ("assign", "crash", "seek")
 
-    def __init__(self, runs: RunsWriter | None = None) -> None:
+    def __init__(self, runs: RunsWriter | None = None, values: ValueRows | None = None) -> None:
         self.few: list[dict] = []
         self.runs = runs  # where each batch's read runs go, if anywhere (checkers/read_runs.py)
+        self.values = values  # where the by-value rows go, if anywhere (checkers/driver_by_value.py)
         # (process, index, partition or None: every partition it reads), in order.
         self.restarts: list[tuple[int, int, int | None]] = []
         self._seek_invoked: dict[int, int | None] = {}  # process -> the partition of its last seek invocation
@@ -119,6 +123,10 @@ class HistoryReader:
         self._gather_few(t, process, f, fid[FINAL_READS])
         self._gather_restarts(process, f, typ, index, partition)
         send = client & (f == fid["send"])
+        if self.values is not None:
+            rows = np.flatnonzero(send)
+            self.values.add_sends(value[rows], index[rows], invoke[rows], typ[rows] == TYPES.index("ok"),
+                                  typ[rows] == TYPES.index("fail"), partition[rows], offset[rows], process[rows])
         comp_key, comp_inv_time, comp_inv_index = self._pair_sends(value, key, time, index, process, send, invoke)
         self._pair_others(process, f, typ, index, time, ~send, invoke)
         self._count(process, f, client & invoke)
@@ -296,6 +304,9 @@ class HistoryReader:
             if len(flat):
                 p = pc.fill_null(pc.cast(pc.struct_field(flat, "partition"), pa.int64()), -1).to_numpy()
                 o = pc.fill_null(pc.cast(pc.struct_field(flat, "offset"), pa.int64()), -1).to_numpy()
+                if self.values is not None:  # a validated history's records all have a value
+                    self.values.add_reads(pc.cast(pc.struct_field(flat, "value"), pa.int64()).to_numpy(), p, o,
+                                          index[rows][parent], process[rows][parent])
                 if self.runs is not None:
                     # A record's slot: its place among its poll's records.
                     length = pc.fill_null(pc.list_value_length(recs), 0).to_numpy().astype(np.int64)
