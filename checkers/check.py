@@ -69,6 +69,7 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
     run = load_run_json(source.run_json)
     promised = promises(run, opts)
     started = time.monotonic()
+    ahead = events_ahead(source)  # before the read: Parquet's footers, JSONL's size
     master = spark.sparkContext.master if spark is not None else (opts.master or default_master())
     with scratch_for(source, master, opts.scratch) as scratch:
         starting = None
@@ -77,11 +78,11 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
             # sized by the history's events (from Parquet's footers, guessed
             # from JSONL's size): its JVM starts while the driver reads the
             # history (docs/benchmarks.md).
-            small = events_ahead(source) <= SMALL_EVENTS
+            small = ahead <= SMALL_EVENTS
             starting = SessionStart(master=opts.master, conf=opts.spark_conf,
                                     java_options=QUICK_START_JAVA if small else "")
         try:
-            driver = _read_on_driver(source, scratch, opts)
+            driver = _read_on_driver(source, scratch, opts, ahead)
         except BaseException:
             if starting is not None:
                 starting.abandon()  # a refused history: no session left behind
@@ -123,16 +124,17 @@ class _DriverRead:
     seconds: dict[str, float]  # validate, send-order, liveness
 
 
-def _read_on_driver(source, scratch: Path | None, opts: Options) -> _DriverRead:
+def _read_on_driver(source, scratch: Path | None, opts: Options, ahead: int) -> _DriverRead:
     """Validate the history and read it once on the driver (`checkers/reading.py`):
     bad input fails fast, with line numbers. The read runs and, for a history
     the driver's memory holds, the by-value rows are gathered on the way, where
     the scratch folder lets Spark's executors read them (checkers/read_runs.py,
-    checkers/driver_by_value.py)."""
+    checkers/driver_by_value.py); `ahead` is the history's events as known
+    before the read (`load.events_ahead`)."""
     read = HistoryReader()
     if scratch is not None:
         read.runs = RunsWriter(scratch / "runs.parquet")
-        if events_ahead(source) <= DRIVER_BY_VALUE_EVENTS:
+        if ahead <= DRIVER_BY_VALUE_EVENTS:
             read.values = ValueRows(scratch / "by_value.parquet")
     seconds = {}
     t = time.monotonic()
@@ -164,9 +166,10 @@ def _read_on_driver(source, scratch: Path | None, opts: Options) -> _DriverRead:
 
 # Histories up to this many events have their by-value frame made on the
 # driver (checkers/driver_by_value.py), where a scratch folder lets Spark's
-# executors read it. It raised the driver's peak at 10M events from 1.2 to
-# 3.3 GB (about 330 bytes an event): this bound keeps it near 4 GB, and
-# larger histories (100M: 8 GB in all) are Spark's (docs/benchmarks.md).
+# executors read it. It raised the Python side's peak at 10M events from
+# 1.4 to 2.5 GB (about 115 bytes an event more): this bound keeps it near
+# 3 GB, and larger histories (100M: 8 GB in all) are Spark's
+# (docs/benchmarks.md).
 DRIVER_BY_VALUE_EVENTS = 12_000_000
 
 # Histories up to this many events are "small": every shuffle goes to one

@@ -21,7 +21,7 @@ every anomaly kind both ways.
 
 It holds about 40 bytes per send event and per record read until the frame
 is written, and more while it aggregates: a 10M-event history's check
-peaked at 3.3 GB on the driver, against 1.2 GB without it. So only
+peaked at 2.5 GB on the Python side, against 1.4 GB without it. So only
 histories up to `check.DRIVER_BY_VALUE_EVENTS` take it; Spark aggregates
 larger ones, and those whose check has no scratch folder its executors
 read (a Parquet history on a cluster without --scratch).
