@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from checkers.anomalies import FAIL, INFO, OK, POS_BITS, FinalLogs
+from checkers.spark import arrow_schema
 
 # Every index, position, partition, process and outcome gathered is >= 0,
 # so -1 is "none"; the minimum's and maximum's identities stand for a value
@@ -45,14 +46,11 @@ _NONE = -1
 _MAX, _MIN = np.iinfo(np.int64).max, np.iinfo(np.int64).min
 
 # The by-value frame's columns, in `anomalies.add_by_value`'s order and types.
-COLUMNS = (("value", "long"), ("inv_index", "long"), ("inv_index_last", "long"), ("process", "long"),
-           ("process_max", "long"), ("comp_index", "long"), ("comp_index_last", "long"), ("outcome", "int"),
-           ("ack_pos", "long"), ("read_index", "long"), ("final_part_min", "long"), ("final_part_max", "long"),
-           ("run_part_min", "long"), ("run_part_max", "long"), ("run_index", "long"), ("first_pos", "long"),
-           ("last_pos", "long"))
-SPARK_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in COLUMNS)
-_ARROW = {"long": pa.int64(), "int": pa.int32()}
-SCHEMA = pa.schema([(name, _ARROW[kind]) for name, kind in COLUMNS])
+SPARK_SCHEMA = ("value long, inv_index long, inv_index_last long, process long, process_max long, "
+                "comp_index long, comp_index_last long, outcome int, ack_pos long, read_index long, "
+                "final_part_min long, final_part_max long, run_part_min long, run_part_max long, "
+                "run_index long, first_pos long, last_pos long")
+SCHEMA = arrow_schema(SPARK_SCHEMA)
 
 
 class ValueRows:
@@ -130,20 +128,25 @@ def _joined(batches: list[list], width: int) -> list[np.ndarray]:
     return joined
 
 
-def _by_value(value: np.ndarray, columns: dict[str, tuple]) -> tuple[np.ndarray, dict[str, tuple]]:
-    """The distinct values, sorted, and per value each column reduced by its
-    ufunc (np.minimum or np.maximum; _NONE counts as nothing): {name:
-    (ufunc, reduced)}, where a value with nothing holds the ufunc's identity
-    (_MAX for the minimum, _MIN for the maximum). A column is given as a
-    function that makes it, called in turn, so that one is held at a time."""
+def _by_value(value: np.ndarray, columns: list[tuple]) -> tuple[np.ndarray, dict[str, tuple]]:
+    """The distinct values, sorted, and per value each column's minimum and
+    maximum (_NONE counts as nothing): {name: (ufunc, reduced)}, where a
+    value with nothing holds the ufunc's identity (_MAX for the minimum,
+    _MIN for the maximum). `columns`: (make, name of its minimum or None,
+    name of its maximum or None), `make` a function that makes the column,
+    called in turn so that one is held at a time; each is put in value
+    order once for both."""
     order = np.argsort(value, kind="stable")
     ordered = value[order]
     starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))[:len(value)]
     out = {}
-    for name, (ufunc, make) in columns.items():
+    for make, low, high in columns:
         column = make()[order]
-        np.putmask(column, column == _NONE, _MAX if ufunc is np.minimum else _MIN)
-        out[name] = (ufunc, ufunc.reduceat(column, starts) if len(starts) else column)
+        none = column == _NONE
+        for ufunc, name, identity in ((np.maximum, high, _MIN), (np.minimum, low, _MAX)):
+            if name is not None:
+                np.putmask(column, none, identity)
+                out[name] = (ufunc, ufunc.reduceat(column, starts) if len(starts) else column)
     return ordered[starts], out
 
 
@@ -155,11 +158,9 @@ def _send_columns(value, index, invoke, outcome, ack, process) -> tuple[np.ndarr
     def comp():
         return np.where(invoke, _NONE, index)
 
-    return _by_value(value, {
-        "inv_index": (np.minimum, inv), "inv_index_last": (np.maximum, inv),
-        "process": (np.minimum, lambda: process), "process_max": (np.maximum, lambda: process),
-        "comp_index": (np.minimum, comp), "comp_index_last": (np.maximum, comp),
-        "outcome": (np.maximum, lambda: outcome), "ack_pos": (np.maximum, lambda: ack)})
+    return _by_value(value, [(inv, "inv_index", "inv_index_last"), (lambda: process, "process", "process_max"),
+                             (comp, "comp_index", "comp_index_last"), (lambda: outcome, None, "outcome"),
+                             (lambda: ack, None, "ack_pos")])
 
 
 def _read_columns(value, partition, offset, index, process, logs: FinalLogs) -> tuple[np.ndarray, dict]:
@@ -188,12 +189,10 @@ def _read_columns(value, partition, offset, index, process, logs: FinalLogs) -> 
     def run_part():
         return np.where(in_run, partition, _NONE)
 
-    return _by_value(value, {
-        "read_first_pos": (np.minimum, pos), "read_last_pos": (np.maximum, pos),
-        "read_index": (np.minimum, lambda: index),
-        "final_part_min": (np.minimum, final_part), "final_part_max": (np.maximum, final_part),
-        "run_part_min": (np.minimum, run_part), "run_part_max": (np.maximum, run_part),
-        "run_index": (np.minimum, lambda: np.where(in_run, index, _NONE))})
+    return _by_value(value, [(pos, "read_first_pos", "read_last_pos"), (lambda: index, "read_index", None),
+                             (final_part, "final_part_min", "final_part_max"),
+                             (run_part, "run_part_min", "run_part_max"),
+                             (lambda: np.where(in_run, index, _NONE), "run_index", None)])
 
 
 def in_brackets(process: np.ndarray, index: np.ndarray, brackets: dict[int, list[tuple[int, int]]]) -> np.ndarray:

@@ -350,8 +350,14 @@ def local_frame(spark, rows: list[tuple], schema: str):
     may lack (or have in another version than the driver's)."""
     import pyarrow as pa
 
-    fields = [field.split() for field in schema.split(", ")]
-    types = {"long": pa.int64(), "int": pa.int32()}
-    table = pa.table({name: pa.array([r[i] for r in rows], type=types[kind])
-                      for i, (name, kind) in enumerate(fields)})
+    table = pa.table({field.name: pa.array([r[i] for r in rows], type=field.type)
+                      for i, field in enumerate(arrow_schema(schema))})
     return spark.createDataFrame(table, schema)
+
+
+def arrow_schema(ddl: str):
+    """A DDL schema of `long` and `int` columns ("a long, b int") as Arrow's."""
+    import pyarrow as pa
+
+    types = {"long": pa.int64(), "int": pa.int32()}
+    return pa.schema([(name, types[kind]) for name, kind in (field.split() for field in ddl.split(", "))])
