@@ -19,6 +19,7 @@ import orjson
 
 from checkers import anomalies as an
 from checkers import liveness, node_logs, offsets, order, stats
+from checkers.driver_by_position import DUPLICATE_READS_SCHEMA, Positions
 from checkers.driver_by_value import SPARK_SCHEMA as BY_VALUE_SCHEMA, ValueRows
 from checkers.load import events_ahead, file_uri, load, prepare, scratch_for
 from checkers.read_runs import SPARK_SCHEMA as RUNS_SCHEMA, RunsWriter
@@ -257,6 +258,22 @@ def _order_steps(runs, restarts: list) -> tuple:
     return steps, steps.limit(order.STEPS_ON_DRIVER + 1).collect()
 
 
+def _driver_positions(spark, values: ValueRows, positions: Positions, frames) -> tuple:
+    """What Spark's by-position pass gives, from the driver's positions:
+    the known positions for read order (`order.Known`), how many positions
+    hold two values or more and the first of them; and the duplicated
+    values' reads for their examples (`frames.dup_reads`)."""
+    if values.duplicate_reads is not None:
+        frames.dup_reads = spark.read.schema(DUPLICATE_READS_SCHEMA).parquet(file_uri(values.duplicate_reads))
+
+    def frame():  # only for a history with too many odd read steps to classify on the driver
+        path = positions.write(values.path.with_name("by_position.parquet"))
+        return spark.read.schema("pos long").parquet(file_uri(path))
+
+    known = order.Known(frame, positions.first_known)
+    return known, len(positions.inconsistent), positions.inconsistent[:an.MAX_EXAMPLES].tolist()
+
+
 def _analyse(spark, driver: _DriverRead, promised: dict, opts: Options) -> dict:
     # Four Spark jobs for a history without anomalies (docs/checker.md,
     # "Passes"); what the driver gathered while it validated the history
@@ -266,10 +283,11 @@ def _analyse(spark, driver: _DriverRead, promised: dict, opts: Options) -> dict:
     # both only where Spark makes the runs, not the driver (`read.runs`);
     # (3) the by-value aggregation, kept, where Spark makes it, not the
     # driver (`read.values`), and every by-value anomaly and count in one
-    # aggregation over it; (4) the by-position aggregation
-    # (kept: poll-skip joins it again) and read order from one window pass
-    # (send order, the driver's `sends_back`). Examples and skipped
-    # offsets, only where anomalies were found, take a few more.
+    # aggregation over it; (4) the by-position aggregation (kept: poll-skip
+    # joins it again), where the driver does not make it beside (3) from
+    # the same rows, and read order from one window pass (send order, the
+    # driver's `sends_back`). Examples and skipped offsets, only where
+    # anomalies were found, take a few more.
     read, folded, faults = driver.read, driver.folded, driver.faults
     stage = _Stages()
     kept: list = []  # what this keeps; the frames' builders list theirs in frames.kept
@@ -278,7 +296,7 @@ def _analyse(spark, driver: _DriverRead, promised: dict, opts: Options) -> dict:
     # beside the by-value and by-position passes, on the cores their
     # one-task stages leave idle (docs/benchmarks.md); begun before the
     # history is loaded where the driver made the runs.
-    steps = None
+    steps = by_position = None
     try:
         if read.runs is not None:  # made by the driver as it read the history
             runs_uri = file_uri(read.runs.path)
@@ -305,20 +323,26 @@ def _analyse(spark, driver: _DriverRead, promised: dict, opts: Options) -> dict:
         if read.values is not None:  # gathered by the driver as it read the history
             read.values.write(logs)
             frames.by_value = spark.read.schema(BY_VALUE_SCHEMA).parquet(file_uri(read.values.path))
+            by_position = Beside(read.values.by_position, name="by-position")
         else:
             an.add_by_value(frames, logs)
         checked = an.value_checks(frames, max_read, logs)
         multi = an.multi_partition_checks(checked, frames, logs)
         stage.done("by-value")
-        an.add_duplicate_reads(frames, checked["duplicate"])
-        by_pos = keep(an.by_position(frames, checked["duplicate"]))
-        kept.append(by_pos)
-        first_inconsistent = an.inconsistent_first(by_pos).collect()
+        if by_position is not None:  # the driver's too (checkers/driver_by_position.py)
+            known, n_inconsistent, inconsistent_at = _driver_positions(spark, read.values, by_position.result(),
+                                                                       frames)
+        else:
+            an.add_duplicate_reads(frames, checked["duplicate"])
+            by_pos = keep(an.by_position(frames, checked["duplicate"]))
+            kept.append(by_pos)
+            n_inconsistent, inconsistent_at = an.inconsistent_positions(
+                by_pos, an.inconsistent_first(by_pos).collect())
+            known = order.Known(lambda: by_pos)
         all_steps, first_steps = steps.result()
         stage.done("by-position-order")
-        found = order.order_checks(all_steps, first_steps, by_pos)
+        found = order.order_checks(all_steps, first_steps, known)
         found["nonmonotonic-send"] = driver.sends_back
-        n_inconsistent, inconsistent_at = an.inconsistent_positions(by_pos, first_inconsistent)
         lat = stats.latency(read.histogram_rows())
         stage.done("skips")
         examples, missing, inconsistent = an.examples(checked, frames, multi, inconsistent_at)
@@ -327,8 +351,9 @@ def _analyse(spark, driver: _DriverRead, promised: dict, opts: Options) -> dict:
         found["inconsistent-offset"] = (n_inconsistent, inconsistent)
         stage.done("examples")
     finally:
-        if steps is not None:
-            steps.wait()  # its job reads the runs, released below
+        for beside in (steps, by_position):
+            if beside is not None:
+                beside.wait()  # steps' job reads the runs, released below
         for frame in kept + (frames.kept if frames is not None else []):
             release(frame)
     # Events by f and type: invocations counted while pairing (sends by value),

@@ -17,7 +17,9 @@ minimum and maximum of each column per value with NumPy (sorted by value,
 reduced per run of equal values), and writes the frame's rows to Parquet,
 which Spark reads in place of its own aggregation. The rows and the
 functions over them are the same, so the frame is the same: a test checks
-every anomaly kind both ways.
+every anomaly kind both ways. The reads' values, positions and indexes,
+and each value's acknowledged position, are kept for `by_position`, which
+makes the by-position facts from them (checkers/driver_by_position.py).
 
 It holds about 40 bytes per send event and per record read until the frame
 is written, and more while it aggregates: a 10M-event history's check
@@ -37,6 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from checkers.anomalies import FAIL, INFO, OK, POS_BITS, FinalLogs
+from checkers.driver_by_position import Positions, duplicate_reads, positions
 from checkers.spark import arrow_schema
 
 # Every index, position, partition, process and outcome gathered is >= 0,
@@ -61,6 +64,10 @@ class ValueRows:
         self.path = Path(path)
         self._sends: list[list] = []  # a batch's columns each
         self._reads: list[list] = []
+        # What `write` keeps for `by_position`, and where that writes the
+        # duplicated values' reads (None: no value is duplicated).
+        self._for_positions: tuple | None = None
+        self.duplicate_reads: Path | None = None
 
     def add_sends(self, value: np.ndarray, index: np.ndarray, invoke: np.ndarray, ok: np.ndarray,
                   fail: np.ndarray, partition: np.ndarray, offset: np.ndarray, process: np.ndarray) -> None:
@@ -82,10 +89,11 @@ class ValueRows:
         and write the frame's rows (the gathered rows are let go on the way).
         The reads are aggregated in a thread beside the sends: NumPy's sorts
         and reductions run outside Python's lock, on both cores."""
-        reads, self._reads = _joined(self._reads, 5), []
+        (read_value, partition, offset, read_index, process), self._reads = _joined(self._reads, 5), []
+        read_pos = (partition << POS_BITS) | offset
         with ThreadPoolExecutor(1, thread_name_prefix="by-value-reads") as beside:
-            by_read = beside.submit(_read_columns, *reads, logs)
-            del reads
+            by_read = beside.submit(_read_columns, read_value, partition, offset, read_pos, read_index, process, logs)
+            del partition, offset, process
             sends, self._sends = _joined(self._sends, 6), []
             send_values, send_columns = _send_columns(*sends)
             del sends
@@ -108,6 +116,10 @@ class ValueRows:
         out["first_pos"] = np.minimum(np.where(out["ack_pos"] == _MIN, _MAX, out["ack_pos"]),
                                       out.pop("read_first_pos"))
         out["last_pos"] = np.maximum(out["ack_pos"], out.pop("read_last_pos"))
+        acked = out["ack_pos"] != _MIN
+        ack_pos, ack_value = out["ack_pos"][acked], values[acked]
+        duplicated = values[(out["first_pos"] != _MAX) & (out["first_pos"] != out["last_pos"])]
+        del acked
         arrays = []
         for field in SCHEMA:
             column = out.pop(field.name)
@@ -115,6 +127,22 @@ class ValueRows:
             arrays.append(pa.array(np.where(none, 0, column), type=field.type, mask=none if none.any() else None))
         pq.write_table(pa.Table.from_arrays(arrays, schema=SCHEMA), str(self.path), compression="none",
                        use_dictionary=False, write_statistics=False)
+        self._for_positions = (ack_pos, ack_value, duplicated, read_value, read_pos, read_index)
+
+    def by_position(self) -> Positions:
+        """The positions known to hold a value, from the rows `write` kept
+        (let go here), and the duplicated values' reads, written to
+        `duplicate_reads` if any value is duplicated
+        (checkers/driver_by_position.py). NumPy's sorts run outside
+        Python's lock: Spark's passes over the by-value frame run beside."""
+        ack_pos, ack_value, duplicated, read_value, read_pos, read_index = self._for_positions
+        self._for_positions = None
+        if len(duplicated):
+            self.duplicate_reads = self.path.with_name("duplicate_reads.parquet")
+            pq.write_table(duplicate_reads(duplicated, read_value, read_pos, read_index), str(self.duplicate_reads),
+                           compression="none", write_statistics=False)
+        del read_index
+        return positions(ack_pos, ack_value, read_pos, read_value)
 
 
 def _joined(batches: list[list], width: int) -> list[np.ndarray]:
@@ -163,7 +191,7 @@ def _send_columns(value, index, invoke, outcome, ack, process) -> tuple[np.ndarr
                              (lambda: ack, None, "ack_pos")])
 
 
-def _read_columns(value, partition, offset, index, process, logs: FinalLogs) -> tuple[np.ndarray, dict]:
+def _read_columns(value, partition, offset, pos, index, process, logs: FinalLogs) -> tuple[np.ndarray, dict]:
     """Per value read: the read columns of the by-value frame, with
     `anomalies.build`'s marks: final (inside a final-reads bracket), in the
     final log (final, below its partition's known end), read during the run
@@ -180,16 +208,13 @@ def _read_columns(value, partition, offset, index, process, logs: FinalLogs) -> 
     in_run = ~final & has_end
     del final, end, has_end
 
-    def pos():
-        return (partition << POS_BITS) | offset
-
     def final_part():
         return np.where(in_final, partition, _NONE)
 
     def run_part():
         return np.where(in_run, partition, _NONE)
 
-    return _by_value(value, [(pos, "read_first_pos", "read_last_pos"), (lambda: index, "read_index", None),
+    return _by_value(value, [(lambda: pos, "read_first_pos", "read_last_pos"), (lambda: index, "read_index", None),
                              (final_part, "final_part_min", "final_part_max"),
                              (run_part, "run_part_min", "run_part_max"),
                              (lambda: np.where(in_run, index, _NONE), "run_index", None)])

@@ -20,6 +20,11 @@ safe side.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
 from checkers.anomalies import MAX_EXAMPLES, offset_of, partition_of, pos_of
 from checkers.spark import broadcast_if_small, keep, local_frame, release
 
@@ -36,6 +41,18 @@ def _F():
     from pyspark.sql import functions as F
 
     return F
+
+
+@dataclass
+class Known:
+    """The positions known to hold a value (the by-position frame's), which
+    poll-skip's gaps meet: `frame()` gives them as a Spark frame with a
+    column `pos`; `first_known`, where the driver holds them
+    (`driver_by_position.Positions.first_known`), finds the first known
+    offset inside each of a few gaps without Spark."""
+
+    frame: Callable[[], object]
+    first_known: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray] | None = None
 
 
 def order_steps(runs, restarts: list):
@@ -70,12 +87,12 @@ def order_steps(runs, restarts: list):
     ).where(offset.isNotNull() & prev_offset.isNotNull()).where((offset <= prev_offset) | (offset > prev_offset + 1))
 
 
-def order_checks(steps, rows: list, by_pos) -> dict[str, tuple[int, list[dict]]]:
+def order_checks(steps, rows: list, known: Known) -> dict[str, tuple[int, list[dict]]]:
     """nonmonotonic-poll and poll-skip from `order_steps`:
     `rows` are its first STEPS_ON_DRIVER + 1 rows, classified on the driver
     unless there are more (a history with many gaps: records it does not
-    know), then in Spark. Either way the gaps meet the known positions by
-    `_skipped`."""
+    know), then in Spark. The gaps meet the known positions on the driver
+    where it holds them, else by `_skipped`."""
     F = _F()
     offset, prev_offset = F.col("offset"), F.col("prev_offset")
     if len(rows) <= STEPS_ON_DRIVER:
@@ -83,7 +100,12 @@ def order_checks(steps, rows: list, by_pos) -> dict[str, tuple[int, list[dict]]]
         back = sorted((r for r in rows if r["offset"] <= r["prev_offset"]), key=order)
         gaps = [r for r in rows if r["offset"] > r["prev_offset"] + 1]
         skipped = []
-        if gaps:
+        if gaps and known.first_known is not None:
+            first = known.first_known(*(np.array([r[c] for r in gaps], np.int64)
+                                        for c in ("partition", "prev_offset", "offset"))).tolist()
+            skipped = sorted(({**r.asDict(), "skipped_offset": f} for r, f in zip(gaps, first) if f >= 0), key=order)
+        elif gaps:
+            by_pos = known.frame()
             widths = [r["offset"] - r["prev_offset"] - 1 for r in gaps]
             columns = [c.split()[0] for c in _STEP_SCHEMA.split(", ")]
             gaps_df = local_frame(by_pos.sparkSession, [tuple(r[c] for c in columns) for r in gaps], _STEP_SCHEMA)
@@ -99,7 +121,7 @@ def order_checks(steps, rows: list, by_pos) -> dict[str, tuple[int, list[dict]]]
         width = offset - prev_offset - 1
         sizes = gaps.agg(F.sum(F.when(width <= NARROW_GAP, width)).alias("narrow"),
                          F.count(F.when(width > NARROW_GAP, 1)).alias("wide")).collect()[0]
-        skips = keep(_skipped(gaps, by_pos, sizes["narrow"] or 0, sizes["wide"]))
+        skips = keep(_skipped(gaps, known.frame(), sizes["narrow"] or 0, sizes["wide"]))
         kept.append(skips)
         examples = {name: frame.orderBy(*keys).limit(MAX_EXAMPLES).collect()
                     for name, frame, keys in (("back", backwards, ("index", "slot")), ("skip", skips, ("index", "slot")))}

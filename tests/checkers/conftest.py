@@ -73,6 +73,40 @@ class Hist:
         return path
 
 
+def every_role() -> Hist:
+    """A history with a value in each role the by-value frame's columns tell
+    apart (checkers/driver_by_value.py), and positions holding two values."""
+    h = Hist()
+    h.send(0, 1, 0, 0)  # acknowledged, read in the run and by the final reads
+    h.send(0, 2, 0, 1)  # acknowledged, read only by the final reads
+    h.send(0, 3, outcome="fail")  # failed, read anyway
+    h.send(1, 4, outcome="info")  # unsettled, read in the run only
+    h.send(1, 5, outcome=None)  # invoked, never completed
+    h.send(1, 7, 1, 0)  # acknowledged in partition 1, read there and at partition 0's offset 5
+    h.send(1, 13, 2, 0)  # in partition 2, whose final log is not known
+    h.add(2, "ok", "send", value=8, partition=0, offset=9)  # a completion with no invocation
+    h.send(2, 9, 0, 2)
+    h.add(2, "ok", "send", value=9, partition=0, offset=3)  # completed twice
+    h.send(2, 10, 0, 4)
+    h.add(2, "invoke", "send", key=0, value=10)  # invoked twice
+    h.add(3, "invoke", "send", key=0, value=11)
+    h.add(4, "ok", "send", value=11, partition=0, offset=6)  # completed by another process
+    h.add(4, "ok", "send", value=12, partition=0, offset=7)  # completed before its invocation
+    h.add(4, "invoke", "send", key=0, value=12)
+    h.poll(10, (0, 0, 1), (0, 5, 7), (1, 0, 7), (0, 8, 6))  # 6 was never sent
+    h.poll(11, (0, 0, 3), (0, 1, 4), (2, 0, 13))
+    for process in (20, 21):  # two readers, one with two brackets
+        h.final_reads(process, [0, 1, 2])
+        h.poll(process, (0, 0, 1), (0, 1, 2), (1, 0, 7))
+        h.poll(process, (0, 3, 9))  # at the final log's end: not in it
+        h.final_reads_ok(process, {0: 3, 1: 1})
+    h.final_reads(21, [0])
+    h.poll(21, (0, 2, 9), (0, 4, 10))  # 10 at the end, 4, that this bracket reports: not in the log
+    h.final_reads_ok(21, {0: 4})
+    h.poll(12, (0, 2, 9), (1, 0, 7))  # after the final reads: in the run
+    return h
+
+
 @pytest.fixture
 def hist():
     return Hist()

@@ -1,0 +1,88 @@
+"""The by-position facts made on the driver, beside its by-value frame.
+
+`checkers.anomalies.by_position` defines them in Spark: every position a
+value is known at, with how many distinct values it holds. A value at one
+position gives that position; a duplicated value (two positions or more)
+gives its acknowledged position (the by-value row's `ack_pos`, its highest
+ok send's) and every position it was read at. A value at one position has
+its acknowledgement and every read there, so the same pairs are, for every
+value, its `ack_pos` and its reads' positions. They serve three checks:
+inconsistent-offset (positions with two values or more), poll-skip (a gap
+in a consumer's offsets that skipped a known position) and the duplicates'
+examples (`anomalies.add_duplicate_reads`: every read of a duplicated value).
+
+For the histories whose by-value frame the driver makes
+(checkers/driver_by_value.py), it has every pair at hand: `positions`
+sorts them by position with NumPy, which at 10M events takes under a
+second against four for Spark's aggregation, its checkpoint and its joins
+(docs/benchmarks.md). Larger histories keep Spark's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from checkers.anomalies import MAX_OFFSET, POS_BITS
+
+# The duplicated values' reads, as `anomalies.add_duplicate_reads` makes them.
+DUPLICATE_READS_SCHEMA = "value long, partition long, offset long, index long"
+
+
+@dataclass
+class Positions:
+    """The positions known to hold a value, and those that hold two or more."""
+
+    known: np.ndarray  # every known position, sorted, each once
+    inconsistent: np.ndarray  # those holding two distinct values or more, sorted
+
+    def first_known(self, partition: np.ndarray, after: np.ndarray, before: np.ndarray) -> np.ndarray:
+        """Per gap (a partition's offsets strictly between `after` and
+        `before`), the first offset known inside it, or -1 if none is."""
+        low = (partition << POS_BITS) | (after + 1)
+        at = np.searchsorted(self.known, low)
+        first = self.known[np.minimum(at, len(self.known) - 1)] if len(self.known) else np.zeros(len(low), np.int64)
+        inside = (at < len(self.known)) & (first < ((partition << POS_BITS) | before))
+        return np.where(inside, first & MAX_OFFSET, -1)
+
+    def write(self, path: Path) -> Path:
+        """The known positions as Parquet (column `pos`), for Spark's read
+        order pass when there are too many gaps to meet them on the driver."""
+        pq.write_table(pa.table({"pos": self.known}), str(path), compression="none", write_statistics=False)
+        return path
+
+
+def positions(ack_pos: np.ndarray, ack_value: np.ndarray, read_pos: np.ndarray,
+              read_value: np.ndarray) -> Positions:
+    """The positions of the (position, value) pairs: each value's
+    acknowledged position and every read's. Sorted by position, a position
+    holds two values or more iff two neighbours there differ in value."""
+    pos = np.concatenate((ack_pos, read_pos))
+    order = np.argsort(pos)  # quicksort: which of a position's values comes first does not matter
+    pos = pos[order]
+    value = np.concatenate((ack_value, read_value))[order]
+    del order
+    repeat = pos[1:] == pos[:-1]
+    clash = repeat & (value[1:] != value[:-1])
+    inconsistent = np.unique(pos[1:][clash])
+    known = pos[np.concatenate(([True], ~repeat))] if len(pos) else pos
+    return Positions(known, inconsistent)
+
+
+def duplicate_reads(duplicated: np.ndarray, read_value: np.ndarray, read_pos: np.ndarray,
+                    read_index: np.ndarray) -> pa.Table:
+    """The reads of the `duplicated` values (sorted, each once) as
+    `anomalies.add_duplicate_reads` gives them: per value and position read
+    at, the first read's index."""
+    at = np.minimum(np.searchsorted(duplicated, read_value), max(len(duplicated) - 1, 0))
+    hit = np.flatnonzero(duplicated[at] == read_value) if len(duplicated) else np.zeros(0, np.int64)
+    value, pos, index = read_value[hit], read_pos[hit], read_index[hit]
+    order = np.lexsort((index, pos, value))
+    value, pos, index = value[order], pos[order], index[order]
+    first = np.concatenate(([True], (value[1:] != value[:-1]) | (pos[1:] != pos[:-1])))[:len(value)]
+    return pa.table({"value": value[first], "partition": pos[first] >> POS_BITS,
+                     "offset": pos[first] & MAX_OFFSET, "index": index[first]})
