@@ -51,7 +51,8 @@ class Positions:
 
     def write(self, path: Path) -> Path:
         """The known positions as Parquet (column `pos`), for Spark's read
-        order pass when there are too many gaps to meet them on the driver."""
+        order pass when there are too many odd read steps to classify on the
+        driver (`order.STEPS_ON_DRIVER`)."""
         pq.write_table(pa.table({"pos": self.known}), str(path), compression="none", write_statistics=False)
         return path
 
