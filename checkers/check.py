@@ -34,6 +34,16 @@ from core.errors import UserError
 log = logging.getLogger(__name__)
 
 
+# Histories up to this many events have their by-value and by-position
+# frames made on the driver (checkers/driver_by_value.py,
+# checkers/driver_by_position.py), where a scratch folder lets Spark's
+# executors read them. They raise the Python side's peak at 10M events from
+# 1.3 to 2.2-2.4 GiB (about 110 bytes an event more): this bound keeps it
+# near 3 GB, and larger histories (100M: 8 GB in all) are Spark's
+# (docs/benchmarks.md). `Options.driver_frames_up_to` (--driver-frames-up-to) moves it.
+DRIVER_FRAMES_EVENTS = 12_000_000
+
+
 @dataclass
 class Options:
     allow: set[str] = field(default_factory=set)
@@ -44,6 +54,9 @@ class Options:
     # executor reads. None: beside the history on a cluster, the temporary folder
     # on a local master (checkers.load.scratch_for).
     scratch: str | Path | None = None
+    # Histories up to this many events (as known before the read) have their
+    # by-value and by-position frames made on the driver; 0: never.
+    driver_frames_up_to: int = DRIVER_FRAMES_EVENTS
     # Liveness (checkers/liveness.py): each fault's start action -> its stop action
     # (the fault registry's pairs; checkers do not import nemesis), and the HANG limit.
     fault_ends: dict[str, str] = field(default_factory=dict)
@@ -135,7 +148,7 @@ def _read_on_driver(source, scratch: Path | None, opts: Options, ahead: int) -> 
     read = HistoryReader()
     if scratch is not None:
         read.runs = RunsWriter(scratch / "runs.parquet")
-        if ahead <= DRIVER_BY_VALUE_EVENTS:
+        if ahead <= opts.driver_frames_up_to:
             read.values = ValueRows(scratch / "by_value.parquet")
     seconds = {}
     t = time.monotonic()
@@ -164,14 +177,6 @@ def _read_on_driver(source, scratch: Path | None, opts: Options, ahead: int) -> 
     seconds["liveness"] = round(time.monotonic() - t, 3)
     return _DriverRead(prepared, read, folded, sends_back, faults, live, seconds)
 
-
-# Histories up to this many events have their by-value frame made on the
-# driver (checkers/driver_by_value.py), where a scratch folder lets Spark's
-# executors read it. It raised the Python side's peak at 10M events from
-# 1.4 to 2.5 GB (about 115 bytes an event more): this bound keeps it near
-# 3 GB, and larger histories (100M: 8 GB in all) are Spark's
-# (docs/benchmarks.md).
-DRIVER_BY_VALUE_EVENTS = 12_000_000
 
 # Histories up to this many events are "small": every shuffle goes to one
 # partition and adaptive execution is off, since what such a check pays for

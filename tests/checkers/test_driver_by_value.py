@@ -15,6 +15,7 @@ from checkers.load import load, prepare
 from checkers.reading import HistoryReader
 from core.errors import HistoryError
 from core.history.files import resolve
+from harness.cli import main
 from tests.checkers.conftest import Hist, every_role
 
 pytestmark = pytest.mark.spark
@@ -70,10 +71,9 @@ def test_brackets_are_strict_and_per_process():
     assert not in_brackets(process, index, {}).any()
 
 
-def _refused(spark, path, monkeypatch, driver: bool) -> str:
-    monkeypatch.setattr(check_module, "DRIVER_BY_VALUE_EVENTS", 1 << 40 if driver else -1)
+def _refused(spark, path, driver: bool) -> str:
     with pytest.raises(HistoryError) as refused:
-        check_history(path, Options(), spark=spark)
+        check_history(path, Options(driver_frames_up_to=1 << 40 if driver else 0), spark=spark)
     return str(refused.value)
 
 
@@ -84,7 +84,7 @@ def _refused(spark, path, monkeypatch, driver: bool) -> str:
     ([("invoke", 0, 1), ("ok", 3, 1)], ("index 1", "another process")),
     ([("ok", 0, 1)], ("index 0", "without an invocation of its value")),
 ])
-def test_both_ways_refuse_a_broken_send_at_the_same_event(spark, tmp_path, monkeypatch, events, words):
+def test_both_ways_refuse_a_broken_send_at_the_same_event(spark, tmp_path, events, words):
     # A Parquet history's sends are only paired by the by-value pass (JSONL's
     # are refused line by line while read): the same message either way.
     h = Hist()
@@ -92,6 +92,28 @@ def test_both_ways_refuse_a_broken_send_at_the_same_event(spark, tmp_path, monke
         fields = {"partition": 0, "offset": len(h.events)} if type_ == "ok" else {"key": 0}
         h.add(process, type_, "send", value=value, **fields)
     path = h.write(tmp_path, parquet=True)
-    on_driver, by_spark = _refused(spark, path, monkeypatch, True), _refused(spark, path, monkeypatch, False)
+    on_driver, by_spark = _refused(spark, path, True), _refused(spark, path, False)
     assert on_driver == by_spark
     assert all(w in on_driver for w in words), on_driver
+
+
+def test_harness_check_s_bound_decides_who_makes_the_frame(spark, tmp_path, monkeypatch, capsys):
+    made = []
+
+    class Counting(ValueRows):
+        def write(self, logs):
+            made.append(self.path)
+            super().write(logs)
+
+    monkeypatch.setattr(check_module, "ValueRows", Counting)
+    h = Hist()
+    h.send(0, 1, 0, 0)
+    h.poll(1, (0, 0, 1))
+    path = h.write(tmp_path)
+    assert main(["check", str(path), "--driver-frames-up-to", "0"]) == 0
+    assert made == []
+    assert main(["check", str(path), "--driver-frames-up-to", "2"]) == 0
+    assert made == []
+    assert main(["check", str(path)]) == 0
+    assert len(made) == 1
+    capsys.readouterr()

@@ -137,8 +137,7 @@ def test_the_by_value_frame_the_driver_makes_gives_what_spark_s_gives(spark, pla
     monkeypatch.setattr(check_module, "ValueRows", Counting)
     on_driver = check_history(path, Options(), spark=spark)
     assert len(written) == 1
-    monkeypatch.setattr(check_module, "DRIVER_BY_VALUE_EVENTS", len(syn.events) - 1)
-    by_spark = check_history(path, Options(), spark=spark)
+    by_spark = check_history(path, Options(driver_frames_up_to=len(syn.events) - 1), spark=spark)
     assert len(written) == 1, "a history over the bound is aggregated by Spark"
     assert _without_timing(by_spark) == _without_timing(on_driver)
     assert {name: a["count"] for name, a in on_driver["anomalies"].items()} == syn.expected
