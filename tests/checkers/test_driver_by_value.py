@@ -1,6 +1,7 @@
 """The by-value frame made on the driver (checkers/driver_by_value.py) is
 Spark's (`anomalies.add_by_value`) row for row, and a check refuses the same
-histories at the same events either way."""
+histories at the same events either way; `harness check
+--driver-frames-up-to` decides which way a history goes."""
 
 from __future__ import annotations
 
