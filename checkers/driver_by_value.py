@@ -22,11 +22,12 @@ and each value's acknowledged position, are kept for `by_position`, which
 makes the by-position facts from them (checkers/driver_by_position.py).
 
 It holds about 40 bytes per send event and per record read until the frame
-is written, and more while it aggregates: a 10M-event history's check
-peaked at 2.5 GB on the Python side, against 1.4 GB without it. So only
-histories up to `check.DRIVER_FRAMES_EVENTS` (or --driver-frames-up-to) take it; Spark aggregates
-larger ones, and those whose check has no scratch folder its executors
-read (a Parquet history on a cluster without --scratch).
+is written, more while it aggregates, and 24 bytes per record read until
+the positions are made: a 10M-event history's check peaked at 2.2 to 2.4
+GiB on the Python side, against 1.3 GiB without it. So only histories up
+to `check.DRIVER_FRAMES_EVENTS` (or --driver-frames-up-to) take it; Spark
+aggregates larger ones, and those whose check has no scratch folder its
+executors read (a Parquet history on a cluster without --scratch).
 """
 
 from __future__ import annotations
