@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from checkers import check as check_module
 from checkers.check import Options, check_history
+from checkers.driver_by_value import ValueRows
 from tests.checkers.reference import reference_counts
 
 
@@ -105,6 +107,21 @@ def every_role() -> Hist:
     h.final_reads_ok(21, {0: 4})
     h.poll(12, (0, 2, 9), (1, 0, 7))  # after the final reads: in the run
     return h
+
+
+@pytest.fixture
+def driver_frames(monkeypatch) -> list:
+    """The by-value frames a check makes on the driver (checkers/driver_by_value.py),
+    by their paths, in the order written: empty where Spark made them."""
+    written: list = []
+
+    class Counting(ValueRows):
+        def write(self, logs):
+            written.append(self.path)
+            super().write(logs)
+
+    monkeypatch.setattr(check_module, "ValueRows", Counting)
+    return written
 
 
 @pytest.fixture

@@ -98,15 +98,8 @@ def test_both_ways_refuse_a_broken_send_at_the_same_event(spark, tmp_path, event
     assert all(w in on_driver for w in words), on_driver
 
 
-def test_harness_check_s_bound_decides_who_makes_the_frame(spark, tmp_path, monkeypatch, capsys):
-    made = []
-
-    class Counting(ValueRows):
-        def write(self, logs):
-            made.append(self.path)
-            super().write(logs)
-
-    monkeypatch.setattr(check_module, "ValueRows", Counting)
+def test_harness_check_s_bound_decides_who_makes_the_frame(spark, tmp_path, driver_frames, capsys):
+    made = driver_frames
     h = Hist()
     h.send(0, 1, 0, 0)
     h.poll(1, (0, 0, 1))

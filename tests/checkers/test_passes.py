@@ -13,7 +13,7 @@ import pytest
 
 from checkers import anomalies
 from checkers import check as check_module
-from checkers import driver_by_value, order, read_runs
+from checkers import order, read_runs
 from checkers.check import Options, check_history, sized_conf
 from core.history.parquet import write_parquet
 from harness.synthetic import Plan, generate
@@ -121,20 +121,13 @@ def test_the_spark_side_paths_of_read_order_agree_with_the_driver_side(spark, pl
         assert _without_timing(a) == _without_timing(b) == _without_timing(c)
 
 
-def test_the_by_value_frame_the_driver_makes_gives_what_spark_s_gives(spark, planted, monkeypatch):
+def test_the_by_value_frame_the_driver_makes_gives_what_spark_s_gives(spark, planted, driver_frames):
     # Every anomaly kind planted: the whole results.json (counts, examples,
     # statistics) from the driver's frame (checkers/driver_by_value.py) and
     # from Spark's aggregation, which a history too large for the driver's
     # memory takes.
     syn, path = planted
-    written = []
-
-    class Counting(driver_by_value.ValueRows):
-        def write(self, logs):
-            written.append(self.path)
-            super().write(logs)
-
-    monkeypatch.setattr(check_module, "ValueRows", Counting)
+    written = driver_frames
     on_driver = check_history(path, Options(), spark=spark)
     assert len(written) == 1
     by_spark = check_history(path, Options(driver_frames_up_to=len(syn.events) - 1), spark=spark)
