@@ -7,8 +7,11 @@ test_anomalies.py and test_passes.py."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from checkers.anomalies import MAX_EXAMPLES
 from checkers.reading import read_files
+from checkers.send_order import Acks, _by_group_then_invocation, group_of
 from core.history.parquet import write_parquet
 from harness.synthetic import Plan, generate
 from tests.checkers.conftest import Hist
@@ -89,3 +92,17 @@ def test_send_order_settled_in_small_batches_is_that_of_one_batch(tmp_path):
     assert whole[0] == reference_counts(events)["nonmonotonic-send"] == 3
     for rows in (97, 10):
         assert read_files([path], batch_rows=rows).send_order.result({}) == whole
+
+
+def test_the_order_by_group_and_invocation_is_the_two_key_sort_packed_or_not():
+    """The one-key sort (each group's rank packed above the invocation index)
+    orders as a sort by the two keys does; an index too wide to pack takes
+    the two-key sort itself."""
+    rng = np.random.default_rng(7)
+    n = 5_000
+    group = group_of(rng.integers(0, 40, n), rng.integers(0, 9, n))
+    for invoke_index in (rng.permutation(10 * n)[:n], rng.permutation(10 * n)[:n] + (1 << 40)):
+        acks = Acks(group, invoke_index, *(np.zeros(n, np.int64) for _ in range(3)))
+        order = _by_group_then_invocation(acks)
+        assert (order == np.lexsort((invoke_index, group))).all()
+        assert len(set(order.tolist())) == n
