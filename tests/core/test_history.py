@@ -16,6 +16,9 @@ from array import array
 from pathlib import Path
 
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from core.history.files import iter_source_jsonl, load_run_json, resolve
@@ -541,3 +544,22 @@ def test_the_quick_acceptance_of_sends_and_polls_never_passes_what_the_field_che
     assert len(quick) > 50 and len(variants) - len(quick) > 300  # both ways taken
     wrongly = [e for e in quick if not _passes(e)]
     assert not wrongly, wrongly[:3]
+
+
+def test_records_are_handed_on_without_their_keys_and_a_missing_field_is_still_named(tmp_path):
+    # Only the records' checked fields are read (their keys are not); a
+    # history whose records lack one of them is read whole, and refused.
+    write_parquet(_sample(), tmp_path / "history.parquet")
+    records = []
+    validate_parquet([tmp_path / "history.parquet"], on_batch=lambda b: records.append(b.column("records")))
+    fields = {records[0].type.value_type.field(i).name for i in range(records[0].type.value_type.num_fields)}
+    assert fields == {"partition", "offset", "value"}
+    assert pc.list_flatten(records[0]).to_pylist() == [{"partition": 0, "offset": 0, "value": 7}]
+    table = pq.read_table(tmp_path / "history.parquet")
+    record = pa.struct([("partition", pa.int64()), ("offset", pa.int64()), ("key", pa.int64())])
+    without_values = pa.array([[{"partition": 0, "offset": 0, "key": 1}] if r else None
+                               for r in table["records"].to_pylist()], pa.list_(record))
+    pq.write_table(table.set_column(table.schema.get_field_index("records"), "records", without_values),
+                   tmp_path / "bad.parquet")
+    with pytest.raises(HistoryError, match="records lack 'value'"):
+        validate_parquet([tmp_path / "bad.parquet"])
