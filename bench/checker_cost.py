@@ -116,6 +116,48 @@ def differences(counts: dict[str, int], planted: dict[str, int]) -> str:
                      for name in sorted(set(counts) | set(planted)) if counts.get(name) != planted.get(name))
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU seconds the processes `pids` have spent so far
+    (/proc; a process gone counts nothing)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+class CPUTime:
+    """CPU seconds spent between enter and exit by this process and its
+    children (the JVM: on local[*], the whole check's; on a cluster, the
+    driver's), `total`, and by this (Python) process alone, `own`. On two
+    cores a wall time can be no less than half its CPU time: what a check
+    costs beside the bare scan shows here, whatever its threads overlap."""
+
+    def __init__(self) -> None:
+        self.total = self.own = 0.0
+        self._start = (0.0, 0.0)
+
+    @staticmethod
+    def _now() -> tuple[float, float]:
+        me = os.getpid()
+        return cpu_seconds([me, *descendants(me)]), cpu_seconds([me])
+
+    def __enter__(self):
+        self._start = self._now()
+        return self
+
+    def __exit__(self, *exc):
+        end = self._now()
+        self.total, self.own = end[0] - self._start[0], end[1] - self._start[1]
+
+
 class PeakRSS:
     """Peak resident memory of this process and its children (the JVM), sampled,
     and of this (Python) process alone; or of the descendants of `roots` (the
@@ -195,8 +237,9 @@ def run(args) -> int:
         expected = expected_of(folders[size])
         tries = []
         for _ in range(args.repeat):
-            bare = bare_scan(spark, files[size])
-            with PeakRSS() as mem:
+            with CPUTime() as bare_cpu:
+                bare = bare_scan(spark, files[size])
+            with PeakRSS() as mem, CPUTime() as cpu:
                 t0 = time.monotonic()
                 results = check_history(folders[size], Options(), spark=spark)
                 seconds = time.monotonic() - t0
@@ -206,6 +249,8 @@ def run(args) -> int:
                 raise UserError(f"{folders[size]}: the checker's counts differ from the planted ones: {differ}")
             tries.append({"events": expected["events"], "parts": len(files[size]), "check_s": round(seconds, 2),
                           "bare_scan_s": round(bare, 2), "ratio": round(seconds / bare, 2),
+                          "cpu_s": round(cpu.total, 2), "python_cpu_s": round(cpu.own, 2),
+                          "bare_scan_cpu_s": round(bare_cpu.total, 2),
                           "peak_rss_mb": round(mem.peak / 2**20), "python_peak_rss_mb": round(mem.own_peak / 2**20),
                           "stages": results["checker"]["stages"]})
         # The first check of a size pays for the code its plans compile and the
@@ -214,7 +259,8 @@ def run(args) -> int:
         best = {**min(tries, key=lambda t: t["check_s"]), "first_check_s": tries[0]["check_s"]}
         measured.append(best)
         print(f"{best['events']} events: check {best['check_s']:.2f} s (the first {best['first_check_s']:.2f} s), "
-              f"bare scan {best['bare_scan_s']:.2f} s, "
+              f"bare scan {best['bare_scan_s']:.2f} s, CPU {best['cpu_s']:.1f} s (Python {best['python_cpu_s']:.1f} s; "
+              f"the bare scan's {best['bare_scan_cpu_s']:.1f} s), "
               f"peak RSS {best['peak_rss_mb']} MiB, of Python alone {best['python_peak_rss_mb']} MiB "
               "(counts as planted)", file=sys.stderr, flush=True)
     report = {"cpus": os.cpu_count(), "master": master, "driver_memory": conf["spark.driver.memory"],
@@ -278,17 +324,21 @@ def on_standalone(args) -> dict:
 
 def print_table(report: dict) -> None:
     """One table: each size's best check and its first, its bare scan, their
-    ratio (of the best) and the driver's peak RSS (Python and JVM, and Python
-    alone), on local[*] and, if measured, beside it on the standalone cluster."""
+    ratio (of the best), the best check's CPU seconds and the bare scan's
+    (the driver's, Python and JVM, on a cluster), and the driver's peak RSS
+    (Python and JVM, and Python alone), on local[*] and, if measured, beside
+    it on the standalone cluster."""
     cluster = report.get("standalone")
     where = f"{report['master']}, {report['cpus']} CPUs"
     print(f"driver memory {report['driver_memory']}; {where}"
           + (f" | standalone: 2 workers x 1 core, {cluster['memory_per_worker']} each" if cluster else ""))
-    head = f"{'check s':>9} {'first s':>8} {'bare s':>7} {'ratio':>6} {'peak RSS':>10} {'Python':>10}"
+    head = (f"{'check s':>9} {'first s':>8} {'bare s':>7} {'ratio':>6} {'CPU s':>6} {'bare CPU':>8} "
+            f"{'peak RSS':>10} {'Python':>10}")
     print(f"{'events':>12} {head}" + (f" | {head}" if cluster else ""))
 
     def cells(row: dict) -> str:
         return (f"{row['check_s']:>9.2f} {row['first_check_s']:>8.2f} {row['bare_scan_s']:>7.2f} {row['ratio']:>5.1f}x "
+                f"{row['cpu_s']:>6.1f} {row['bare_scan_cpu_s']:>8.1f} "
                 f"{row['peak_rss_mb']:>6,} MiB {row['python_peak_rss_mb']:>6,} MiB")
 
     for i, row in enumerate(report["runs"]):

@@ -8,12 +8,15 @@ tests/run/test_synthetic.py's.)"""
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import orjson
 import pytest
 
-from bench.checker_cost import PLANTED, differences, ensure_history, print_table
+from bench.checker_cost import PLANTED, CPUTime, differences, ensure_history, print_table
 from core.errors import UserError
 from core.history.files import resolve
 from core.history.parquet import validate_parquet
@@ -61,17 +64,36 @@ def test_differences_name_each_anomaly_that_differs():
 
 def test_the_table_holds_each_size_on_both_masters(capsys):
     row = {"events": 994_979, "parts": 1, "check_s": 15.75, "first_check_s": 21.5, "bare_scan_s": 0.32,
-           "ratio": 49.2, "peak_rss_mb": 2826, "python_peak_rss_mb": 700}
-    there = {**row, "check_s": 30.5, "first_check_s": 41.25, "bare_scan_s": 1.5, "ratio": 20.3, "peak_rss_mb": 1500,
-             "python_peak_rss_mb": 650}
+           "ratio": 49.2, "cpu_s": 25.25, "bare_scan_cpu_s": 0.5, "peak_rss_mb": 2826, "python_peak_rss_mb": 700}
+    there = {**row, "check_s": 30.5, "first_check_s": 41.25, "bare_scan_s": 1.5, "ratio": 20.3, "cpu_s": 12.0,
+             "peak_rss_mb": 1500, "python_peak_rss_mb": 650}
     print_table({"master": "local[*]", "cpus": 2, "driver_memory": "8g", "session_start_s": 5.0,
                  "runs": [row], "cold_cli_s": 40.0, "cold_cli_exit": 0,
                  "standalone": {"runs": [there], "cold_cli_s": 60.0, "memory_per_worker": "1g",
                                 "executors_peak_rss_mb": 2048}})
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("driver memory 8g; local[*], 2 CPUs | standalone")
-    assert lines[2].split() == ["994,979", "15.75", "21.50", "0.32", "49.2x", "2,826", "MiB", "700", "MiB", "|",
-                                "30.50", "41.25", "1.50", "20.3x", "1,500", "MiB", "650", "MiB"]
+    assert lines[2].split() == ["994,979", "15.75", "21.50", "0.32", "49.2x", "25.2", "0.5", "2,826", "MiB", "700",
+                                "MiB", "|", "30.50", "41.25", "1.50", "20.3x", "12.0", "0.5", "1,500", "MiB", "650",
+                                "MiB"]
+
+
+def test_cpu_time_counts_this_process_and_its_children_alive_at_the_end():
+    # A child burns about 0.4 s of CPU, then waits; this process burns about 0.2 s.
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time\nt = time.process_time()\n"
+                              "while time.process_time() - t < 0.4: pass\nprint(flush=True)\nsys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        with CPUTime() as cpu:
+            t = time.process_time()
+            while time.process_time() - t < 0.2:
+                pass
+            child.stdout.readline()  # its burn is over
+        assert 0.15 <= cpu.own <= cpu.total
+        assert cpu.total - cpu.own >= 0.3
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_bad_sizes_are_refused():
