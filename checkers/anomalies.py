@@ -33,6 +33,7 @@ duplicate across partitions) is settled exactly by a second, small pass.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from checkers.spark import broadcast_if_small, keep, long_array, long_map
@@ -479,8 +480,9 @@ _EXAMPLE_COLUMNS = ("value", "inv_index", "comp_index", "ack_pos", "read_index",
                     "final_end", "run_part_min", "run_index", "run_final_end", "first_pos", "last_pos")
 
 
-def examples(checked: dict, frames: Frames, multi: dict[str, tuple[int, list[dict]]],
-             inconsistent_at: list[int]) -> tuple[dict[str, list[dict]], dict[str, list[list[int]]], list[dict]]:
+def examples(checked: dict, frames: Frames, multi: dict[str, tuple[int, list[dict]]], inconsistent_at: list[int],
+             events_at: Callable[[set[int], tuple[str, ...]], dict[int, dict]]
+             ) -> tuple[dict[str, list[dict]], dict[str, list[list[int]]], list[dict]]:
     """Every example results.json shows, gathered in a few jobs whatever was found:
 
     - one over the by-value frame: the first MAX_EXAMPLES values of each value
@@ -492,7 +494,9 @@ def examples(checked: dict, frames: Frames, multi: dict[str, tuple[int, list[dic
       position was read only there, first at its `read_index`, so the
       by-value frame has its reads, and the history's records are not read
       again;
-    - one over the client events, for the errors and times the examples name.
+    - none for the errors and times the examples name: `events_at(indexes,
+      columns)` reads those events, by index, from the history's files
+      (`core.history.parquet.events_at`).
 
     Returns the value anomalies' examples (`multi`'s merged in), the
     `missing` sample, and the inconsistent-offset examples (positions
@@ -575,10 +579,7 @@ def examples(checked: dict, frames: Frames, multi: dict[str, tuple[int, list[dic
     timed = [e for name in ("lost-acked", "dirty-read") for e in out.get(name, [])]
     indexes = {e["fail_index"] for e in out.get("aborted-read", [])} | {
         e["read_index"] for e in timed if e["read_index"] is not None}
-    fields = {}
-    if indexes:
-        fields = {r["index"]: r for r in frames.client.where(F.col("index").isin(sorted(indexes)))
-                  .select("index", "error", "time").collect()}
+    fields = events_at(indexes, ("error", "time")) if indexes else {}
     for e in out.get("aborted-read", []):
         e["error"] = fields[e["fail_index"]]["error"] if e["fail_index"] in fields else None
     for e in timed:

@@ -28,7 +28,7 @@ from checkers.spark import QUICK_START_JAVA, Beside, SessionStart, default_maste
 from core.history.files import load_run_json, resolve
 from core.history.format import FINAL_READS
 from core.history.jsonl import iter_jsonl
-from core.history.parquet import write_parquet
+from core.history.parquet import events_at, write_parquet
 from core.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -364,7 +364,9 @@ def _analyse(spark, driver: _DriverRead, promised: dict, opts: Options) -> dict:
         found["nonmonotonic-send"] = driver.sends_back
         lat = stats.latency(read.histogram_rows())
         stage.done("skips")
-        examples, missing, inconsistent = an.examples(checked, frames, multi, inconsistent_at)
+        examples, missing, inconsistent = an.examples(
+            checked, frames, multi, inconsistent_at,
+            lambda indexes, columns: events_at(driver.prepared.files, indexes, columns))
         found.update({name: (int(checked[name]) + multi.get(name, (0, []))[0], examples.get(name, []))
                       for name in ("lost-write", "lost-acked", "dirty-read", "unseen", "aborted-read", "duplicate")})
         found["inconsistent-offset"] = (n_inconsistent, inconsistent)

@@ -168,6 +168,34 @@ def read_parquet_events(path: str | os.PathLike) -> list[dict]:
     return table_to_events(pq.read_table(path))
 
 
+def events_at(files: list[Path], indexes, columns: tuple[str, ...]) -> dict[int, dict]:
+    """The events at `indexes` of a validated Parquet history, by index, each
+    with `columns` (None where the history has no such column). Validation
+    keeps the parts' indexes running from 0 without a gap, so index i is the
+    i-th row: only the row groups that hold them are read, not the history
+    (a 10M-event history's few examples: one Spark job of 0.3 s before)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    wanted = sorted(set(indexes))
+    found: dict[int, dict] = {}
+    start = 0
+    for file in files:
+        if not wanted:
+            break
+        pf = pq.ParquetFile(file)
+        present = [c for c in ("index", *columns) if c in pf.schema_arrow.names]
+        for group in range(pf.metadata.num_row_groups):
+            end = start + pf.metadata.row_group(group).num_rows
+            rows = [i - start for i in wanted if i < end]
+            if rows:
+                wanted = wanted[len(rows):]
+                for row in pf.read_row_group(group, columns=present).take(pa.array(rows)).to_pylist():
+                    found[row["index"]] = {c: row.get(c) for c in columns}
+            start = end
+    return found
+
+
 # --------------------------------------------------------------------------
 # Validating Parquet in batches
 

@@ -23,7 +23,7 @@ import pytest
 
 from core.history.files import iter_source_jsonl, load_run_json, resolve
 from core.history.jsonl import ReadReport, read_jsonl
-from core.history.parquet import jsonl_to_parquet, read_parquet_events, validate_parquet, write_parquet
+from core.history.parquet import events_at, jsonl_to_parquet, read_parquet_events, validate_parquet, write_parquet
 from core.history.writer import (_BATCH_HEAD, _JSON_HEAD, _NEVER, HistoryWriter, _Batcher,
                                  _Output)
 from core.errors import HistoryError
@@ -563,3 +563,24 @@ def test_records_are_handed_on_without_their_keys_and_a_missing_field_is_still_n
                    tmp_path / "bad.parquet")
     with pytest.raises(HistoryError, match="records lack 'value'"):
         validate_parquet([tmp_path / "bad.parquet"])
+
+
+def test_events_are_found_by_index_across_parts_and_row_groups(tmp_path):
+    # Index i is the i-th row of a validated history: found in the part and
+    # row group that hold it, with None for a column the history lacks.
+    n = len(_sample())
+    events = [e for i in range(3) for e in _part(_sample(), i)]
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    for i in range(3):
+        write_parquet(events[i * n:(i + 1) * n], tmp_path / "whole.parquet")
+        pq.write_table(pq.read_table(tmp_path / "whole.parquet"), parts / f"p{i}.parquet", row_group_size=3)
+    files = resolve(parts).files
+    assert len(files) == 3 and validate_parquet(files) == len(events)
+    wanted = [0, 3, 4, n + 3, 3 * n - 1, 10 * n]  # the last is past the end: not found
+    found = events_at(files, wanted, ("time", "error", "no-such-column"))
+    assert sorted(found) == wanted[:-1]
+    for i in wanted[:-1]:
+        assert found[i] == {"time": events[i]["time"], "error": events[i].get("error"), "no-such-column": None}
+    assert found[3]["error"] == "_MSG_TIMED_OUT"
+    assert events_at(files, [], ("time",)) == {}
