@@ -150,8 +150,9 @@ def _read_on_driver(source, scratch: Path | None, opts: Options, ahead: int) -> 
     before the read (`load.events_ahead`)."""
     read = HistoryReader()
     if scratch is not None:
-        read.runs = RunsWriter(scratch / "runs.parquet")
-        if ahead <= opts.driver_frames_up_to:
+        in_memory = ahead <= opts.driver_frames_up_to
+        read.runs = RunsWriter(scratch / "runs.parquet", keep_order=in_memory)
+        if in_memory:
             read.values = ValueRows(scratch / "by_value.parquet")
     seconds = {}
     t = time.monotonic()
@@ -277,6 +278,18 @@ def _order_steps(runs, restarts: list) -> tuple:
     return steps, steps.limit(order.STEPS_ON_DRIVER + 1).collect()
 
 
+def _driver_order_steps(spark, runs: RunsWriter, restarts: list) -> tuple:
+    """`_order_steps` of the runs the driver made: found by the driver
+    (`order.driver_steps`) where it kept their columns and they are few
+    enough, with no frame; else by Spark's pass over the runs' file."""
+    columns = runs.order_columns()
+    rows = order.driver_steps(columns, restarts) if columns is not None else None
+    if rows is not None:
+        return None, rows
+    del columns
+    return _order_steps(spark.read.schema(RUNS_SCHEMA).parquet(file_uri(runs.path)), restarts)
+
+
 def _driver_positions(spark, values: ValueRows, positions: Positions, frames) -> tuple:
     """What Spark's by-position pass gives, from the driver's positions:
     the known positions for read order (`order.Known`), how many positions
@@ -304,22 +317,22 @@ def _analyse(spark, driver: _DriverRead, promised: dict, opts: Options) -> dict:
     # driver (`read.values`), and every by-value anomaly and count in one
     # aggregation over it; (4) the by-position aggregation (kept: poll-skip
     # joins it again), where the driver does not make it beside (3) from
-    # the same rows, and read order from one window pass (send order, the
-    # driver's `sends_back`). Examples and skipped offsets, only where
-    # anomalies were found, take a few more.
+    # the same rows, and read order from one window pass, where the driver
+    # does not find its steps in the runs it made (send order, the driver's
+    # `sends_back`). Examples and skipped offsets, only where anomalies
+    # were found, take a few more.
     read, folded, faults = driver.read, driver.folded, driver.faults
     stage = _Stages()
     kept: list = []  # what this keeps; the frames' builders list theirs in frames.kept
     frames = None
-    # Read order's window pass needs only the runs: its job runs in a thread
-    # beside the by-value and by-position passes, on the cores their
-    # one-task stages leave idle (docs/benchmarks.md); begun before the
-    # history is loaded where the driver made the runs.
+    # Read order needs only the runs: its steps are found in a thread beside
+    # the by-value and by-position passes (Spark's window pass on the cores
+    # their one-task stages leave idle, docs/benchmarks.md); begun before
+    # the history is loaded where the driver made the runs.
     steps = by_position = None
     try:
         if read.runs is not None:  # made by the driver as it read the history
-            runs_uri = file_uri(read.runs.path)
-            steps = Beside(lambda: _order_steps(spark.read.schema(RUNS_SCHEMA).parquet(runs_uri), read.restarts))
+            steps = Beside(lambda: _driver_order_steps(spark, read.runs, read.restarts))
         df = offsets.fold(load(spark, driver.prepared), folded)
         stage.done("load")
         few = read.folded_few(folded)

@@ -87,9 +87,59 @@ def order_steps(runs, restarts: list):
     ).where(offset.isNotNull() & prev_offset.isNotNull()).where((offset <= prev_offset) | (offset > prev_offset + 1))
 
 
+def driver_steps(runs: dict[str, np.ndarray], restarts: list) -> list | None:
+    """`order_steps`' rows, made on the driver with NumPy from the read runs
+    it made (`read_runs.RunsWriter.order_columns`) and the same restarts:
+    each process's runs and restarts of a partition, ordered by (index,
+    slot), each run compared with the row before it, where a restart (no
+    records) leaves no step. None where there are more than
+    STEPS_ON_DRIVER: Spark's pass keeps them then (`order_checks`).
+    A 10M-event history's 866,292 runs take a sort and a few passes,
+    rather than Spark's window pass of about 2 CPU seconds."""
+    from pyspark.sql import Row
+
+    process, partition, index, slot = runs["process"], runs["partition"], runs["index"], runs["first_slot"]
+    # Each restart, for every partition its process reads or the one it names.
+    reset_process, reset_partition, reset_index = [], [], []
+    if restarts and len(process):
+        read_by: dict[int, list[int]] = {}
+        for p, q in np.unique(np.stack((process, partition), axis=1), axis=0).tolist():
+            read_by.setdefault(p, []).append(q)
+        for p, i, only in restarts:
+            for q in read_by.get(p, ()):
+                if only is None or only == q:
+                    reset_process.append(p)
+                    reset_partition.append(q)
+                    reset_index.append(i)
+    n = len(process)
+    resets = len(reset_index)
+    order = np.lexsort((np.concatenate((slot, np.zeros(resets, np.int64))),
+                        np.concatenate((index, np.array(reset_index, np.int64))),
+                        np.concatenate((partition, np.array(reset_partition, np.int64))),
+                        np.concatenate((process, np.array(reset_process, np.int64)))))
+    # Rows that follow a run of their own process and partition (a restart's
+    # place in `order` is n or more; its neighbours' steps are left out).
+    run_rows = order < n
+    ordered = np.minimum(order, n - 1) if n else order
+    after_run = (run_rows[1:] & run_rows[:-1] & (process[ordered[1:]] == process[ordered[:-1]])
+                 & (partition[ordered[1:]] == partition[ordered[:-1]]))
+    at = np.flatnonzero(after_run) + 1
+    this, before = order[at], order[at - 1]
+    offset, prev_offset = runs["first_offset"][this], runs["last_offset"][before]
+    odd = (offset <= prev_offset) | (offset > prev_offset + 1)
+    if int(odd.sum()) > STEPS_ON_DRIVER:
+        return None
+    this, before = this[odd], before[odd]
+    columns = (process[this], partition[this], index[this], slot[this], runs["first_offset"][this],
+               runs["first_value"][this], runs["last_offset"][before], runs["last_value"][before], index[before])
+    names = ("process", "partition", "index", "slot", "offset", "value", "prev_offset", "prev_value", "prev_index")
+    return [Row(**dict(zip(names, values))) for values in zip(*(c.tolist() for c in columns))]
+
+
 def order_checks(steps, rows: list, known: Known) -> dict[str, tuple[int, list[dict]]]:
     """nonmonotonic-poll and poll-skip from `order_steps`:
-    `rows` are its first STEPS_ON_DRIVER + 1 rows, classified on the driver
+    `rows` are its first STEPS_ON_DRIVER + 1 rows (or every row, from
+    `driver_steps`, with no frame: `steps` None), classified on the driver
     unless there are more (a history with many gaps: records it does not
     know), then in Spark. The gaps meet the known positions on the driver
     where it holds them, else by `_skipped`."""

@@ -17,6 +17,9 @@ It also counts, per partition, the highest offset read and the records
 read. The file must be where Spark's executors read it: `check_history`
 writes it in the check's scratch folder, and where there is none (a
 Parquet history on a cluster, no --scratch) Spark makes the runs itself.
+Asked to (`keep_order`, for a history the driver's memory holds), it also
+keeps the columns read order's steps take (`order_columns`), about 64
+bytes per run, so that the driver finds them (`order.driver_steps`).
 """
 
 from __future__ import annotations
@@ -51,10 +54,17 @@ class RunsWriter:
     """Appends each batch's read runs to a Parquet file at `path` (`add`),
     and counts `totals`; `close` when the history is read."""
 
-    def __init__(self, path: Path) -> None:
+    # The columns `order_columns` gives, in `add`'s order.
+    ORDER_COLUMNS = ("process", "partition", "index", "first_slot", "first_offset", "first_value", "last_offset",
+                     "last_value")
+
+    def __init__(self, path: Path, keep_order: bool = False) -> None:
         self.path = Path(path)
         self.totals = RunTotals()
         self._writer = pq.ParquetWriter(str(self.path), SCHEMA)
+        # Each batch's ORDER_COLUMNS, or None: not kept (a value read was
+        # null, which only Spark's rows tell as such).
+        self._order: list[list[np.ndarray]] | None = [] if keep_order else None
 
     def add(self, poll: np.ndarray, process: np.ndarray, index: np.ndarray, time: np.ndarray,
             partition: np.ndarray, offset: np.ndarray, slot: np.ndarray, value: pa.Array) -> None:
@@ -74,11 +84,17 @@ class RunsWriter:
         ends = np.append(starts[1:], n) - 1
         take_first, take_last = pa.array(starts), pa.array(ends)
         of_run = poll[starts]
+        first_value, last_value = value.take(take_first).cast(pa.int64()), value.take(take_last).cast(pa.int64())
         self._writer.write_table(pa.Table.from_arrays([
             process[of_run], index[of_run], partition[starts], time[of_run], (ends - starts + 1).astype(np.int64),
             slot[starts].astype(np.int32), slot[ends].astype(np.int32), offset[starts], offset[ends],
-            value.take(take_first).cast(pa.int64()), value.take(take_last).cast(pa.int64()),
-            np.ones(len(starts), bool)], schema=SCHEMA))
+            first_value, last_value, np.ones(len(starts), bool)], schema=SCHEMA))
+        if self._order is not None:
+            if first_value.null_count or last_value.null_count:
+                self._order = None
+            else:
+                self._order.append([process[of_run], partition[starts], index[of_run], slot[starts].astype(np.int64),
+                                    offset[starts], first_value.to_numpy(), offset[ends], last_value.to_numpy()])
         # The totals from the runs (a run's last offset is its highest), a tenth as many as the records.
         parts, where = np.unique(partition[starts], return_inverse=True)
         where = where.reshape(-1)
@@ -88,6 +104,15 @@ class RunsWriter:
                            np.bincount(where, weights=ends - starts + 1, minlength=len(parts)).astype(np.int64).tolist()):
             self.totals.highest[p] = max(self.totals.highest.get(p, m), m)
             self.totals.records[p] = self.totals.records.get(p, 0) + k
+
+    def order_columns(self) -> dict[str, np.ndarray] | None:
+        """Every run's ORDER_COLUMNS, in the history's order, if kept (let go
+        here: called once), else None."""
+        kept, self._order = self._order, None
+        if kept is None:
+            return None
+        return {name: np.concatenate([batch[i] for batch in kept]) if kept else np.empty(0, np.int64)
+                for i, name in enumerate(self.ORDER_COLUMNS)}
 
     def close(self) -> None:
         """Finish the file (empty if no poll read anything)."""

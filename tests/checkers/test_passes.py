@@ -142,7 +142,7 @@ def runs_by(request, monkeypatch):
     with a scratch folder), or Spark (a Parquet history on a cluster, no
     --scratch): forced here by giving the driver nowhere to write them."""
     if request.param == "spark":
-        monkeypatch.setattr(check_module, "RunsWriter", lambda path: None)
+        monkeypatch.setattr(check_module, "RunsWriter", lambda path, **kw: None)
     return request.param
 
 
@@ -158,7 +158,7 @@ def test_the_read_runs_the_driver_makes_give_what_spark_s_give(spark, planted, m
     monkeypatch.setattr(check_module, "RunsWriter", Counting)
     on_driver = check_history(path, Options(), spark=spark)
     assert sum(records) == on_driver["counts"]["records_read"] > 0
-    monkeypatch.setattr(check_module, "RunsWriter", lambda path: None)
+    monkeypatch.setattr(check_module, "RunsWriter", lambda path, **kw: None)
     assert _without_timing(check_history(path, Options(), spark=spark)) == _without_timing(on_driver)
 
 
