@@ -105,13 +105,10 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
             spark = starting.result()
         prepared, folded = driver.prepared, driver.folded
         with _sized(spark, prepared.events, opts.spark_conf):
-            try:
-                results = offsets.unfold(_analyse(spark, driver, promised, opts), folded)
-            finally:
-                driver.liveness.wait()
+            results = offsets.unfold(_analyse(spark, driver, promised, opts), folded)
         if folded:
             results["warnings"].append(offsets.warning(folded))
-        results["liveness"] = driver.liveness.result()
+        results["liveness"] = driver.liveness
         results["stages"] = {"validate": driver.seconds["validate"], **results["stages"],
                              "send-order": driver.seconds["send-order"], "liveness": driver.seconds["liveness"]}
         results["warnings"] = prepared.warnings + results.get("warnings", [])
@@ -137,8 +134,8 @@ class _DriverRead:
     folded: dict[int, int]  # true offset -> the checker's (checkers/offsets.py)
     sends_back: tuple[int, list[dict]]  # nonmonotonic-send (checkers/send_order.py)
     faults: list[dict]  # the nemesis's events
-    liveness: Beside  # results.json's liveness, measured beside Spark's passes or before them
-    seconds: dict[str, float]  # validate, send-order, liveness (once measured)
+    liveness: dict
+    seconds: dict[str, float]  # validate, send-order, liveness
 
 
 def _read_on_driver(source, scratch: Path | None, opts: Options, ahead: int) -> _DriverRead:
@@ -172,24 +169,13 @@ def _read_on_driver(source, scratch: Path | None, opts: Options, ahead: int) -> 
     sends_back = read.send_order.result(folded)
     seconds["send-order"] = round(time.monotonic() - t, 3)
     # Liveness works on sorted arrays on the driver, not in Spark:
-    # searchsorted beats a shuffle here (docs/benchmarks.md). Where the
-    # driver makes the by-value frame (a history its memory holds), it is
-    # measured in a thread beside Spark's first passes, on a core the
-    # driver's read leaves idle, as the JVM was while it ran first (a
-    # 10M-event check: 0.9 s). Otherwise before Spark's passes, so that its
-    # columns (gigabytes for a large history) are let go before the JVM's
-    # memory grows, not beside it.
+    # searchsorted beats a shuffle here (docs/benchmarks.md). Measured
+    # before Spark's passes, so that its columns (gigabytes for a large
+    # history) are let go before the JVM's memory grows, not beside it.
+    t = time.monotonic()
     faults = stats.faults(read.few)  # the nemesis's events: liveness's and the results' stats
-
-    def measure() -> dict:
-        t = time.monotonic()
-        live = liveness.measure(read.columns(), faults, opts.fault_ends, opts.hang_s)
-        seconds["liveness"] = round(time.monotonic() - t, 3)
-        return live
-
-    live = Beside(measure, name="liveness")
-    if read.values is None:
-        live.result()
+    live = liveness.measure(read.columns(), faults, opts.fault_ends, opts.hang_s)
+    seconds["liveness"] = round(time.monotonic() - t, 3)
     return _DriverRead(prepared, read, folded, sends_back, faults, live, seconds)
 
 
