@@ -6,8 +6,10 @@ from one window pass over small rows: the read runs of
 into each run is looked at) and the events that restart read order. Only
 the odd steps (backwards, or jumping forwards) leave the pass; they are few
 in any real history and are classified on the driver, the known offsets
-that a jump skipped found by a join with the by-position frame. (Send
-order is the driver's alone: checkers/send_order.py.)
+that a jump skipped found by a join with the by-position frame. Where the
+driver made the runs and holds them (a history up to the driver-frames
+bound), it finds the same steps itself (`driver_steps`) and no Spark pass
+runs. (Send order is the driver's alone: checkers/send_order.py.)
 
 Read order restarts where the contract says: an `assign` or `crash` of the
 process restarts every partition it reads, a `seek` the partition it names.
