@@ -132,8 +132,8 @@ def driver_steps(runs: dict[str, np.ndarray], restarts: list) -> list | None:
     if int(odd.sum()) > STEPS_ON_DRIVER:
         return None
     this, before = this[odd], before[odd]
-    columns = (process[this], partition[this], index[this], slot[this], runs["first_offset"][this],
-               runs["first_value"][this], runs["last_offset"][before], runs["last_value"][before], index[before])
+    columns = (process[this], partition[this], index[this], slot[this], offset[odd], runs["first_value"][this],
+               prev_offset[odd], runs["last_value"][before], index[before])
     names = ("process", "partition", "index", "slot", "offset", "value", "prev_offset", "prev_value", "prev_index")
     return [Row(**dict(zip(names, values))) for values in zip(*(c.tolist() for c in columns))]
 
