@@ -124,6 +124,12 @@ def driver_frames(monkeypatch) -> list:
     return written
 
 
+def without_timing(results: dict) -> dict:
+    """results.json but the checker's own facts (time, stages, engine): what
+    two ways of checking one history must agree on."""
+    return {k: v for k, v in results.items() if k != "checker"}
+
+
 @pytest.fixture
 def hist():
     return Hist()

@@ -17,6 +17,7 @@ from checkers import order, read_runs
 from checkers.check import Options, check_history, sized_conf
 from core.history.parquet import write_parquet
 from harness.synthetic import Plan, generate
+from tests.checkers.conftest import without_timing
 from tests.checkers.reference import reference_counts
 
 pytestmark = pytest.mark.spark
@@ -24,10 +25,6 @@ pytestmark = pytest.mark.spark
 PLAN = Plan(events=8_000, seed=11, partitions=4, producers=3, consumers=3, batch=15, lost=2, lost_acked=2,
             dirty_reads=2, duplicates=3, inconsistent=2, aborted=2, nonmonotonic_polls=2, skips=3,
             nonmonotonic_sends=2, unseen=2, hole_rate=0.01)
-
-
-def _without_timing(results: dict) -> dict:
-    return {k: v for k, v in results.items() if k != "checker"}
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +45,7 @@ def test_small_and_large_history_settings_give_the_same_results(spark, planted, 
     # The settings of a large history: several shuffle partitions, adaptive execution.
     monkeypatch.setattr(check_module, "SMALL_EVENTS", 0)
     large = check_history(path, Options(), spark=spark)
-    assert _without_timing(large) == _without_timing(small)
+    assert without_timing(large) == without_timing(small)
 
 
 def test_the_driver_s_lookups_give_the_same_results_as_arrays_and_as_maps(spark, planted, monkeypatch):
@@ -58,7 +55,7 @@ def test_the_driver_s_lookups_give_the_same_results_as_arrays_and_as_maps(spark,
     syn, path = planted
     dense = check_history(path, Options(), spark=spark)
     monkeypatch.setattr(anomalies, "DENSE_KEYS", 0)
-    assert _without_timing(check_history(path, Options(), spark=spark)) == _without_timing(dense)
+    assert without_timing(check_history(path, Options(), spark=spark)) == without_timing(dense)
     monkeypatch.undo()
     keys = spark.createDataFrame([(k,) for k in (0, 2, 3, 5000, 7)], "k long")
     for mapping in ({0: 10, 2: -1, 7: 1 << 62}, {0: 10, 2: -1, 7: 1 << 62, 5000: 3}):
@@ -89,7 +86,7 @@ def test_final_read_brackets_give_the_same_results_inline_and_as_a_map(check, hi
     assert inline["counts_by_anomaly"]["dirty-read"] == 1
     assert inline["counts_by_anomaly"]["lost-acked"] == 1  # 3, read only after the final reads
     monkeypatch.setattr(anomalies, "BRACKETS_INLINE", 0)
-    assert _without_timing(check(hist)) == _without_timing(inline)
+    assert without_timing(check(hist)) == without_timing(inline)
 
 
 def test_the_spark_side_paths_of_read_order_agree_with_the_driver_side(spark, planted, hist, tmp_path, monkeypatch):
@@ -118,7 +115,7 @@ def test_the_spark_side_paths_of_read_order_agree_with_the_driver_side(spark, pl
     monkeypatch.setattr(order, "WIDE_GAPS_BROADCAST", 0)
     ordered = [check_history(p, Options(), spark=spark) for p in (small, path)]
     for a, b, c in zip(driver_side, spark_side, ordered):
-        assert _without_timing(a) == _without_timing(b) == _without_timing(c)
+        assert without_timing(a) == without_timing(b) == without_timing(c)
 
 
 def test_the_by_value_frame_the_driver_makes_gives_what_spark_s_gives(spark, planted, driver_frames):
@@ -132,7 +129,7 @@ def test_the_by_value_frame_the_driver_makes_gives_what_spark_s_gives(spark, pla
     assert len(written) == 1
     by_spark = check_history(path, Options(driver_frames_up_to=len(syn.events) - 1), spark=spark)
     assert len(written) == 1, "a history over the bound is aggregated by Spark"
-    assert _without_timing(by_spark) == _without_timing(on_driver)
+    assert without_timing(by_spark) == without_timing(on_driver)
     assert {name: a["count"] for name, a in on_driver["anomalies"].items()} == syn.expected
 
 
@@ -159,7 +156,7 @@ def test_the_read_runs_the_driver_makes_give_what_spark_s_give(spark, planted, m
     on_driver = check_history(path, Options(), spark=spark)
     assert sum(records) == on_driver["counts"]["records_read"] > 0
     monkeypatch.setattr(check_module, "RunsWriter", lambda path, **kw: None)
-    assert _without_timing(check_history(path, Options(), spark=spark)) == _without_timing(on_driver)
+    assert without_timing(check_history(path, Options(), spark=spark)) == without_timing(on_driver)
 
 
 def test_polls_that_interleave_partitions_are_read_record_by_record(check, hist, runs_by):
@@ -238,13 +235,13 @@ def test_priming_on_a_history_being_written_checks_its_complete_lines(spark, pla
     whole.write_bytes(lines)
     primed = prime(spark, sample=being_written)
     assert primed["checker"]["events"] == len(syn.events)
-    assert _without_timing(primed) == _without_timing(check_history(whole, Options(), spark=spark))
+    assert without_timing(primed) == without_timing(check_history(whole, Options(), spark=spark))
     # Too few lines yet, or no file yet: the built-in history, every anomaly in it.
     short = tmp_path / "short.jsonl"
     short.write_bytes(b"".join(lines.splitlines(keepends=True)[:PRIME_MIN_LINES - 1]))
-    built_in = _without_timing(prime(spark))
-    assert _without_timing(prime(spark, sample=short)) == built_in
-    assert _without_timing(prime(spark, sample=tmp_path / "not-yet.jsonl")) == built_in
+    built_in = without_timing(prime(spark))
+    assert without_timing(prime(spark, sample=short)) == built_in
+    assert without_timing(prime(spark, sample=tmp_path / "not-yet.jsonl")) == built_in
     # A real check wants the session: the conversion, which no Spark cancel reaches, stops.
     wanted = threading.Event()
     wanted.set()
