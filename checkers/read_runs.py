@@ -84,24 +84,28 @@ class RunsWriter:
         ends = np.append(starts[1:], n) - 1
         take_first, take_last = pa.array(starts), pa.array(ends)
         of_run = poll[starts]
+        # Each gathered once: for the file, the kept order columns and the totals.
+        run_process, run_index, run_partition = process[of_run], index[of_run], partition[starts]
+        first_slot, first_offset, last_offset = slot[starts], offset[starts], offset[ends]
+        run_records = (ends - starts + 1).astype(np.int64)
         first_value, last_value = value.take(take_first).cast(pa.int64()), value.take(take_last).cast(pa.int64())
         self._writer.write_table(pa.Table.from_arrays([
-            process[of_run], index[of_run], partition[starts], time[of_run], (ends - starts + 1).astype(np.int64),
-            slot[starts].astype(np.int32), slot[ends].astype(np.int32), offset[starts], offset[ends],
+            run_process, run_index, run_partition, time[of_run], run_records,
+            first_slot.astype(np.int32), slot[ends].astype(np.int32), first_offset, last_offset,
             first_value, last_value, np.ones(len(starts), bool)], schema=SCHEMA))
         if self._order is not None:
             if first_value.null_count or last_value.null_count:
                 self._order = None
             else:
-                self._order.append([process[of_run], partition[starts], index[of_run], slot[starts].astype(np.int64),
-                                    offset[starts], first_value.to_numpy(), offset[ends], last_value.to_numpy()])
+                self._order.append([run_process, run_partition, run_index, first_slot.astype(np.int64),
+                                    first_offset, first_value.to_numpy(), last_offset, last_value.to_numpy()])
         # The totals from the runs (a run's last offset is its highest), a tenth as many as the records.
-        parts, where = np.unique(partition[starts], return_inverse=True)
+        parts, where = np.unique(run_partition, return_inverse=True)
         where = where.reshape(-1)
         highest = np.full(len(parts), np.iinfo(np.int64).min)
-        np.maximum.at(highest, where, offset[ends])
+        np.maximum.at(highest, where, last_offset)
         for p, m, k in zip(parts.tolist(), highest.tolist(),
-                           np.bincount(where, weights=ends - starts + 1, minlength=len(parts)).astype(np.int64).tolist()):
+                           np.bincount(where, weights=run_records, minlength=len(parts)).astype(np.int64).tolist()):
             self.totals.highest[p] = max(self.totals.highest.get(p, m), m)
             self.totals.records[p] = self.totals.records.get(p, 0) + k
 
