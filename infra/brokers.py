@@ -21,6 +21,9 @@ from infra.remote import RemoteError
 from infra.system import Truncation
 
 log = logging.getLogger(__name__)
+# The admin client's connection complaints while brokers start or are cut off are expected.
+client_log = logging.getLogger("infra.brokers.librdkafka")
+client_log.setLevel(logging.ERROR)
 
 
 class BrokerBase:
@@ -67,6 +70,21 @@ class BrokerBase:
 
     def config_file(self, node: Node) -> str:
         return f"{node.run_dir}/{self.config_name}"
+
+    def metadata(self, topic: str | None = None, timeout: float = 5.0, bootstrap: str | None = None):
+        """A metadata response (confluent-kafka's ClusterMetadata) from the
+        brokers, or from the one broker at `bootstrap` (its own view of the
+        live brokers); None when none answers."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": bootstrap or self.bootstrap(),
+                             "socket.timeout.ms": int(timeout * 1000), "logger": client_log})
+        try:
+            return admin.list_topics(topic=topic, timeout=timeout)
+        except KafkaException as e:
+            log.debug("metadata request failed: %s", e)
+            return None
 
     def node_of(self, broker_id: int | None) -> str | None:
         """The node running broker `broker_id`, None if none does."""

@@ -59,9 +59,6 @@ from infra.remote import RemoteError, one_line
 from infra.system import DUMP_NICE, SystemKind, SystemOption, count_lines
 
 log = logging.getLogger(__name__)
-# The admin client's connection complaints while brokers start or are cut off are expected.
-client_log = logging.getLogger("infra.kafka.librdkafka")
-client_log.setLevel(logging.ERROR)
 
 DAEMON = "kafka"
 CHROOT = "/kafka"
@@ -579,7 +576,7 @@ class KafkaSystem(BrokerBase):
     def _serving_ids(self) -> set[int]:
         if self.mode == "zk":
             return zk_state.registered_brokers(self.zookeeper_connect, CHROOT)
-        meta = self._metadata(timeout=3.0)
+        meta = self.metadata(timeout=3.0)
         return set(meta.brokers) if meta is not None else set()
 
     def _accepts(self, node: Node) -> bool:
@@ -618,21 +615,9 @@ class KafkaSystem(BrokerBase):
 
     # -- state, for targeted faults
 
-    def _metadata(self, topic: str | None = None, timeout: float = 5.0):
-        from confluent_kafka import KafkaException
-        from confluent_kafka.admin import AdminClient
-
-        admin = AdminClient({"bootstrap.servers": self.bootstrap(), "socket.timeout.ms": int(timeout * 1000),
-                             "logger": client_log})
-        try:
-            return admin.list_topics(topic=topic, timeout=timeout)
-        except KafkaException as e:
-            log.debug("metadata request failed: %s", e)
-            return None
-
     def _partition_metadata(self, topic: str) -> dict:
         """partition -> its metadata from a metadata request ({} when no broker answers)."""
-        meta = self._metadata(topic)
+        meta = self.metadata(topic)
         info = meta.topics.get(topic) if meta is not None else None
         return info.partitions if info is not None else {}
 
@@ -673,7 +658,7 @@ class KafkaSystem(BrokerBase):
         KRaft mode from a metadata request, which does not carry the epoch (None)."""
         if self.mode == "zk":
             return self.named_states(self.zk_reader().partition_states(topic))
-        meta = self._metadata(topic, timeout=2.0)
+        meta = self.metadata(topic, timeout=2.0)
         info = meta.topics.get(topic) if meta is not None else None
         if info is None:
             raise RemoteError("control node", "metadata", f"no broker answered a metadata request for {topic}")

@@ -129,12 +129,17 @@ class OwnBroker(BrokerBase):
     # -- state, for targeted faults
 
     def wait_serving(self, nodes: list[Node]) -> None:
-        """Until every broker is registered in ZooKeeper (or the log says why not)."""
+        """Until every broker is registered in ZooKeeper and knows every other
+        one live (or the log says why not). A topic is placed over the live
+        brokers the broker that creates it knows, which its ZooKeeper watch
+        tells it some milliseconds after a registration: a topic created
+        right after the last broker registered was once placed over four of
+        five brokers, the fifth holding no replica."""
         want = {self.broker_id(n) for n in nodes}
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             registered = zk_state.registered_brokers(self.zookeeper_connect, CHROOT)
-            if want <= registered:
+            if want <= registered and all(self._knows(n, want) for n in nodes):
                 return
             dead = [n for n in nodes if self.process_state(n) is None]
             if dead:
@@ -143,8 +148,14 @@ class OwnBroker(BrokerBase):
                                        check=False).stdout.strip().splitlines()
                 raise UserError(f"the own broker on {node.name} exited at start: {tail[-1] if tail else 'no output'}")
             time.sleep(0.2)
-        raise UserError(f"the own brokers did not all register in ZooKeeper within {self.start_timeout:.0f} s "
+        raise UserError(f"the own brokers did not all register in ZooKeeper and know each other within "
+                        f"{self.start_timeout:.0f} s "
                         f"(registered: {sorted(zk_state.registered_brokers(self.zookeeper_connect, CHROOT))})")
+
+    def _knows(self, node: Node, want: set[int]) -> bool:
+        """Whether the broker on `node` lists every broker of `want` in its metadata (its live ones)."""
+        meta = self.metadata(timeout=2.0, bootstrap=f"{node.address}:{self.port}")
+        return meta is not None and want <= set(meta.brokers)
 
     def leaders(self, topic: str) -> dict[int, str]:
         return self.named_leaders(zk_state.leaders(self.zookeeper_connect, CHROOT, topic))
