@@ -22,6 +22,11 @@ history again by the few look-ups that need them, not kept. Examples (at
 most 20 of each) are looked up afterwards, with the history indexes that
 prove them.
 
+Histories the driver's memory holds have their by-value and by-position
+frames made, and checked, on the driver by the same definitions
+(checkers/driver_by_value.py, checkers/driver_by_position.py,
+checkers/driver_value_checks.py); tests compare the two ways.
+
 Durability is read from the final log: the `final-reads` operations are
 few, so their brackets (which polls are final reads) and the ends they
 report are collected on the driver (`final_logs`), and each read is marked
@@ -366,6 +371,25 @@ def _lookup(mapping: dict[int, int], column):
     return F.element_at(long_map(mapping), column)
 
 
+# The contract's checks across a value's send events, in the order a
+# history is refused by them: (the by-value pass's key, what is wrong).
+SEND_PROBLEMS = (
+    ("bad_dup_send", "value sent twice (values must be unique across the history)"),
+    ("bad_orphan", "a send completion without an invocation of its value"),
+    ("bad_double", "a second completion of the same send"),
+    ("bad_early", "a send completion before its invocation"),
+    ("bad_process", "a send completion by another process than its invocation's"),
+)
+
+
+def refuse_broken_sends(checked: dict) -> None:
+    """Raise HistoryError at the first event of `SEND_PROBLEMS` the by-value
+    pass found (its key: that event's index, or None)."""
+    for key, message in SEND_PROBLEMS:
+        if checked[key] is not None:
+            raise HistoryError(f"index {checked[key]}: {message}")
+
+
 def value_checks(frames: Frames, max_read: dict[int, int], logs: FinalLogs) -> dict:
     """One pass over the by-value frame: contract violations, counts, value anomalies.
 
@@ -424,32 +448,31 @@ def value_checks(frames: Frames, max_read: dict[int, int], logs: FinalLogs) -> d
         count_if(invoked).alias("send_invokes"),
         *[count_if(cond).alias(name) for name, cond in flags.items()],
     ).collect()[0]
-    problems = [
-        ("bad_dup_send", "value sent twice (values must be unique across the history)"),
-        ("bad_orphan", "a send completion without an invocation of its value"),
-        ("bad_double", "a second completion of the same send"),
-        ("bad_early", "a send completion before its invocation"),
-        ("bad_process", "a send completion by another process than its invocation's"),
-    ]
-    for key, message in problems:
-        if row[key] is not None:
-            raise HistoryError(f"index {row[key]}: {message}")
     result = row.asDict()
+    refuse_broken_sends(result)
     result["frame"] = v.select("*", maxread.alias("max_read_offset"), ack_end.alias("final_end"),
                                _lookup(logs.ends, run_part).alias("run_final_end"), multi.alias("multi"),
                                *[cond.alias("is_" + name) for name, cond in flags.items()])
     return result
 
 
-def multi_partition_checks(checked: dict, frames: Frames, logs: FinalLogs) -> dict[str, tuple[int, list[dict]]]:
+# What `multi_partition_checks` reads of the by-value rows of values seen in two partitions or more.
+MULTI_COLUMNS = ("value", "outcome", "ack_pos", "inv_index", "comp_index", "read_index", "is_lost-write")
+
+
+def multi_partition_checks(checked: dict, frames: Frames, logs: FinalLogs,
+                           values=None) -> dict[str, tuple[int, list[dict]]]:
     """lost-acked and dirty-read, exactly, for the values seen in two partitions
-    or more (of the final log, or of the run's reads): per (value, partition)."""
+    or more (of the final log, or of the run's reads): per (value, partition).
+    `values`: those values' by-value rows (MULTI_COLUMNS) as a DataFrame;
+    default, taken from `checked`'s frame (`value_checks`'). Where no
+    value is (`checked["multi"]` 0), nothing is read."""
     F = _F()
     found = {"lost-acked": (0, []), "dirty-read": (0, [])}
     if not checked["multi"]:
         return found
-    values = checked["frame"].where(F.col("multi")).select(
-        "value", "outcome", "ack_pos", "inv_index", "comp_index", "read_index", "is_lost-write")
+    if values is None:
+        values = checked["frame"].where(F.col("multi")).select(*MULTI_COLUMNS)
     per_part = (frames.reads.join(values.select("value"), "value", "left_semi")
                 .groupBy("value", "partition")
                 .agg(F.max("in_final").alias("in_final"), F.max("in_run").alias("in_run"),
@@ -474,10 +497,10 @@ def multi_partition_checks(checked: dict, frames: Frames, logs: FinalLogs) -> di
 
 # How each value anomaly's examples are ordered (ties by value): the first
 # acknowledged, the first read.
-_EXAMPLE_ORDER = {"lost-write": "comp_index", "lost-acked": "comp_index", "dirty-read": "run_index",
-                  "unseen": "comp_index", "aborted-read": "read_index", "duplicate": "first_seen"}
-_EXAMPLE_COLUMNS = ("value", "inv_index", "comp_index", "ack_pos", "read_index", "outcome", "max_read_offset",
-                    "final_end", "run_part_min", "run_index", "run_final_end", "first_pos", "last_pos")
+EXAMPLE_ORDER = {"lost-write": "comp_index", "lost-acked": "comp_index", "dirty-read": "run_index",
+                 "unseen": "comp_index", "aborted-read": "read_index", "duplicate": "first_seen"}
+EXAMPLE_COLUMNS = ("value", "inv_index", "comp_index", "ack_pos", "read_index", "outcome", "max_read_offset",
+                   "final_end", "run_part_min", "run_index", "run_final_end", "first_pos", "last_pos")
 
 
 def examples(checked: dict, frames: Frames, multi: dict[str, tuple[int, list[dict]]], inconsistent_at: list[int],
@@ -488,29 +511,41 @@ def examples(checked: dict, frames: Frames, multi: dict[str, tuple[int, list[dic
     - one over the by-value frame: the first MAX_EXAMPLES values of each value
       anomaly (MISSING_SAMPLE of lost-write and lost-acked, which also fill
       `missing`), and the values acknowledged or read at the inconsistent
-      positions;
+      positions (`example_rows`);
     - one over the reads of the duplicated values (`Frames.dup_reads`, kept),
-      if any, for the reads of those values and positions: a value at one
-      position was read only there, first at its `read_index`, so the
-      by-value frame has its reads, and the history's records are not read
-      again;
-    - none for the errors and times the examples name: `events_at(indexes,
-      columns)` reads those events, by index, from the history's files
-      (`core.history.parquet.events_at`).
+      if any, for the reads of those values and positions (`examples_from`).
 
-    Returns the value anomalies' examples (`multi`'s merged in), the
-    `missing` sample, and the inconsistent-offset examples (positions
-    `inconsistent_at`, in order).
+    Returns what `examples_from` returns.
     """
+    F = _F()
+
+    def dup_reads(values: list[int], positions: list[int]) -> list[tuple[int, int, int, int]]:
+        if frames.dup_reads is None:
+            return []
+        cond = F.lit(False)
+        if values:
+            cond = cond | F.col("value").isin(values)
+        if positions:
+            cond = cond | pos_of(F.col("partition"), F.col("offset")).isin(positions)
+        return [(r["value"], r["partition"], r["offset"], r["index"]) for r in frames.dup_reads.where(cond).collect()]
+
+    return examples_from(example_rows(checked, inconsistent_at), dup_reads, multi, inconsistent_at, events_at)
+
+
+def example_rows(checked: dict, inconsistent_at: list[int]) -> dict[str, list]:
+    """The by-value rows each example list shows, in one scan of the frame:
+    {list: its first rows (by its `EXAMPLE_ORDER` key, then value), each with
+    `EXAMPLE_COLUMNS` and that key as `k`}; "acked-at" and "read-at": every
+    value acknowledged, or read at one position, at an inconsistent one."""
     from pyspark.sql import Window
 
     F = _F()
     frame = checked["frame"].select("*", F.least("read_index", "comp_index").alias("first_seen"))
-    # One scan of the by-value frame: each row once per example list it may
-    # join (its anomalies, an acknowledgement at an inconsistent position, its
-    # reads there), then the first of each list by a window over those few rows.
+    # Each row once per example list it may join (its anomalies, an
+    # acknowledgement at an inconsistent position, its reads there), then the
+    # first of each list by a window over those few rows.
     wanted = [F.when(F.col("is_" + name), F.struct(F.lit(name).alias("name"), F.col(key).alias("k")))
-              for name, key in _EXAMPLE_ORDER.items() if checked[name]]
+              for name, key in EXAMPLE_ORDER.items() if checked[name]]
     if inconsistent_at:
         wanted.append(F.when((F.col("outcome") == OK) & F.col("ack_pos").isin(inconsistent_at),
                              F.struct(F.lit("acked-at").alias("name"), F.lit(None).cast("long").alias("k"))))
@@ -523,7 +558,7 @@ def examples(checked: dict, frames: Frames, multi: dict[str, tuple[int, list[dic
         for w in wanted:
             any_ = any_ | w.isNotNull()
         lists = frame.where(any_).select(F.explode(F.filter(F.array(*wanted), lambda x: x.isNotNull())).alias("e"),
-                                         *_EXAMPLE_COLUMNS).select("e.name", "e.k", *_EXAMPLE_COLUMNS)
+                                         *EXAMPLE_COLUMNS).select("e.name", "e.k", *EXAMPLE_COLUMNS)
         limit = (F.when(F.col("name").isin("lost-write", "lost-acked"), MISSING_SAMPLE)
                  .when(F.col("name").isin("acked-at", "read-at"), F.lit(None)).otherwise(MAX_EXAMPLES))
         rank = F.row_number().over(Window.partitionBy("name").orderBy("k", "value"))
@@ -531,25 +566,42 @@ def examples(checked: dict, frames: Frames, multi: dict[str, tuple[int, list[dic
             rows.setdefault(r["name"], []).append(r)
         for name, found in rows.items():
             found.sort(key=lambda r: (r["k"] if r["k"] is not None else -1, r["value"]))
+    return rows
 
+
+def examples_from(rows: dict[str, list], dup_reads: Callable[[list[int], list[int]], list[tuple[int, int, int, int]]],
+                  multi: dict[str, tuple[int, list[dict]]], inconsistent_at: list[int],
+                  events_at: Callable[[set[int], tuple[str, ...]], dict[int, dict]]
+                  ) -> tuple[dict[str, list[dict]], dict[str, list[list[int]]], list[dict]]:
+    """The examples from their by-value rows (`example_rows`, or the
+    driver's: rows that index like dicts, None for null), whoever found them:
+
+    - `dup_reads(values, positions)`: the first read (value, partition,
+      offset, index) of each position of the duplicated values among
+      `values`, and of the duplicated values read at `positions`. A value at
+      one position was read only there, first at its `read_index`, so its
+      row has its reads, and the history's records are not read again;
+    - `events_at(indexes, columns)` reads the events the examples name, for
+      their errors and times, by index from the history's files
+      (`core.history.parquet.events_at`).
+
+    Returns the value anomalies' examples (`multi`'s merged in), the
+    `missing` sample, and the inconsistent-offset examples (positions
+    `inconsistent_at`, in order).
+    """
     # The reads of the values whose examples list positions, and of the
     # inconsistent positions: (value, partition, offset) -> the first read's
-    # index. A value read at one position only: its first read, from the
-    # by-value frame; a duplicated value's, from its kept reads.
+    # index. A value read at one position only: its first read, from its
+    # row; a duplicated value's, from `dup_reads`.
     listed = [r for name in ("aborted-read", "duplicate") for r in rows.get(name, [])[:MAX_EXAMPLES]]
     reads: dict[tuple[int, int, int], int] = {}
     for r in listed + rows.get("read-at", []):
         if r["read_index"] is not None and r["first_pos"] == r["last_pos"]:
             reads[(r["value"], r["first_pos"] >> POS_BITS, r["first_pos"] & MAX_OFFSET)] = r["read_index"]
     values = [r["value"] for r in listed if r["first_pos"] != r["last_pos"]]
-    if frames.dup_reads is not None and (values or inconsistent_at):
-        cond = F.lit(False)
-        if values:
-            cond = cond | F.col("value").isin(values)
-        if inconsistent_at:
-            cond = cond | pos_of(F.col("partition"), F.col("offset")).isin(inconsistent_at)
-        for r in frames.dup_reads.where(cond).collect():
-            reads[(r["value"], r["partition"], r["offset"])] = r["index"]
+    if values or inconsistent_at:
+        for value, partition, offset, index in dup_reads(values, inconsistent_at):
+            reads[(value, partition, offset)] = index
 
     out: dict[str, list[dict]] = {}
     for name, found in rows.items():

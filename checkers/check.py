@@ -10,7 +10,7 @@ import logging
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,9 +18,9 @@ from pathlib import Path
 import orjson
 
 from checkers import anomalies as an
-from checkers import liveness, node_logs, offsets, order, stats
-from checkers.driver_by_position import DUPLICATE_READS_SCHEMA, Positions
-from checkers.driver_by_value import SPARK_SCHEMA as BY_VALUE_SCHEMA, ValueRows
+from checkers import driver_value_checks, liveness, node_logs, offsets, order, stats
+from checkers.driver_by_position import Positions
+from checkers.driver_by_value import ValueRows
 from checkers.load import events_ahead, file_uri, load, prepare, scratch_for
 from checkers.read_runs import SPARK_SCHEMA as RUNS_SCHEMA, RunsWriter
 from checkers.reading import HistoryReader
@@ -136,6 +136,7 @@ class _DriverRead:
     faults: list[dict]  # the nemesis's events
     liveness: dict
     seconds: dict[str, float]  # validate, send-order, liveness
+    scratch: Path | None  # a folder Spark's executors read, if any
 
 
 def _read_on_driver(source, scratch: Path | None, opts: Options, ahead: int) -> _DriverRead:
@@ -150,7 +151,7 @@ def _read_on_driver(source, scratch: Path | None, opts: Options, ahead: int) -> 
         in_memory = ahead <= opts.driver_frames_up_to
         read.runs = RunsWriter(scratch / "runs.parquet", keep_order=in_memory)
         if in_memory:
-            read.values = ValueRows(scratch / "by_value.parquet")
+            read.values = ValueRows()
     seconds = {}
     t = time.monotonic()
     try:
@@ -176,7 +177,7 @@ def _read_on_driver(source, scratch: Path | None, opts: Options, ahead: int) -> 
     faults = stats.faults(read.few)  # the nemesis's events: liveness's and the results' stats
     live = liveness.measure(read.columns(), faults, opts.fault_ends, opts.hang_s)
     seconds["liveness"] = round(time.monotonic() - t, 3)
-    return _DriverRead(prepared, read, folded, sends_back, faults, live, seconds)
+    return _DriverRead(prepared, read, folded, sends_back, faults, live, seconds, scratch)
 
 
 # Histories up to this many events are "small": every shuffle goes to one
@@ -276,41 +277,59 @@ def _driver_order_steps(spark, runs: RunsWriter, restarts: list) -> tuple:
     return _order_steps(spark.read.schema(RUNS_SCHEMA).parquet(file_uri(runs.path)), restarts)
 
 
-def _driver_positions(spark, values: ValueRows, positions: Positions, frames) -> tuple:
+def _driver_positions(spark, scratch: Path, positions: Positions) -> tuple:
     """What Spark's by-position pass gives, from the driver's positions:
     the known positions for read order (`order.Known`), how many positions
-    hold two values or more and the first of them; and the duplicated
-    values' reads for their examples (`frames.dup_reads`)."""
-    if values.duplicate_reads is not None:
-        frames.dup_reads = spark.read.schema(DUPLICATE_READS_SCHEMA).parquet(file_uri(values.duplicate_reads))
-
+    hold two values or more and the first of them."""
     def frame():  # only for a history with too many odd read steps to classify on the driver
-        path = positions.write(values.path.with_name("by_position.parquet"))
+        path = positions.write(scratch / "by_position.parquet")
         return spark.read.schema("pos long").parquet(file_uri(path))
 
     known = order.Known(frame, positions.first_known)
     return known, len(positions.inconsistent), positions.inconsistent[:an.MAX_EXAMPLES].tolist()
 
 
+def _driver_value_checks(spark, scratch: Path, columns: dict, frames: Callable[[], an.Frames],
+                         max_read: dict[int, int], logs: an.FinalLogs) -> tuple[dict, dict]:
+    """The by-value checks over the driver's frame (checkers/driver_value_checks.py),
+    and the values seen in two partitions or more settled by Spark
+    (`frames()`: the history's frames, loaded for them only)."""
+    checked = driver_value_checks.value_checks(columns, max_read, logs)
+    if not checked["multi"]:
+        return checked, an.multi_partition_checks(checked, None, logs)
+    path = driver_value_checks.write_multi_rows(checked, scratch / "multi_values.parquet")
+    return checked, an.multi_partition_checks(checked, frames(), logs, spark.read.parquet(file_uri(path)))
+
+
 def _analyse(spark, driver: _DriverRead, promised: dict, opts: Options) -> dict:
-    # Four Spark jobs for a history without anomalies (docs/checker.md,
-    # "Passes"); what the driver gathered while it validated the history
-    # (`read`: the nemesis's events and the final reads, every operation
-    # paired, latency histograms) takes none: (1) the read runs, kept, and
-    # (2) their totals (highest offset read per partition, records read),
-    # both only where Spark makes the runs, not the driver (`read.runs`);
-    # (3) the by-value aggregation, kept, where Spark makes it, not the
-    # driver (`read.values`), and every by-value anomaly and count in one
-    # aggregation over it; (4) the by-position aggregation (kept: poll-skip
-    # joins it again), where the driver does not make it beside (3) from
-    # the same rows, and read order from one window pass, where the driver
-    # does not find its steps in the runs it made (send order, the driver's
-    # `sends_back`). Examples and skipped offsets, only where anomalies
-    # were found, take a few more.
-    read, folded, faults = driver.read, driver.folded, driver.faults
+    # A history the driver's memory holds (`read.values`, `read.runs`) is
+    # checked without a Spark job, but where read order has too many odd
+    # steps to classify on the driver, or values are seen in two partitions
+    # (docs/checker.md, "Passes"). Otherwise, four Spark jobs for a history
+    # without anomalies; what the driver gathered while it validated the
+    # history (`read`: the nemesis's events and the final reads, every
+    # operation paired, latency histograms) takes none: (1) the read runs,
+    # kept, and (2) their totals (highest offset read per partition, records
+    # read), both only where Spark makes the runs, not the driver; (3) the
+    # by-value aggregation, kept, and every by-value anomaly and count in
+    # one aggregation over it; (4) the by-position aggregation (kept:
+    # poll-skip joins it again), and read order from one window pass, where
+    # the driver does not find its steps in the runs it made (send order,
+    # the driver's `sends_back`). Examples and skipped offsets, only where
+    # anomalies were found, take a few more.
+    read, folded, faults, scratch = driver.read, driver.folded, driver.faults, driver.scratch
     stage = _Stages()
     kept: list = []  # what this keeps; the frames' builders list theirs in frames.kept
-    frames = None
+    built: list = []  # the history's frames, once some pass needs them
+
+    def frames() -> an.Frames:
+        """The history's frames (`anomalies.build`), loaded when a pass in
+        Spark first needs them: a check whose passes are all the driver's
+        lists no file in Spark (about 0.5 s at 10M events)."""
+        if not built:
+            built.append(an.build(offsets.fold(load(spark, driver.prepared), folded), logs))
+        return built[0]
+
     # Read order needs only the runs: its steps are found in a thread beside
     # the by-value and by-position passes (Spark's window pass on the cores
     # their one-task stages leave idle, docs/benchmarks.md); begun before
@@ -319,40 +338,39 @@ def _analyse(spark, driver: _DriverRead, promised: dict, opts: Options) -> dict:
     try:
         if read.runs is not None:  # made by the driver as it read the history
             steps = Beside(lambda: _driver_order_steps(spark, read.runs, read.restarts))
-        df = offsets.fold(load(spark, driver.prepared), folded)
-        stage.done("load")
-        few = read.folded_few(folded)
-        logs = an.final_logs(few)
+        logs = an.final_logs(read.folded_few(folded))
         invokes = {f: n for f, n in read.invokes.items() if f != "send"}
-        frames = an.build(df, logs)
+        stage.done("load")
         if read.runs is not None:
             max_read, records_read = read.runs.totals.highest, sum(read.runs.totals.records.values())
         else:
-            runs = keep(an.read_runs(frames.reads))
+            runs = keep(an.read_runs(frames().reads))
             kept.append(runs)
             per_partition, split = _together(*an.run_totals(runs))
             if split[0]["polls"]:
-                runs = keep(an.exact_runs(runs, frames.reads, split[0]["polls"]))
+                runs = keep(an.exact_runs(runs, frames().reads, split[0]["polls"]))
                 kept.append(runs)
             max_read = {r["partition"]: r["m"] for r in per_partition}
             records_read = sum(r["n"] for r in per_partition)
             steps = Beside(lambda: _order_steps(runs, read.restarts))
         stage.done("read-runs")
         if read.values is not None:  # gathered by the driver as it read the history
-            read.values.write(logs)
-            frames.by_value = spark.read.schema(BY_VALUE_SCHEMA).parquet(file_uri(read.values.path))
+            columns = read.values.aggregate(logs)
+            # The by-position facts in a thread beside the checks: NumPy's
+            # sorts run outside Python's lock.
             by_position = Beside(read.values.by_position, name="by-position")
+            checked, multi = _driver_value_checks(spark, scratch, columns, frames, max_read, logs)
+            del columns  # let go by the checks, but the columns the examples read
         else:
-            an.add_by_value(frames, logs)
-        checked = an.value_checks(frames, max_read, logs)
-        multi = an.multi_partition_checks(checked, frames, logs)
+            an.add_by_value(frames(), logs)
+            checked = an.value_checks(frames(), max_read, logs)
+            multi = an.multi_partition_checks(checked, frames(), logs)
         stage.done("by-value")
         if by_position is not None:  # the driver's too (checkers/driver_by_position.py)
-            known, n_inconsistent, inconsistent_at = _driver_positions(spark, read.values, by_position.result(),
-                                                                       frames)
+            known, n_inconsistent, inconsistent_at = _driver_positions(spark, scratch, by_position.result())
         else:
-            an.add_duplicate_reads(frames, checked["duplicate"])
-            by_pos = keep(an.by_position(frames, checked["duplicate"]))
+            an.add_duplicate_reads(frames(), checked["duplicate"])
+            by_pos = keep(an.by_position(frames(), checked["duplicate"]))
             kept.append(by_pos)
             n_inconsistent, inconsistent_at = an.inconsistent_positions(
                 by_pos, an.inconsistent_first(by_pos).collect())
@@ -363,9 +381,16 @@ def _analyse(spark, driver: _DriverRead, promised: dict, opts: Options) -> dict:
         found["nonmonotonic-send"] = driver.sends_back
         lat = stats.latency(read.histogram_rows())
         stage.done("skips")
-        examples, missing, inconsistent = an.examples(
-            checked, frames, multi, inconsistent_at,
-            lambda indexes, columns: events_at(driver.prepared.files, indexes, columns))
+
+        def events_of(indexes, columns):
+            return events_at(driver.prepared.files, indexes, columns)
+
+        if read.values is not None:
+            examples, missing, inconsistent = an.examples_from(
+                driver_value_checks.example_rows(checked, inconsistent_at),
+                driver_value_checks.dup_reads_of(read.values.duplicate_reads), multi, inconsistent_at, events_of)
+        else:
+            examples, missing, inconsistent = an.examples(checked, frames(), multi, inconsistent_at, events_of)
         found.update({name: (int(checked[name]) + multi.get(name, (0, []))[0], examples.get(name, []))
                       for name in ("lost-write", "lost-acked", "dirty-read", "unseen", "aborted-read", "duplicate")})
         found["inconsistent-offset"] = (n_inconsistent, inconsistent)
@@ -374,7 +399,7 @@ def _analyse(spark, driver: _DriverRead, promised: dict, opts: Options) -> dict:
         for beside in (steps, by_position):
             if beside is not None:
                 beside.wait()  # steps' job reads the runs, released below
-        for frame in kept + (frames.kept if frames is not None else []):
+        for frame in kept + (built[0].kept if built else []):
             release(frame)
     # Events by f and type: invocations counted while pairing (sends by value),
     # completions from the latency histograms.

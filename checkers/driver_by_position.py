@@ -29,10 +29,6 @@ import pyarrow.parquet as pq
 
 from checkers.anomalies import MAX_OFFSET, POS_BITS
 
-# The duplicated values' reads, as `anomalies.add_duplicate_reads` makes them.
-DUPLICATE_READS_SCHEMA = "value long, partition long, offset long, index long"
-
-
 @dataclass
 class Positions:
     """The positions known to hold a value, and those that hold two or more."""

@@ -112,13 +112,14 @@ def every_role() -> Hist:
 @pytest.fixture
 def driver_frames(monkeypatch) -> list:
     """The by-value frames a check makes on the driver (checkers/driver_by_value.py),
-    by their paths, in the order written: empty where Spark made them."""
+    by their number of values, in the order made: empty where Spark made them."""
     written: list = []
 
     class Counting(ValueRows):
-        def write(self, logs):
-            written.append(self.path)
-            super().write(logs)
+        def aggregate(self, logs):
+            columns = super().aggregate(logs)
+            written.append(len(columns["value"]))
+            return columns
 
     monkeypatch.setattr(check_module, "ValueRows", Counting)
     return written
@@ -137,7 +138,10 @@ def hist():
 
 @pytest.fixture
 def check(spark, tmp_path):
-    """Check a Hist with the Spark checker; also compare the reference's counts."""
+    """Check a Hist with the Spark checker; also compare the reference's
+    counts, and the whole results of the check with its by-value and
+    by-position passes in Spark rather than on the driver (a history over
+    `--driver-frames-up-to`)."""
 
     def run(h: Hist, run_json: dict | None = None, parquet: bool = False, **options) -> dict:
         path = h.write(tmp_path, run_json, parquet)
@@ -145,6 +149,9 @@ def check(spark, tmp_path):
         counts = {k: v["count"] for k, v in results["anomalies"].items()}
         reference = reference_counts(h.events)
         assert counts == {k: reference[k] for k in counts}, "Spark and the reference disagree"
+        if "driver_frames_up_to" not in options:
+            in_spark = check_history(path, Options(**options, driver_frames_up_to=0), spark=spark)
+            assert without_timing(in_spark) == without_timing(results), "the driver's passes and Spark's disagree"
         results["counts_by_anomaly"] = counts
         return results
 

@@ -126,6 +126,24 @@ def test_aborted_read_and_info_sends(hist, check):
     assert r["stats"]["info_sends"] == {"read": 2, "unread": 1}
 
 
+def test_examples_read_in_one_poll_are_in_value_order(hist, check):
+    # Equal keys (one poll's index) are ordered by value, however the
+    # values were sent: the driver's examples and Spark's alike (`check`
+    # compares them).
+    for value in (9, 7, 8):
+        hist.send(0, value, outcome="fail")
+    for value in (5, 3, 4):
+        hist.send(0, value, outcome="info")
+    hist.poll(1, (0, 0, 9), (0, 1, 7), (0, 2, 8), (1, 0, 5), (1, 1, 3), (1, 2, 4))
+    hist.final_reads(2, [1])
+    hist.poll(2)
+    hist.final_reads_ok(2, {1: 0})
+    r = check(hist)
+    assert r["counts_by_anomaly"] == only(aborted_read=3, dirty_read=3)
+    assert [e["value"] for e in r["anomalies"]["aborted-read"]["examples"]] == [7, 8, 9]
+    assert [e["value"] for e in r["anomalies"]["dirty-read"]["examples"]] == [3, 4, 5]
+
+
 def test_nonmonotonic_poll_and_what_excuses_it(hist, check):
     for v in range(3):
         hist.send(0, v, 0, v)

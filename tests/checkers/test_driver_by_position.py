@@ -36,11 +36,11 @@ def _history():
 def test_the_driver_s_positions_and_duplicate_reads_are_spark_s(spark, tmp_path):
     h = _history()
     source = resolve(h.write(tmp_path, parquet=True))
-    values = ValueRows(tmp_path / "by_value.parquet")
+    values = ValueRows()
     read = HistoryReader(values=values)
     prepared = prepare(source, None, read.add)
     logs = an.final_logs(read.few)
-    values.write(logs)
+    values.aggregate(logs)
     positions = values.by_position()
     frames = an.build(load(spark, prepared), logs)
     an.add_by_value(frames, logs)
@@ -55,7 +55,7 @@ def test_the_driver_s_positions_and_duplicate_reads_are_spark_s(spark, tmp_path)
             check_module.release(frame)
     assert positions.known.tolist() == sorted(by_position)
     assert positions.inconsistent.tolist() == sorted(p for p, n in by_position.items() if n >= 2)
-    driver_reads = sorted(tuple(r.values()) for r in pq.read_table(values.duplicate_reads).to_pylist())
+    driver_reads = sorted(tuple(r.values()) for r in values.duplicate_reads.to_pylist())
     assert driver_reads == spark_reads
     # Spot checks that the comparison covers what matters.
     assert 3 << P not in by_position and (3 << P) | 1 in by_position
@@ -70,10 +70,10 @@ def test_the_driver_s_positions_and_duplicate_reads_are_spark_s(spark, tmp_path)
 def test_a_history_without_duplicates_writes_no_duplicate_reads(spark, tmp_path, hist):
     hist.send(0, 1, 0, 0)
     hist.poll(1, (0, 0, 1))
-    values = ValueRows(tmp_path / "by_value.parquet")
+    values = ValueRows()
     read = HistoryReader(values=values)
     prepare(resolve(hist.write(tmp_path, parquet=True)), None, read.add)
-    values.write(an.final_logs(read.few))
+    values.aggregate(an.final_logs(read.few))
     positions = values.by_position()
     assert values.duplicate_reads is None
     assert positions.known.tolist() == [0] and not len(positions.inconsistent)

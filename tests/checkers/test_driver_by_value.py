@@ -5,13 +5,12 @@ histories at the same events either way; `harness check
 
 from __future__ import annotations
 
-import pyarrow.parquet as pq
 import pytest
 
 from checkers import anomalies as an
 from checkers import check as check_module
 from checkers.check import Options, check_history
-from checkers.driver_by_value import ValueRows, in_brackets
+from checkers.driver_by_value import COLUMNS, NONE, ValueRows, in_brackets
 from checkers.load import load, prepare
 from checkers.reading import HistoryReader
 from core.errors import HistoryError
@@ -25,12 +24,14 @@ pytestmark = pytest.mark.spark
 def _frames_both_ways(spark, path) -> tuple[list[dict], list[dict]]:
     """The by-value rows made on the driver and by Spark, sorted by value."""
     source = resolve(path)
-    values = ValueRows(path.parent / "by_value.parquet")
+    values = ValueRows()
     read = HistoryReader(values=values)
     prepared = prepare(source, None, read.add)
     logs = an.final_logs(read.few)
-    values.write(logs)
-    on_driver = pq.read_table(values.path).to_pylist()
+    columns = values.aggregate(logs)
+    assert list(columns) == list(COLUMNS)
+    on_driver = [{name: (v if v != NONE else None) for name, v in zip(columns, row)}
+                 for row in zip(*(c.tolist() for c in columns.values()))]
     frames = an.build(load(spark, prepared), logs)
     an.add_by_value(frames, logs)
     try:

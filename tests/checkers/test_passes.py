@@ -190,18 +190,24 @@ def test_a_small_check_runs_few_spark_jobs_and_leaves_the_session_as_it_was(spar
     keys = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled", "spark.sql.subexpressionElimination.enabled")
     before = {k: spark.conf.get(k, None) for k in keys}
     sc = spark.sparkContext
-    sc.setJobGroup("test-passes", "a small check")
-    try:
-        results = check_history(path, Options(), spark=spark)
-    finally:
-        sc.setLocalProperty("spark.jobGroup.id", None)
-    assert results["valid"] is True
-    # The passes (docs/checker.md, "Passes"), what they keep, and the few
-    # jobs Spark adds, the read runs made on the driver: before the passes
-    # were merged, a small history took about 40 (docs/benchmarks.md); with
-    # the runs made by Spark, 7. Read order's job runs in a thread beside
-    # the others, and counts here: it takes the check's job group.
-    assert len(sc.statusTracker().getJobIdsForGroup("test-passes")) <= 6
+
+    def jobs(options: Options, group: str) -> int:
+        sc.setJobGroup(group, "a small check")
+        try:
+            assert check_history(path, options, spark=spark)["valid"] is True
+        finally:
+            sc.setLocalProperty("spark.jobGroup.id", None)
+        return len(sc.statusTracker().getJobIdsForGroup(group))
+
+    # Every pass the driver's (docs/checker.md, "Passes"): no Spark job.
+    assert jobs(Options(), "test-passes-driver") == 0
+    # The by-value and by-position passes in Spark, as for a history over
+    # --driver-frames-up-to: the passes, what they keep, and the few jobs
+    # Spark adds, the read runs made on the driver. Before the passes were
+    # merged, a small history took about 40 (docs/benchmarks.md); with the
+    # runs made by Spark, 7. Read order's job would run in a thread beside
+    # the others, and count here: it takes the check's job group.
+    assert 1 <= jobs(Options(driver_frames_up_to=0), "test-passes-spark") <= 6
     assert {k: spark.conf.get(k, None) for k in keys} == before
     assert sized_conf(1_000, 2) == {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false",
                                     "spark.sql.subexpressionElimination.enabled": "false"}
