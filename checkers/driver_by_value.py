@@ -13,8 +13,9 @@ read its value, position, and its poll's index and process. Once the
 history is read and its final logs are known, `aggregate` marks each
 read final (inside a final-reads bracket of its process), in the final
 log, or read during the run, exactly as `anomalies.build` does, and takes
-the same minimum and maximum of each column per value with NumPy (sorted
-by value, reduced per run of equal values): the frame's columns, which the
+the same minimum and maximum of each column per value with NumPy (each
+event's value given its row by `value_rows`, each column reduced into the
+rows by `ufunc.at`): the frame's columns, which the
 driver checks (checkers/driver_value_checks.py) in place of Spark's
 aggregation and checks. The rows and the functions over them are the
 same, so the frame is the same: a test checks every anomaly kind both
@@ -147,8 +148,9 @@ def value_rows(*keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     its elements' rows among them (their ranks). Where the values are dense
     in their blocks (BLOCK_BITS, DENSE_SPREAD), a table says which numbers
     of the blocks used are present, and their running count is each one's
-    rank: no sort. A 10M-event history's 14M sends and reads: about 0.3 s,
-    against 2.3 s sorted (docs/benchmarks.md)."""
+    rank: no sort. A 10M-event history's 14M sends and reads: 0.9 s in a
+    check, most of it fresh memory's first touch, against 2.3 s sorted
+    (docs/benchmarks.md)."""
     total = sum(len(k) for k in keys)
     if not total:
         return np.empty(0, np.int64), [np.empty(0, np.intp) for _ in keys]
