@@ -34,13 +34,15 @@ executors read (a Parquet history on a cluster without --scratch).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
 
-from checkers.anomalies import FAIL, INFO, OK, POS_BITS, FinalLogs
+from checkers.anomalies import FAIL, INFO, MAX_OFFSET, OK, POS_BITS, FinalLogs
 from checkers.driver_by_position import Positions, duplicate_reads, positions
+from checkers.key_rows import key_rows
 
 # Every index, position, partition, process and outcome gathered is >= 0,
 # so -1 is "none", Spark's null. A maximum skips it as it is; a minimum
@@ -80,24 +82,21 @@ class ValueRows:
                   process: np.ndarray) -> None:
         """A batch's records of ok client polls: each one's value, partition
         and offset, and its poll's index and process."""
-        self._reads.append([value, partition, offset, index, process])
+        self._reads.append([value, (partition << POS_BITS) | offset, index, process])
 
     def aggregate(self, logs: FinalLogs) -> dict[str, np.ndarray]:
         """Aggregate what was gathered by value, with the final logs' marks:
         the frame's columns (`COLUMNS`), one array each, -1 for null (the
-        gathered rows are let go on the way). The reads are aggregated in a
-        thread beside the sends."""
-        (read_value, partition, offset, read_index, process), self._reads = _joined(self._reads, 5), []
-        read_pos = (partition << POS_BITS) | offset
-        sends, self._sends = _joined(self._sends, 6), []
-        values, (send_row, read_row) = value_rows(sends[0], read_value)
-        out = {"value": values}
+        gathered rows are let go on the way). Each batch is reduced into
+        the values' rows as it is (its temporaries, a batch long, reuse
+        warm memory), the reads in a thread beside the sends; only the
+        reads' values, positions and indexes are joined, for `by_position`."""
+        sends, reads, self._sends, self._reads = self._sends, self._reads, [], []
+        values, row_of = key_rows([batch[0] for batch in sends] + [batch[0] for batch in reads])
         with ThreadPoolExecutor(1, thread_name_prefix="by-value-reads") as beside:
-            by_read = beside.submit(_read_columns, len(values), read_row, partition, offset, read_pos, read_index,
-                                    process, logs)
-            del partition, offset, process, read_row
-            out.update(_send_columns(len(values), send_row, *sends[1:]))
-            del sends, send_row
+            by_read = beside.submit(_read_columns, len(values), row_of, reads, logs)
+            out = {"value": values, **_send_columns(len(values), row_of, sends)}
+            del sends
             out.update(by_read.result())
         # least/greatest of the acknowledged and read positions, nulls skipped.
         out["first_pos"] = least(out["ack_pos"], out.pop("read_first_pos"))
@@ -106,6 +105,8 @@ class ValueRows:
         ack_pos, ack_value = out["ack_pos"][acked], values[acked]
         duplicated = values[(out["first_pos"] != NONE) & (out["first_pos"] != out["last_pos"])]
         del acked
+        read_value, read_pos, read_index = _joined(reads, 3)
+        del reads
         self._for_positions = (ack_pos, ack_value, duplicated, read_value, read_pos, read_index)
         return {name: out[name] for name in COLUMNS}
 
@@ -134,68 +135,20 @@ def _joined(batches: list[list], width: int) -> list[np.ndarray]:
     return joined
 
 
-# Values are given their rows by a table where they are dense in blocks of
-# 2**BLOCK_BITS numbers: a history's values are usually 0, 1, 2, ... (a
-# run's), or such runs far apart (`harness gen-history`'s parts). The blocks
-# they use may hold at most DENSE_SPREAD times as many numbers as there are
-# sends and reads; more spread out values are given their rows by a sort.
-BLOCK_BITS = 16
-DENSE_SPREAD = 2
-
-
-def value_rows(*keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
-    """The distinct values of the `keys` arrays, sorted, and for each array
-    its elements' rows among them (their ranks). Where the values are dense
-    in their blocks (BLOCK_BITS, DENSE_SPREAD), a table says which numbers
-    of the blocks used are present, and their running count is each one's
-    rank: no sort. A 10M-event history's 14M sends and reads: 0.9 s in a
-    check, most of it fresh memory's first touch, against 2.3 s sorted
-    (docs/benchmarks.md)."""
-    total = sum(len(k) for k in keys)
-    if not total:
-        return np.empty(0, np.int64), [np.empty(0, np.intp) for _ in keys]
-    low = min(int(k.min()) for k in keys if len(k))
-    blocks = ((max(int(k.max()) for k in keys if len(k)) - low) >> BLOCK_BITS) + 1
-    if blocks <= total:  # so every value less `low` is below 2**63
-        shifted = [k - low for k in keys]
-        used = np.zeros(blocks, bool)
-        for k in shifted:
-            used[k >> BLOCK_BITS] = True
-        first = np.flatnonzero(used)  # the blocks used, each one's first number less `low`
-        if len(first) << BLOCK_BITS <= DENSE_SPREAD * total + (1 << BLOCK_BITS):
-            block = np.cumsum(used, dtype=np.intp) - 1
-            del used
-            slots = [(block[k >> BLOCK_BITS] << BLOCK_BITS) | (k & ((1 << BLOCK_BITS) - 1)) for k in shifted]
-            del shifted, block
-            present = np.zeros(len(first) << BLOCK_BITS, bool)
-            for slot in slots:
-                present[slot] = True
-            rank = np.cumsum(present, dtype=np.intp) - 1
-            taken = np.flatnonzero(present)
-            values = (first[taken >> BLOCK_BITS] << BLOCK_BITS) + (taken & ((1 << BLOCK_BITS) - 1)) + low
-            return values.astype(np.int64), [rank[slot] for slot in slots]
-    values, rows = np.unique(np.concatenate(keys), return_inverse=True)
-    return values, np.split(rows.reshape(-1), np.cumsum([len(k) for k in keys[:-1]]))
-
-
-def _reduced(n: int, row: np.ndarray, columns: list[tuple]) -> dict[str, np.ndarray]:
-    """Per value (`n` of them, each element's `row`), each column's minimum
-    and maximum, NONE skipped: {name: reduced}, NONE where a value has
-    nothing of the column. `columns`: (make, name of its minimum or None,
-    name of its maximum or None), `make` a function that makes the column,
-    called in turn so that one is held at a time. NONE is the identity of
-    both: the least number for a maximum, and, as unsigned, the greatest
-    for a minimum."""
-    out = {}
-    for make, low, high in columns:
-        column = make()
-        if high is not None:
-            out[high] = np.full(n, NONE)
-            np.maximum.at(out[high], row, column)
-        if low is not None:
-            reduced = np.full(n, NONE).view(np.uint64)
-            np.minimum.at(reduced, row, column.view(np.uint64))
-            out[low] = reduced.view(np.int64)
+def _reduced(n: int, columns: list[tuple[str | None, str | None]], batches) -> dict[str, np.ndarray]:
+    """Per value (`n` of them), each column's minimum and maximum, NONE
+    skipped: {name: reduced}, NONE where a value has nothing of the column.
+    `columns`: (name of its minimum or None, name of its maximum or None),
+    in the order of each of `batches`' items: (the batch's rows, its
+    columns). NONE is the identity of both: the least number for a maximum,
+    and, as unsigned, the greatest for a minimum."""
+    out = {name: np.full(n, NONE) for pair in columns for name in pair if name is not None}
+    for row, batch_columns in batches:
+        for (low, high), column in zip(columns, batch_columns):
+            if high is not None:
+                np.maximum.at(out[high], row, column)
+            if low is not None:
+                np.minimum.at(out[low].view(np.uint64), row, column.view(np.uint64))
     return out
 
 
@@ -204,48 +157,52 @@ def least(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.minimum(a.view(np.uint64), b.view(np.uint64)).view(np.int64)
 
 
-def _send_columns(n: int, row: np.ndarray, index, invoke, outcome, ack, process) -> dict[str, np.ndarray]:
-    """Per value (`n`, each send event's `row`): the send columns of the by-value frame."""
-    def inv():
-        return np.where(invoke, index, NONE)
+def _send_columns(n: int, row_of: Callable, batches: list[list]) -> dict[str, np.ndarray]:
+    """Per value (`n`, each send event's row `row_of` its value): the send
+    columns of the by-value frame, from `add_sends`' batches."""
+    def each():
+        for value, index, invoke, outcome, ack, process in batches:
+            yield row_of(value), (np.where(invoke, index, NONE), process, np.where(invoke, NONE, index), outcome, ack)
 
-    def comp():
-        return np.where(invoke, NONE, index)
-
-    return _reduced(n, row, [(inv, "inv_index", "inv_index_last"), (lambda: process, "process", "process_max"),
-                             (comp, "comp_index", "comp_index_last"), (lambda: outcome, None, "outcome"),
-                             (lambda: ack, None, "ack_pos")])
+    return _reduced(n, [("inv_index", "inv_index_last"), ("process", "process_max"),
+                        ("comp_index", "comp_index_last"), (None, "outcome"), (None, "ack_pos")], each())
 
 
-def _read_columns(n: int, row: np.ndarray, partition, offset, pos, index, process,
-                  logs: FinalLogs) -> dict[str, np.ndarray]:
-    """Per value (`n`, each record read's `row`): the read columns of the by-value frame, with
+def _read_columns(n: int, row_of: Callable, batches: list[list], logs: FinalLogs) -> dict[str, np.ndarray]:
+    """Per value (`n`, each record read's row `row_of` its value): the read
+    columns of the by-value frame, from `add_reads`' batches, with
     `anomalies.build`'s marks: final (inside a final-reads bracket), in the
     final log (final, below its partition's known end), read during the run
     (not final, its partition's end known)."""
-    final = in_brackets(process, index, logs.brackets)
-    end = lookup(logs.ends, partition)
-    has_end = end != NONE
-    in_final = final & has_end & (offset < end)
-    in_run = ~final & has_end
-    del final, end, has_end
+    def each():
+        for value, pos, index, process in batches:
+            partition = pos >> POS_BITS
+            end = lookup(logs.ends, partition)
+            final = in_brackets(process, index, logs.brackets)
+            has_end = end != NONE
+            in_final = final & has_end & ((pos & MAX_OFFSET) < end)
+            in_run = ~final & has_end
+            yield row_of(value), (pos, index, np.where(in_final, partition, NONE),
+                                  np.where(in_run, partition, NONE), np.where(in_run, index, NONE))
 
-    def final_part():
-        return np.where(in_final, partition, NONE)
+    return _reduced(n, [("read_first_pos", "read_last_pos"), ("read_index", None),
+                        ("final_part_min", "final_part_max"), ("run_part_min", "run_part_max"),
+                        ("run_index", None)], each())
 
-    def run_part():
-        return np.where(in_run, partition, NONE)
 
-    return _reduced(n, row, [(lambda: pos, "read_first_pos", "read_last_pos"), (lambda: index, "read_index", None),
-                             (final_part, "final_part_min", "final_part_max"),
-                             (run_part, "run_part_min", "run_part_max"),
-                             (lambda: np.where(in_run, index, NONE), "run_index", None)])
+# A mapping whose keys are all below this (a history's partitions) is looked
+# up in a table: a binary search of 9.9M reads' partitions took 0.15 s.
+TABLE_KEYS = 1 << 16
 
 
 def lookup(mapping: dict[int, int], keys: np.ndarray) -> np.ndarray:
     """`mapping[key]` for each of `keys`, NONE where a key is not in it."""
     if not mapping:
         return np.full(len(keys), NONE)
+    if 0 <= min(mapping) and max(mapping) < TABLE_KEYS:
+        table = np.full(max(mapping) + 2, NONE)  # the last for every key outside the table
+        table[list(mapping)] = list(mapping.values())
+        return table[np.where((keys >= 0) & (keys < len(table) - 1), keys, len(table) - 1)]
     known = np.array(sorted(mapping), np.int64)
     found = np.array([mapping[k] for k in known.tolist()], np.int64)
     where = np.minimum(np.searchsorted(known, keys), len(known) - 1)

@@ -1,0 +1,35 @@
+"""`checkers.key_rows`: each key's row among the distinct keys."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from checkers.key_rows import key_rows
+
+
+@pytest.mark.parametrize("spread", ["dense", "blocks far apart", "wide", "negative", "extremes"])
+def test_each_key_s_row_is_its_rank_among_the_distinct_keys(spread):
+    # A table of the blocks of numbers the keys use, or a sort where they
+    # are spread wide: either way, np.unique's answer.
+    rng = np.random.default_rng(7)
+    for _ in range(40):
+        sizes = rng.integers(0, 3000, 2)
+        if spread == "dense":
+            keys = [rng.integers(0, 4000, n) for n in sizes]
+        elif spread == "blocks far apart":
+            keys = [rng.integers(0, 3000, n) + rng.integers(0, 5, n) * 10_000_000 for n in sizes]
+        elif spread == "wide":
+            keys = [rng.integers(-2 ** 62, 2 ** 62, n) for n in sizes]
+        elif spread == "negative":
+            keys = [rng.integers(-70_000, -60_000, n) for n in sizes]
+        else:
+            keys = [rng.integers(0, 100, sizes[0]), np.array([2 ** 63 - 1, -2 ** 63, 5])]
+        keys = [k.astype(np.int64) for k in keys]
+        values, row_of = key_rows(keys)
+        assert values.dtype == np.int64
+        assert values.tolist() == np.unique(np.concatenate(keys)).tolist()
+        for k in keys:
+            assert values[row_of(k)].tolist() == k.tolist()
+    values, row_of = key_rows([np.empty(0, np.int64), np.empty(0, np.int64)])
+    assert len(values) == 0 and len(row_of(np.empty(0, np.int64))) == 0
