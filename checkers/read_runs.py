@@ -61,7 +61,10 @@ class RunsWriter:
     def __init__(self, path: Path, keep_order: bool = False) -> None:
         self.path = Path(path)
         self.totals = RunTotals()
-        self._writer = pq.ParquetWriter(str(self.path), SCHEMA)
+        # Plain: with dictionaries, compression and statistics, writing a
+        # 10M-event history's runs took 0.3 s of the driver's read, not 0.06.
+        self._writer = pq.ParquetWriter(str(self.path), SCHEMA, compression="none", use_dictionary=False,
+                                        write_statistics=False)
         # Each batch's ORDER_COLUMNS, or None: not kept (a value read was
         # null, which only Spark's rows tell as such).
         self._order: list[list[np.ndarray]] | None = [] if keep_order else None

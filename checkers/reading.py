@@ -38,6 +38,7 @@ import ctypes
 import numpy as np
 
 from checkers.driver_by_value import ValueRows
+from checkers.key_rows import key_rows
 from checkers.liveness import Columns
 from checkers.read_runs import RunsWriter
 from checkers.send_order import Acks, SendOrder, group_of
@@ -278,8 +279,8 @@ class HistoryReader:
         client = process >= 0
         self._final.update(np.unique(process[client & (f == fid[FINAL_READS])]).tolist())
         is_poll, ok = f == fid["poll"], typ == TYPES.index("ok")
-        procs, where = np.unique(process[client], return_inverse=True)
-        where = where.reshape(-1)
+        procs, row_of = key_rows([process[client]])  # no sort: a history's processes are few and small
+        where = row_of(process[client])
         last = np.full(len(procs), np.iinfo(np.int64).min)
         np.maximum.at(last, where, time[client])
         polls = np.bincount(where, weights=(is_poll & invoke)[client], minlength=len(procs))
