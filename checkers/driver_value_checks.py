@@ -15,7 +15,8 @@ condition is true; with -1 for null, each comparison here is made false
 where Spark's would be null and the outcome differs (a position, partition
 or index is never -1 otherwise). The property test
 (tests/checkers/test_property.py) checks generated histories with every
-kind of anomaly both ways and compares their whole results.
+kind of anomaly both ways, and the checker tests' `check` fixture every
+hand-made history, and each compares the whole results.
 
 Values seen in two partitions or more are settled per partition by
 `anomalies.multi_partition_checks` in Spark, from their rows written for
