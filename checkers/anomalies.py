@@ -499,6 +499,18 @@ def multi_partition_checks(checked: dict, frames: Frames, logs: FinalLogs,
 # acknowledged, the first read.
 EXAMPLE_ORDER = {"lost-write": "comp_index", "lost-acked": "comp_index", "dirty-read": "run_index",
                  "unseen": "comp_index", "aborted-read": "read_index", "duplicate": "first_seen"}
+# The example lists that also give the `missing` sample (MISSING_SAMPLE
+# rows), and those taken whole (the values at the inconsistent positions);
+# every other list takes MAX_EXAMPLES rows.
+SAMPLED_LISTS = ("lost-write", "lost-acked")
+WHOLE_LISTS = ("acked-at", "read-at")
+
+
+def example_limit(name: str) -> int | None:
+    """How many rows example list `name` takes (None: all)."""
+    return None if name in WHOLE_LISTS else MISSING_SAMPLE if name in SAMPLED_LISTS else MAX_EXAMPLES
+
+
 EXAMPLE_COLUMNS = ("value", "inv_index", "comp_index", "ack_pos", "read_index", "outcome", "max_read_offset",
                    "final_end", "run_part_min", "run_index", "run_final_end", "first_pos", "last_pos")
 
@@ -559,8 +571,8 @@ def example_rows(checked: dict, inconsistent_at: list[int]) -> dict[str, list]:
             any_ = any_ | w.isNotNull()
         lists = frame.where(any_).select(F.explode(F.filter(F.array(*wanted), lambda x: x.isNotNull())).alias("e"),
                                          *EXAMPLE_COLUMNS).select("e.name", "e.k", *EXAMPLE_COLUMNS)
-        limit = (F.when(F.col("name").isin("lost-write", "lost-acked"), MISSING_SAMPLE)
-                 .when(F.col("name").isin("acked-at", "read-at"), F.lit(None)).otherwise(MAX_EXAMPLES))
+        limit = (F.when(F.col("name").isin(*SAMPLED_LISTS), MISSING_SAMPLE)
+                 .when(F.col("name").isin(*WHOLE_LISTS), F.lit(None)).otherwise(MAX_EXAMPLES))
         rank = F.row_number().over(Window.partitionBy("name").orderBy("k", "value"))
         for r in lists.select("*", rank.alias("rank")).where(limit.isNull() | (F.col("rank") <= limit)).collect():
             rows.setdefault(r["name"], []).append(r)
@@ -638,7 +650,7 @@ def examples_from(rows: dict[str, list], dup_reads: Callable[[list[int], list[in
         e["read_time"] = fields[e["read_index"]]["time"] if e["read_index"] in fields else None
 
     missing = {}
-    for name in ("lost-write", "lost-acked"):
+    for name in SAMPLED_LISTS:
         sample = [(r["comp_index"], r["value"], r["ack_pos"] >> POS_BITS, r["ack_pos"] & MAX_OFFSET)
                   for r in rows.get(name, [])]
         sample += [(e["ack_index"], e["value"], e["partition"], e["offset"]) for e in multi.get(name, (0, []))[1]]

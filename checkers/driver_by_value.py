@@ -14,7 +14,7 @@ history is read and its final logs are known, `aggregate` marks each
 read final (inside a final-reads bracket of its process), in the final
 log, or read during the run, exactly as `anomalies.build` does, and takes
 the same minimum and maximum of each column per value with NumPy (each
-event's value given its row by `value_rows`, each column reduced into the
+event's value given its row by `checkers.key_rows`, each column reduced into the
 rows by `ufunc.at`): the frame's columns, which the
 driver checks (checkers/driver_value_checks.py) in place of Spark's
 aggregation and checks. The rows and the functions over them are the
@@ -114,7 +114,7 @@ class ValueRows:
         """The positions known to hold a value, from the rows `aggregate`
         kept (let go here), and the duplicated values' reads as
         `duplicate_reads` if any value is duplicated
-        (checkers/driver_by_position.py). NumPy's sorts run outside
+        (checkers/driver_by_position.py). NumPy's work runs outside
         Python's lock: the by-value checks run beside."""
         ack_pos, ack_value, duplicated, read_value, read_pos, read_index = self._for_positions
         self._for_positions = None

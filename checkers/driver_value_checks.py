@@ -31,8 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from checkers.anomalies import (EXAMPLE_COLUMNS, EXAMPLE_ORDER, FAIL, INFO, MAX_EXAMPLES, MAX_OFFSET, MISSING_SAMPLE,
-                                MULTI_COLUMNS, OK, POS_BITS, SEND_PROBLEMS, FinalLogs, refuse_broken_sends)
+from checkers.anomalies import (EXAMPLE_COLUMNS, EXAMPLE_ORDER, FAIL, INFO, MAX_OFFSET, MULTI_COLUMNS, OK, POS_BITS,
+                                FinalLogs, example_limit, refuse_broken_sends)
 from checkers.driver_by_value import NONE, least, lookup
 
 
@@ -82,7 +82,6 @@ def value_checks(frame: dict[str, np.ndarray], max_read: dict[int, int], logs: F
         "bad_early": first_index(completed & invoked & (c["comp_index"] < c["inv_index"]), "comp_index"),
         "bad_process": first_index(completed & (c["process_max"] != c["process"]), "comp_index"),
     }
-    assert list(broken) == [key for key, _ in SEND_PROBLEMS]
     refuse_broken_sends(broken)
     unsure = (outcome == INFO) | unfinished
     counts = {
@@ -138,9 +137,7 @@ def example_rows(checked: dict, inconsistent_at: list[int]) -> dict[str, list[di
             continue
         k = key[at] if key is not None else np.full(len(at), NONE)
         # By key (null, -1, first, as Spark orders it), then value.
-        order = np.lexsort((c["value"][at], k))
-        if name not in ("acked-at", "read-at"):
-            order = order[:MISSING_SAMPLE if name in ("lost-write", "lost-acked") else MAX_EXAMPLES]
+        order = np.lexsort((c["value"][at], k))[:example_limit(name)]
         at, k = at[order], k[order]
         columns = {"k": k.tolist(), **{column: c[column][at].tolist() for column in EXAMPLE_COLUMNS}}
         rows[name] = [{column: (v if v != NONE else None) for column, v in zip(columns, values)}
