@@ -546,6 +546,70 @@ def test_the_quick_acceptance_of_sends_and_polls_never_passes_what_the_field_che
     assert not wrongly, wrongly[:3]
 
 
+def test_parquet_checks_refuse_exactly_what_the_field_checks_refuse_at_the_event_s_index(tmp_path):
+    """A Parquet batch passes its checks in a pass or two where nothing is
+    wrong, and only a batch that may fail is looked at rule by rule
+    (core/history/parquet.py): every variant of the common events, each
+    field changed to each odd value a Parquet column holds, or removed,
+    is refused there exactly when `check_fields` refuses it, and the error
+    names that event's index."""
+    record = {"partition": 1, "offset": 5, "key": 3, "value": 7}
+    position = {"partition": 1, "offset": 5}
+    bases = [
+        {"process": 2, "type": "invoke", "f": "send", "key": 3, "value": 7},
+        {"process": 2, "type": "ok", "f": "send", "value": 7, "partition": 1, "offset": 5},
+        {"process": 2, "type": "info", "f": "send", "value": 7, "partition": 1},
+        {"process": 2, "type": "ok", "f": "poll", "records": [dict(record), dict(record)]},
+        {"process": 2, "type": "invoke", "f": "commit", "offsets": [dict(position)]},
+        {"process": 2, "type": "ok", "f": "seek", "partition": 1, "offset": 5},
+        {"process": 2, "type": "ok", "f": "assign", "partitions": [1, 2]},
+        {"process": 2, "type": "ok", "f": "final-reads", "ends": [dict(position)]},
+        {"process": "nemesis", "type": "ok", "f": "start-partition", "value": {"grudge": {}}},
+    ]
+    odd = [None, -1, MAX_PARTITION + 1, MAX_STORED_OFFSET, "produce", "done", "poll", []]
+    gone = object()
+    variants = []
+    for base in bases:
+        for field in list(base):
+            for x in odd + [gone]:
+                e = json.loads(json.dumps(base))
+                if x is gone:
+                    del e[field]
+                else:
+                    e[field] = x
+                variants.append(e)
+        for name, items in (("records", base.get("records")), ("offsets", base.get("offsets")),
+                            ("ends", base.get("ends"))):
+            for field in (items[-1] if items else ()):
+                for x in (None, -1, MAX_PARTITION + 1, gone):
+                    e = json.loads(json.dumps(base))
+                    if x is gone:
+                        del e[name][-1][field]
+                    else:
+                        e[name][-1][field] = x
+                    variants.append(e)
+    first = {"index": 0, "time": 0, "process": 2, "type": "invoke", "f": "poll"}
+    tried = refused = 0
+    for i, variant in enumerate(variants):
+        event = {"index": 1, "time": 1, **variant}
+        path = tmp_path / f"v{i}.parquet"
+        try:
+            write_parquet([first, event], path)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError, KeyError):
+            continue  # a value no Parquet column of the schema holds, or a required field gone
+        tried += 1
+        try:
+            validate_parquet([path])
+            parquet_refuses = False
+        except HistoryError as e:
+            parquet_refuses = True
+            assert "index 1:" in str(e), (event, str(e))
+        stored = read_parquet_events(path)[1]  # as the Parquet holds it: process -1 is the nemesis
+        assert parquet_refuses == (not _passes(stored)), (stored, parquet_refuses)
+        refused += parquet_refuses
+    assert tried > 150 and 50 < refused < tried - 50, (tried, refused)  # both ways taken, many times
+
+
 def test_records_are_handed_on_without_their_keys_and_a_missing_field_is_still_named(tmp_path):
     # Only the records' checked fields are read (their keys are not); a
     # history whose records lack one of them is read whole, and refused.
