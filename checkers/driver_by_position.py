@@ -55,37 +55,41 @@ class Positions:
         return path
 
 
-def positions(ack_pos: np.ndarray, ack_value: np.ndarray, read_pos: np.ndarray,
-              read_value: np.ndarray) -> Positions:
-    """The positions of the (position, value) pairs: each value's
-    acknowledged position and every read's. A position holds two values
-    or more iff its least and greatest value differ: each pair is reduced
-    into its position's row (`checkers.key_rows`, over the
-    positions with the partition packed right above the highest offset's
-    bits, so that a partition's offsets are dense), not sorted."""
-    pos = [ack_pos, read_pos]
+def positions(pos: list[np.ndarray], value: list[np.ndarray]) -> Positions:
+    """The positions of the (position, value) pairs, given as arrays of
+    each, a batch at a time: each value's acknowledged position and every
+    read's. A position holds two values or more iff its least and greatest
+    value differ: each pair is reduced into its position's row
+    (`checkers.key_rows`, over the positions with the partition packed
+    right above the highest offset's bits, so that a partition's offsets
+    are dense), not sorted."""
     high = max((int((p & MAX_OFFSET).max()) for p in pos if len(p)), default=0)
     bits = high.bit_length()
     packed = [((p >> POS_BITS) << bits) | (p & MAX_OFFSET) for p in pos]
     known, row_of = key_rows(packed)
     least = np.full(len(known), np.iinfo(np.int64).max)
     greatest = np.full(len(known), np.iinfo(np.int64).min)
-    for p, value in zip(packed, (ack_value, read_value)):
+    for p, v in zip(packed, value):
         row = row_of(p)
-        np.minimum.at(least, row, value)
-        np.maximum.at(greatest, row, value)
+        np.minimum.at(least, row, v)
+        np.maximum.at(greatest, row, v)
     known = ((known >> bits) << POS_BITS) | (known & ((1 << bits) - 1))
     return Positions(known, known[least != greatest])
 
 
-def duplicate_reads(duplicated: np.ndarray, read_value: np.ndarray, read_pos: np.ndarray,
-                    read_index: np.ndarray) -> pa.Table:
+def duplicate_reads(duplicated: np.ndarray, read_value: list[np.ndarray], read_pos: list[np.ndarray],
+                    read_index: list[np.ndarray]) -> pa.Table:
     """The reads of the `duplicated` values (sorted, each once) as
     `anomalies.add_duplicate_reads` gives them: per value and position read
-    at, the first read's index."""
-    at = np.minimum(np.searchsorted(duplicated, read_value), max(len(duplicated) - 1, 0))
-    hit = np.flatnonzero(duplicated[at] == read_value) if len(duplicated) else np.zeros(0, np.int64)
-    value, pos, index = read_value[hit], read_pos[hit], read_index[hit]
+    at, the first read's index. The reads come as arrays of each column, a
+    batch at a time."""
+    hits: list[list[np.ndarray]] = [[], [], []]  # value, position, index
+    for batch in zip(read_value, read_pos, read_index):
+        at = np.minimum(np.searchsorted(duplicated, batch[0]), max(len(duplicated) - 1, 0))
+        hit = np.flatnonzero(duplicated[at] == batch[0]) if len(duplicated) else np.zeros(0, np.int64)
+        for kept, column in zip(hits, batch):
+            kept.append(column[hit])
+    value, pos, index = (np.concatenate(kept) if kept else np.zeros(0, np.int64) for kept in hits)
     order = np.lexsort((index, pos, value))
     value, pos, index = value[order], pos[order], index[order]
     first = np.concatenate(([True], (value[1:] != value[:-1]) | (pos[1:] != pos[:-1])))[:len(value)]

@@ -19,14 +19,15 @@ rows by `ufunc.at`): the frame's columns, which the
 driver checks (checkers/driver_value_checks.py) in place of Spark's
 aggregation and checks. The rows and the functions over them are the
 same, so the frame is the same: a test checks every anomaly kind both
-ways. The reads' values, positions and indexes, and each value's
-acknowledged position, are kept for `by_position`, which makes the
-by-position facts from them (checkers/driver_by_position.py).
+ways. Each value's acknowledged position is reduced first: with the
+reads' positions and values it is all the by-position facts need
+(checkers/driver_by_position.py), and those are made in a thread beside
+the rest of the frame, read by `by_position`. Indexes and processes are
+kept in the narrowest integer type that holds the history's.
 
 It holds about 40 bytes per send event and per record read until the frame
-is made, more while it aggregates, and 24 bytes per record read until
-the positions are made: a 10M-event history's check peaked at 2.2 to 2.4
-GiB on the Python side, against 1.3 GiB without it. So only histories up
+is made and the positions with it: a 10M-event history's check peaked at
+2.1 to 2.2 GiB on the Python side, against 1.3 GiB without it. So only histories up
 to `check.DRIVER_FRAMES_EVENTS` (or --driver-frames-up-to) take it; Spark
 aggregates larger ones, and those whose check has no scratch folder its
 executors read (a Parquet history on a cluster without --scratch).
@@ -35,7 +36,7 @@ executors read (a Parquet history on a cluster without --scratch).
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -64,9 +65,11 @@ class ValueRows:
     def __init__(self) -> None:
         self._sends: list[list] = []  # a batch's columns each
         self._reads: list[list] = []
-        # What `aggregate` keeps for `by_position`, and the duplicated
-        # values' reads that makes (None: no value is duplicated).
-        self._for_positions: tuple | None = None
+        # What `aggregate` leaves `by_position`: the by-position facts being
+        # made, the duplicated values and the reads (None: none duplicated);
+        # and the duplicated values' reads `by_position` finds.
+        self._positions: Future | None = None
+        self._for_duplicates: tuple | None = None
         self.duplicate_reads: pa.Table | None = None
 
     def add_sends(self, value: np.ndarray, index: np.ndarray, invoke: np.ndarray, ok: np.ndarray,
@@ -89,86 +92,109 @@ class ValueRows:
         the frame's columns (`COLUMNS`), one array each, -1 for null (the
         gathered rows are let go on the way). Each batch is reduced into
         the values' rows as it is (its temporaries, a batch long, reuse
-        warm memory), the reads in a thread beside the sends; only the
-        reads' values, positions and indexes are joined, for `by_position`."""
+        warm memory), the reads in a thread beside the sends. Each value's
+        acknowledged position comes first: with the reads' positions it is
+        all the by-position facts need, and those are made in a thread of
+        their own from then on (`by_position`)."""
         sends, reads, self._sends, self._reads = self._sends, self._reads, [], []
         values, row_of = key_rows([batch[0] for batch in sends] + [batch[0] for batch in reads])
+        # Indexes and processes in the fewest bytes that hold the history's:
+        # each column is a fresh array per value, and memory first touched
+        # was a fifth of a 10M-event check's CPU time (docs/benchmarks.md).
+        index_type = narrowest(_top([b[1] for b in sends] + [b[2] for b in reads]))
+        process_type = narrowest(_top([b[-1] for b in sends + reads]))
+        send_rows = [row_of(batch[0]) for batch in sends]
+        ack_pos = _reduced(len(values), [(None, "ack_pos", np.int64)],
+                           zip(send_rows, ([batch[4]] for batch in sends)))["ack_pos"]
+        acked = ack_pos != NONE
+        beside = ThreadPoolExecutor(1, thread_name_prefix="by-position")
+        self._positions = beside.submit(positions, [ack_pos[acked]] + [batch[1] for batch in reads],
+                                        [values[acked]] + [batch[0] for batch in reads])
+        beside.shutdown(wait=False)  # the thread ends with its one task
+        del acked
         with ThreadPoolExecutor(1, thread_name_prefix="by-value-reads") as beside:
-            by_read = beside.submit(_read_columns, len(values), row_of, reads, logs)
-            out = {"value": values, **_send_columns(len(values), row_of, sends)}
-            del sends
+            by_read = beside.submit(_read_columns, len(values), row_of, reads, logs, index_type)
+            out = {"value": values, "ack_pos": ack_pos,
+                   **_send_columns(len(values), send_rows, sends, index_type, process_type)}
+            del sends, send_rows
             out.update(by_read.result())
         # least/greatest of the acknowledged and read positions, nulls skipped.
         out["first_pos"] = least(out["ack_pos"], out.pop("read_first_pos"))
         out["last_pos"] = np.maximum(out["ack_pos"], out.pop("read_last_pos"))
-        acked = out["ack_pos"] != NONE
-        ack_pos, ack_value = out["ack_pos"][acked], values[acked]
         duplicated = values[(out["first_pos"] != NONE) & (out["first_pos"] != out["last_pos"])]
-        del acked
-        read_value, read_pos, read_index = _joined(reads, 3)
-        del reads
-        self._for_positions = (ack_pos, ack_value, duplicated, read_value, read_pos, read_index)
+        self._for_duplicates = (duplicated, reads) if len(duplicated) else None
         return {name: out[name] for name in COLUMNS}
 
     def by_position(self) -> Positions:
-        """The positions known to hold a value, from the rows `aggregate`
-        kept (let go here), and the duplicated values' reads as
-        `duplicate_reads` if any value is duplicated
-        (checkers/driver_by_position.py). NumPy's work runs outside
-        Python's lock: the by-value checks run beside."""
-        ack_pos, ack_value, duplicated, read_value, read_pos, read_index = self._for_positions
-        self._for_positions = None
-        if len(duplicated):
-            self.duplicate_reads = duplicate_reads(duplicated, read_value, read_pos, read_index)
-        del read_index
-        return positions(ack_pos, ack_value, read_pos, read_value)
+        """The positions known to hold a value, once their thread has made
+        them, and the duplicated values' reads as `duplicate_reads` if any
+        value is duplicated (checkers/driver_by_position.py). NumPy's work
+        runs outside Python's lock: the by-value checks run beside."""
+        if self._for_duplicates is not None:
+            duplicated, reads = self._for_duplicates
+            self._for_duplicates = None
+            self.duplicate_reads = duplicate_reads(duplicated, [b[0] for b in reads], [b[1] for b in reads],
+                                                   [b[2] for b in reads])
+        made, self._positions = self._positions, None
+        return made.result()
 
 
-def _joined(batches: list[list], width: int) -> list[np.ndarray]:
-    """The batches' columns, each as one array; each batch's column is let
-    go once joined, so no more than one column is held twice."""
-    joined = []
-    for i in range(width):
-        joined.append(np.concatenate([b[i] for b in batches]) if batches else np.empty(0, np.int64))
-        for b in batches:
-            b[i] = None
-    return joined
-
-
-def _reduced(n: int, columns: list[tuple[str | None, str | None]], batches) -> dict[str, np.ndarray]:
+def _reduced(n: int, columns: list[tuple[str | None, str | None, type]], batches) -> dict[str, np.ndarray]:
     """Per value (`n` of them), each column's minimum and maximum, NONE
     skipped: {name: reduced}, NONE where a value has nothing of the column.
-    `columns`: (name of its minimum or None, name of its maximum or None),
-    in the order of each of `batches`' items: (the batch's rows, its
-    columns). NONE is the identity of both: the least number for a maximum,
-    and, as unsigned, the greatest for a minimum."""
-    out = {name: np.full(n, NONE) for pair in columns for name in pair if name is not None}
+    `columns`: (name of its minimum or None, name of its maximum or None,
+    its NumPy type), in the order of each of `batches`' items: (the batch's
+    rows, its columns). NONE is the identity of both: the least number for
+    a maximum, and, as unsigned, the greatest for a minimum."""
+    out = {name: np.full(n, NONE, kind) for low, high, kind in columns for name in (low, high) if name is not None}
     for row, batch_columns in batches:
-        for (low, high), column in zip(columns, batch_columns):
+        for (low, high, kind), column in zip(columns, batch_columns):
+            column = column.astype(kind, copy=False)
             if high is not None:
                 np.maximum.at(out[high], row, column)
             if low is not None:
-                np.minimum.at(out[low].view(np.uint64), row, column.view(np.uint64))
+                np.minimum.at(_unsigned(out[low]), row, _unsigned(column))
     return out
+
+
+def narrowest(top: int) -> type:
+    """The narrowest signed type of a column of numbers 0..`top` and NONE."""
+    return next(kind for kind in (np.int8, np.int16, np.int32, np.int64) if top <= np.iinfo(kind).max)
+
+
+def _top(columns: list[np.ndarray]) -> int:
+    """The largest number of the columns (0 for none)."""
+    return max((int(c.max()) for c in columns if len(c)), default=0)
+
+
+def _unsigned(a: np.ndarray) -> np.ndarray:
+    """`a`'s bits as the unsigned type of its width: NONE is its largest number."""
+    return a.view(np.dtype(f"u{a.dtype.itemsize}"))
 
 
 def least(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """The elementwise minimum of two columns, NONE skipped (as unsigned, the largest)."""
-    return np.minimum(a.view(np.uint64), b.view(np.uint64)).view(np.int64)
+    if a.dtype != b.dtype:
+        a, b = a.astype(np.int64), b.astype(np.int64)
+    return np.minimum(_unsigned(a), _unsigned(b)).view(a.dtype)
 
 
-def _send_columns(n: int, row_of: Callable, batches: list[list]) -> dict[str, np.ndarray]:
-    """Per value (`n`, each send event's row `row_of` its value): the send
-    columns of the by-value frame, from `add_sends`' batches."""
+def _send_columns(n: int, rows: list[np.ndarray], batches: list[list], index_type: type,
+                  process_type: type) -> dict[str, np.ndarray]:
+    """Per value (`n`, each send event's row in `rows`, a batch each): the
+    send columns of the by-value frame from `add_sends`' batches, but its
+    acknowledged position; indexes and processes as `index_type` and
+    `process_type`."""
     def each():
-        for value, index, invoke, outcome, ack, process in batches:
-            yield row_of(value), (np.where(invoke, index, NONE), process, np.where(invoke, NONE, index), outcome, ack)
+        for row, (_, index, invoke, outcome, _, process) in zip(rows, batches):
+            yield row, (np.where(invoke, index, NONE), process, np.where(invoke, NONE, index), outcome)
 
-    return _reduced(n, [("inv_index", "inv_index_last"), ("process", "process_max"),
-                        ("comp_index", "comp_index_last"), (None, "outcome"), (None, "ack_pos")], each())
+    return _reduced(n, [("inv_index", "inv_index_last", index_type), ("process", "process_max", process_type),
+                        ("comp_index", "comp_index_last", index_type), (None, "outcome", np.int8)], each())
 
 
-def _read_columns(n: int, row_of: Callable, batches: list[list], logs: FinalLogs) -> dict[str, np.ndarray]:
+def _read_columns(n: int, row_of: Callable, batches: list[list], logs: FinalLogs,
+                  index_type: type) -> dict[str, np.ndarray]:
     """Per value (`n`, each record read's row `row_of` its value): the read
     columns of the by-value frame, from `add_reads`' batches, with
     `anomalies.build`'s marks: final (inside a final-reads bracket), in the
@@ -185,9 +211,10 @@ def _read_columns(n: int, row_of: Callable, batches: list[list], logs: FinalLogs
             yield row_of(value), (pos, index, np.where(in_final, partition, NONE),
                                   np.where(in_run, partition, NONE), np.where(in_run, index, NONE))
 
-    return _reduced(n, [("read_first_pos", "read_last_pos"), ("read_index", None),
-                        ("final_part_min", "final_part_max"), ("run_part_min", "run_part_max"),
-                        ("run_index", None)], each())
+    # Partitions are below 2**23 (core.history.format.MAX_PARTITION).
+    return _reduced(n, [("read_first_pos", "read_last_pos", np.int64), ("read_index", None, index_type),
+                        ("final_part_min", "final_part_max", np.int32), ("run_part_min", "run_part_max", np.int32),
+                        ("run_index", None, index_type)], each())
 
 
 # A mapping whose keys are all below this (a history's partitions) is looked

@@ -111,6 +111,7 @@ def write_multi_rows(checked: dict, path: Path) -> Path:
         if column.dtype == bool:
             arrays[name] = pa.array(column)
         else:
+            column = column.astype(np.int64)  # the frame's narrower columns too
             none = column == NONE
             arrays[name] = pa.array(column, pa.int32() if name == "outcome" else pa.int64(),
                                     mask=none if none.any() else None)

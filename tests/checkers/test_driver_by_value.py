@@ -5,6 +5,7 @@ histories at the same events either way; `harness check
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from checkers import anomalies as an
@@ -53,6 +54,36 @@ def test_the_driver_s_frame_is_spark_s_row_for_row(spark, tmp_path):
     assert by_value[9]["comp_index"] != by_value[9]["comp_index_last"]
     assert by_value[13]["run_part_min"] is None and by_value[6]["inv_index"] is None
     assert by_value[7]["first_pos"] != by_value[7]["last_pos"]
+
+
+@pytest.mark.parametrize("padding,process,widths", [
+    (0, 5, (np.int8, np.int8)),
+    (200, 40_000, (np.int16, np.int32)),
+    (17_000, 1 << 40, (np.int32, np.int64)),
+])
+def test_the_frame_is_spark_s_whatever_width_its_indexes_and_processes_take(spark, tmp_path, monkeypatch, padding,
+                                                                            process, widths):
+    # The driver keeps indexes and processes in the narrowest type that holds
+    # the history's (checkers/driver_by_value.py): each width, row for row.
+    h = every_role()
+    for _ in range(padding):
+        h.poll(12)  # two events each, no records
+    h.send(process, 100, 0, 9)
+    h.poll(12, (0, 9, 100))
+    h.send(process, 101, 1, 9, outcome="info")
+    path = h.write(tmp_path, parquet=True)
+    made = []
+    real = ValueRows.aggregate
+
+    def aggregate(self, logs):
+        made.append(real(self, logs))
+        return made[-1]
+
+    monkeypatch.setattr(ValueRows, "aggregate", aggregate)
+    on_driver, by_spark = _frames_both_ways(spark, path)
+    assert on_driver == by_spark
+    assert (made[0]["inv_index"].dtype, made[0]["process"].dtype) == widths
+    assert {r["value"]: r["process"] for r in on_driver}[100] == process
 
 
 def test_a_history_without_sends_or_records_gives_an_empty_frame_both_ways(spark, tmp_path):
