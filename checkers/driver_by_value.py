@@ -229,7 +229,7 @@ def lookup(mapping: dict[int, int], keys: np.ndarray) -> np.ndarray:
     if 0 <= min(mapping) and max(mapping) < TABLE_KEYS:
         table = np.full(max(mapping) + 2, NONE)  # the last for every key outside the table
         table[list(mapping)] = list(mapping.values())
-        return table[np.where((keys >= 0) & (keys < len(table) - 1), keys, len(table) - 1)]
+        return table[np.clip(keys, -1, len(table) - 1)]  # -1 is the last too
     known = np.array(sorted(mapping), np.int64)
     found = np.array([mapping[k] for k in known.tolist()], np.int64)
     where = np.minimum(np.searchsorted(known, keys), len(known) - 1)

@@ -41,12 +41,13 @@ def key_rows(keys: list[np.ndarray]) -> tuple[np.ndarray, Callable[[np.ndarray],
             used[(k - low) >> BLOCK_BITS] = True
         first = np.flatnonzero(used)  # the blocks used, each one's first number less `low`
         if len(first) << BLOCK_BITS <= DENSE_SPREAD * total + (1 << BLOCK_BITS):
-            block = np.cumsum(used, dtype=np.intp) - 1
+            # What each used block's numbers move by to their slots: down to
+            # the block's place among the used ones, and by `low`.
+            shift = ((np.cumsum(used, dtype=np.int64) - 1 - np.arange(blocks)) << BLOCK_BITS) - low
             del used
 
             def slot(k: np.ndarray) -> np.ndarray:
-                shifted = k - low
-                return (block[shifted >> BLOCK_BITS] << BLOCK_BITS) | (shifted & ((1 << BLOCK_BITS) - 1))
+                return k + shift[(k - low) >> BLOCK_BITS]
 
             present = np.zeros(len(first) << BLOCK_BITS, bool)
             for k in keys:

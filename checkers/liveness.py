@@ -211,7 +211,7 @@ def consumer_overall(parts: dict[int, tuple], read_t: np.ndarray, end: int) -> W
     matter: from the one its first acknowledgement ends to the one in which
     everything it acknowledged has been read."""
     big = np.iinfo(np.int64).max
-    reads = np.unique(read_t)
+    reads = _distinct(read_t)
     prev = np.concatenate(([np.iinfo(np.int64).min], reads))
     upto = np.concatenate((reads, [end]))
     for ack_t, _, _, _ in parts.values():
@@ -404,7 +404,7 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
         consumer_longest[p] = consumer_waits(*columns[p], end).longest_ns() if c.polls else 0
     consumers = consumer_overall(columns, c.read_time, end) if c.polls else Waits.none()
 
-    read_t = np.unique(c.read_time)
+    read_t = _distinct(c.read_time)
     fault_rows = []
     starts = np.array([x["start_ns"] for x in faults], np.int64)
     stops = np.array([x["end_ns"] for x in faults], np.int64)
@@ -474,6 +474,15 @@ def _key_partitions(ack_key: np.ndarray, ack_p: np.ndarray) -> np.ndarray:
         else:
             found.append(np.unique(np.stack([k_, p_]), axis=1))
     return np.unique(np.concatenate(found, axis=1), axis=1)
+
+
+def _distinct(times: np.ndarray) -> np.ndarray:
+    """The distinct times, sorted: without a sort where they are in order
+    already, as a history's are (np.unique's sort of 2.4M read times took
+    0.14 s of a 10M-event check)."""
+    if len(times) < 2 or not _nondecreasing(times):
+        return np.unique(times)
+    return times[np.concatenate(([True], times[1:] != times[:-1]))]
 
 
 def _by_time(time: np.ndarray, *arrays: np.ndarray) -> tuple:

@@ -102,23 +102,28 @@ class SendOrder:
             return
         # With each group's last settled one, which sorts first in its group:
         # acknowledgements are settled in their process's invocation order.
+        # Only the groups and offsets are put in that order; the rest is
+        # looked up for the few steps back found.
         both = self._last + acks
-        both = both.take(_by_group_then_invocation(both))
-        same = both.group[1:] == both.group[:-1]
-        back = np.flatnonzero(same & (both.offset[1:] < both.offset[:-1])) + 1
+        order = _by_group_then_invocation(both)
+        group, offset = both.group[order], both.offset[order]
+        same = group[1:] == group[:-1]
+        back = np.flatnonzero(same & (offset[1:] < offset[:-1])) + 1
+        del group, offset
         self.count += len(back)
         if len(back):
-            first = back[np.argsort(both.invoke_index[back], kind="stable")[:MAX_EXAMPLES]]
-            found = [_example(both, i) for i in first.tolist()]
+            first = back[np.argsort(both.invoke_index[order[back]], kind="stable")[:MAX_EXAMPLES]]
+            found = [_example(both, order[i - 1], order[i]) for i in first.tolist()]
             self._examples = sorted(self._examples + found, key=lambda e: e["invoke_index"])[:MAX_EXAMPLES]
-        self._last = both.take(np.append(~same, True))
+        self._last = both.take(order[np.append(~same, True)])
 
 
-def _example(acks: Acks, i: int) -> dict:
+def _example(acks: Acks, before: int, i: int) -> dict:
+    """The step back from acknowledgement `before` to `i` (rows of `acks`)."""
     group = int(acks.group[i])
     return {"process": group >> PARTITION_BITS, "partition": group & ((1 << PARTITION_BITS) - 1),
-            "prev_value": int(acks.value[i - 1]), "prev_offset": int(acks.offset[i - 1]),
-            "prev_invoke_index": int(acks.invoke_index[i - 1]),
+            "prev_value": int(acks.value[before]), "prev_offset": int(acks.offset[before]),
+            "prev_invoke_index": int(acks.invoke_index[before]),
             "value": int(acks.value[i]), "offset": int(acks.offset[i]),
             "invoke_index": int(acks.invoke_index[i]), "ack_index": int(acks.ack_index[i])}
 
