@@ -45,6 +45,7 @@ from checkers.send_order import Acks, SendOrder, group_of
 from checkers.stats import BUCKET_FLOOR_NS, BUCKET_GROWTH, HISTOGRAM_COLUMNS
 from core.errors import HistoryError
 from core.history.format import FINAL_READS, NEMESIS_PROCESS_ID, TYPES
+from core.history.parquet import string_codes
 
 INVOKE = TYPES.index("invoke")
 _EMPTY = np.empty(0, np.int64)
@@ -109,9 +110,11 @@ class HistoryReader:
 
         process, time, index = col("process"), col("time"), col("index")
         value, key, partition, offset = col("value"), col("key"), col("partition"), col("offset")
-        typ = pc.fill_null(pc.index_in(t["type"], value_set=pa.array(TYPES)), -1).to_numpy()
-        f_col = t["f"].combine_chunks() if isinstance(t["f"], pa.ChunkedArray) else t["f"]
-        f_codes = pc.dictionary_encode(pc.cast(f_col, pa.string()))
+        # Types and operation names by their dictionaries' codes (a null's: the last, -1).
+        type_codes = string_codes(t["type"])
+        typ = np.array([TYPES.index(name) if name in TYPES else -1 for name in type_codes.dictionary.to_pylist()]
+                       + [-1], np.int64)[pc.fill_null(type_codes.indices, -1).to_numpy()]
+        f_codes = string_codes(t["f"])
         names = f_codes.dictionary.to_pylist()
         for name in names:
             self._fs.setdefault(name, len(self._fs))

@@ -23,7 +23,8 @@ import pytest
 
 from core.history.files import iter_source_jsonl, load_run_json, resolve
 from core.history.jsonl import ReadReport, read_jsonl
-from core.history.parquet import events_at, jsonl_to_parquet, read_parquet_events, validate_parquet, write_parquet
+from core.history.parquet import (events_at, jsonl_to_parquet, read_parquet_events, string_codes, validate_parquet,
+                                  write_parquet)
 from core.history.writer import (_BATCH_HEAD, _JSON_HEAD, _NEVER, HistoryWriter, _Batcher,
                                  _Output)
 from core.errors import HistoryError
@@ -608,6 +609,22 @@ def test_parquet_checks_refuse_exactly_what_the_field_checks_refuse_at_the_event
         assert parquet_refuses == (not _passes(stored)), (stored, parquet_refuses)
         refused += parquet_refuses
     assert tried > 150 and 50 < refused < tried - 50, (tried, refused)  # both ways taken, many times
+
+
+def test_string_codes_are_a_dictionary_of_distinct_names_whatever_the_column_s_form():
+    # A Parquet history's type and f are read as their dictionaries' codes;
+    # a user's dictionary with a name twice (or not of strings) is encoded again.
+    plain = pa.array(["ok", "invoke", None, "ok"])
+    twice = pa.DictionaryArray.from_arrays(pa.array([0, 1, None, 2], pa.int8()), pa.array(["ok", "invoke", "ok"]))
+    numbers = pa.DictionaryArray.from_arrays(pa.array([0, 1, None, 0]), pa.array([7, 8]))
+    distinct = pa.DictionaryArray.from_arrays(pa.array([1, 0, None, 1]), pa.array(["invoke", "ok"]))
+    for column, decoded in ((plain, ["ok", "invoke", None, "ok"]), (twice, ["ok", "invoke", None, "ok"]),
+                            (numbers, ["7", "8", None, "7"]), (distinct, ["ok", "invoke", None, "ok"]),
+                            (pa.chunked_array([distinct]), ["ok", "invoke", None, "ok"])):
+        codes = string_codes(column)
+        names = codes.dictionary.to_pylist()
+        assert len(set(names)) == len(names) and codes.cast(pa.string()).to_pylist() == decoded
+    assert string_codes(distinct) is distinct
 
 
 def test_records_are_handed_on_without_their_keys_and_a_missing_field_is_still_named(tmp_path):
