@@ -356,8 +356,8 @@ def _analyse(spark, driver: _DriverRead, promised: dict, opts: Options) -> dict:
         stage.done("read-runs")
         if read.values is not None:  # gathered by the driver as it read the history
             columns = read.values.aggregate(logs)
-            # The by-position facts in a thread beside the checks: NumPy's
-            # sorts run outside Python's lock.
+            # The by-position facts (begun by `aggregate`) and the duplicated
+            # values' reads, waited for in a thread beside the checks.
             by_position = Beside(read.values.by_position, name="by-position")
             checked, multi = _driver_value_checks(spark, scratch, columns, frames, max_read, logs)
             del columns  # let go by the checks, but the columns the examples read

@@ -27,7 +27,7 @@ kept in the narrowest integer type that holds the history's.
 
 It holds about 40 bytes per send event and per record read until the frame
 is made and the positions with it: a 10M-event history's check peaked at
-2.1 to 2.2 GiB on the Python side, against 1.3 GiB without it. So only histories up
+about 2.0 GiB on the Python side, against 1.3 GiB without it. So only histories up
 to `check.DRIVER_FRAMES_EVENTS` (or --driver-frames-up-to) take it; Spark
 aggregates larger ones, and those whose check has no scratch folder its
 executors read (a Parquet history on a cluster without --scratch).

@@ -353,7 +353,7 @@ def _ahead(items: Iterator, depth: int = 2) -> Iterator:
 # Each check below is a few Arrow passes over a batch; a batch that passes
 # (nearly all do) is let through by the one or two passes of these, and only
 # a batch that may fail takes the checks that say which row and why: a 10M-event
-# history's checks took 1.2 s of CPU before these, 0.5 s with them
+# history's checks took 1.2 s of CPU before these, 0.6 to 0.8 s with them
 # (docs/benchmarks.md).
 
 

@@ -493,6 +493,24 @@ def test_resolve_a_run_directory(tmp_path):
     assert load_run_json(source.run_json) == {"producer": {"enable.idempotence": True}}
 
 
+_GONE = object()
+
+
+def _changed(event: dict, values: list, within=lambda e: e) -> list[dict]:
+    """Copies of `event`, each with one field of `within(event)` (the event,
+    or a list item in it) set to one of `values`, or removed."""
+    copies = []
+    for field in list(within(event)):
+        for x in values + [_GONE]:
+            e = json.loads(json.dumps(event))
+            if x is _GONE:
+                del within(e)[field]
+            else:
+                within(e)[field] = x
+            copies.append(e)
+    return copies
+
+
 def _passes(event) -> bool:
     try:
         check_fields(event, "line 1")
@@ -518,27 +536,12 @@ def test_the_quick_acceptance_of_sends_and_polls_never_passes_what_the_field_che
     ]
     odd = [None, True, False, 1.5, "1", "", -1, MAX_PARTITION + 1, MAX_STORED_OFFSET + 1, [], {}, [1], "nemesis",
            "invoke", "ok", "poll", "send", "assign"]
-    gone = object()
     variants = []
     for base in bases:
         assert _plain_client_event(base) and _passes(base), base  # the quick path is taken for these
-        for field in list(base):
-            for x in odd + [gone]:
-                e = json.loads(json.dumps(base))
-                if x is gone:
-                    del e[field]
-                else:
-                    e[field] = x
-                variants.append(e)
+        variants += _changed(base, odd)
         if base.get("records"):
-            for field in record:
-                for x in odd + [gone]:
-                    e = json.loads(json.dumps(base))
-                    if x is gone:
-                        del e["records"][1][field]
-                    else:
-                        e["records"][1][field] = x
-                    variants.append(e)
+            variants += _changed(base, odd, lambda e: e["records"][1])
             variants.append({**base, "records": [dict(record), 5]})
         variants.append({**base, "extra": 1})
     quick = [e for e in variants if _plain_client_event(e)]
@@ -568,27 +571,12 @@ def test_parquet_checks_refuse_exactly_what_the_field_checks_refuse_at_the_event
         {"process": "nemesis", "type": "ok", "f": "start-partition", "value": {"grudge": {}}},
     ]
     odd = [None, -1, MAX_PARTITION + 1, MAX_STORED_OFFSET, "produce", "done", "poll", []]
-    gone = object()
     variants = []
     for base in bases:
-        for field in list(base):
-            for x in odd + [gone]:
-                e = json.loads(json.dumps(base))
-                if x is gone:
-                    del e[field]
-                else:
-                    e[field] = x
-                variants.append(e)
-        for name, items in (("records", base.get("records")), ("offsets", base.get("offsets")),
-                            ("ends", base.get("ends"))):
-            for field in (items[-1] if items else ()):
-                for x in (None, -1, MAX_PARTITION + 1, gone):
-                    e = json.loads(json.dumps(base))
-                    if x is gone:
-                        del e[name][-1][field]
-                    else:
-                        e[name][-1][field] = x
-                    variants.append(e)
+        variants += _changed(base, odd)
+        for name in ("records", "offsets", "ends"):
+            if base.get(name):
+                variants += _changed(base, [None, -1, MAX_PARTITION + 1], lambda e, name=name: e[name][-1])
     first = {"index": 0, "time": 0, "process": 2, "type": "invoke", "f": "poll"}
     tried = refused = 0
     for i, variant in enumerate(variants):
