@@ -202,16 +202,16 @@ def consumer_waits(ack_t: np.ndarray, ack_o: np.ndarray, read_t: np.ndarray, rea
     return Waits(start[keep], upto[keep], is_open[keep])
 
 
-def consumer_overall(parts: dict[int, tuple], read_t: np.ndarray, end: int) -> Waits:
+def consumer_overall(parts: dict[int, tuple], reads: np.ndarray, end: int) -> Waits:
     """Consumers overall: a wait ends at each poll returning records of any
     partition, and starts at the previous one if some partition had a backlog
     then, else at the first acknowledgement that made one. `parts`: per
     partition (ack times, ack offsets, read times, read offsets), each sorted
-    by time. One vector pass per partition over the gaps in which it can
-    matter: from the one its first acknowledgement ends to the one in which
-    everything it acknowledged has been read."""
+    by time; `reads`: the distinct times of those polls, sorted. One vector
+    pass per partition over the gaps in which it can matter: from the one
+    its first acknowledgement ends to the one in which everything it
+    acknowledged has been read."""
     big = np.iinfo(np.int64).max
-    reads = _distinct(read_t)
     prev = np.concatenate(([np.iinfo(np.int64).min], reads))
     upto = np.concatenate((reads, [end]))
     for ack_t, _, _, _ in parts.values():
@@ -402,9 +402,9 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
         lo, hi = np.searchsorted(r_p, p, "left"), np.searchsorted(r_p, p, "right")
         columns[p] = (p_ack_t, p_ack_o, r_t[lo:hi], r_o[lo:hi])
         consumer_longest[p] = consumer_waits(*columns[p], end).longest_ns() if c.polls else 0
-    consumers = consumer_overall(columns, c.read_time, end) if c.polls else Waits.none()
-
     read_t = _distinct(c.read_time)
+    consumers = consumer_overall(columns, read_t, end) if c.polls else Waits.none()
+
     fault_rows = []
     starts = np.array([x["start_ns"] for x in faults], np.int64)
     stops = np.array([x["end_ns"] for x in faults], np.int64)
