@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from checkers.anomalies import MAX_OFFSET, POS_BITS
+from checkers.compiled import compiled
 from checkers.key_rows import key_rows
 
 @dataclass
@@ -70,9 +71,7 @@ def positions(pos: list[np.ndarray], value: list[np.ndarray]) -> Positions:
     least = np.full(len(known), np.iinfo(np.int64).max)
     greatest = np.full(len(known), np.iinfo(np.int64).min)
     for p, v in zip(packed, value):
-        row = row_of(p)
-        np.minimum.at(least, row, v)
-        np.maximum.at(greatest, row, v)
+        _least_greatest_at(least, greatest, row_of(p), v)
     known = ((known >> bits) << POS_BITS) | (known & ((1 << bits) - 1))
     return Positions(known, known[least != greatest])
 
@@ -95,3 +94,13 @@ def duplicate_reads(duplicated: np.ndarray, read_value: list[np.ndarray], read_p
     first = np.concatenate(([True], (value[1:] != value[:-1]) | (pos[1:] != pos[:-1])))[:len(value)]
     return pa.table({"value": value[first], "partition": pos[first] >> POS_BITS,
                      "offset": pos[first] & MAX_OFFSET, "index": index[first]})
+
+
+@compiled
+def _least_greatest_at(least, greatest, rows, value):
+    for i in range(len(rows)):
+        r, v = rows[i], value[i]
+        if v < least[r]:
+            least[r] = v
+        if v > greatest[r]:
+            greatest[r] = v

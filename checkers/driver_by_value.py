@@ -13,9 +13,10 @@ read its value, position, and its poll's index and process. Once the
 history is read and its final logs are known, `aggregate` marks each
 read final (inside a final-reads bracket of its process), in the final
 log, or read during the run, exactly as `anomalies.build` does, and takes
-the same minimum and maximum of each column per value with NumPy (each
-event's value given its row by `checkers.key_rows`, each column reduced into the
-rows by `ufunc.at`): the frame's columns, which the
+the same minimum and maximum of each column per value (each event's
+value given its row by `checkers.key_rows`, every column of a batch
+reduced into the rows in one compiled pass, checkers/compiled.py): the
+frame's columns, which the
 driver checks (checkers/driver_value_checks.py) in place of Spark's
 aggregation and checks. The rows and the functions over them are the
 same, so the frame is the same: a test checks every anomaly kind both
@@ -42,14 +43,15 @@ import numpy as np
 import pyarrow as pa
 
 from checkers.anomalies import FAIL, INFO, MAX_OFFSET, OK, POS_BITS, FinalLogs
+from checkers.compiled import compiled
 from checkers.driver_by_position import Positions, duplicate_reads, positions
 from checkers.key_rows import key_rows
 
 # Every index, position, partition, process and outcome gathered is >= 0,
 # so -1 is "none", Spark's null. A maximum skips it as it is; a minimum
-# skips it when taken over the same bits as unsigned, where -1 is the
-# largest number: either is -1 only for a value with nothing of a column,
-# with no identity to put in its place first.
+# skips it by a test (`_lower`), or when taken over the same bits as
+# unsigned, where -1 is the largest number (`least`): either is -1 only for
+# a value with nothing of a column, with no identity to put in its place first.
 NONE = -1
 
 # The by-value frame's columns, in `anomalies.add_by_value`'s order.
@@ -104,8 +106,9 @@ class ValueRows:
         index_type = narrowest(_top([b[1] for b in sends] + [b[2] for b in reads]))
         process_type = narrowest(_top([b[-1] for b in sends + reads]))
         send_rows = [row_of(batch[0]) for batch in sends]
-        ack_pos = _reduced(len(values), [(None, "ack_pos", np.int64)],
-                           zip(send_rows, ([batch[4]] for batch in sends)))["ack_pos"]
+        ack_pos = np.full(len(values), NONE, np.int64)
+        for rows, batch in zip(send_rows, sends):
+            _greatest_at(ack_pos, rows, batch[4])
         acked = ack_pos != NONE
         beside = ThreadPoolExecutor(1, thread_name_prefix="by-position")
         self._positions = beside.submit(positions, [ack_pos[acked]] + [batch[1] for batch in reads],
@@ -128,7 +131,7 @@ class ValueRows:
     def by_position(self) -> Positions:
         """The positions known to hold a value, once their thread has made
         them, and the duplicated values' reads as `duplicate_reads` if any
-        value is duplicated (checkers/driver_by_position.py). NumPy's work
+        value is duplicated (checkers/driver_by_position.py). Their work
         runs outside Python's lock: the by-value checks run beside."""
         if self._for_duplicates is not None:
             duplicated, reads = self._for_duplicates
@@ -137,24 +140,6 @@ class ValueRows:
                                                    [b[2] for b in reads])
         made, self._positions = self._positions, None
         return made.result()
-
-
-def _reduced(n: int, columns: list[tuple[str | None, str | None, type]], batches) -> dict[str, np.ndarray]:
-    """Per value (`n` of them), each column's minimum and maximum, NONE
-    skipped: {name: reduced}, NONE where a value has nothing of the column.
-    `columns`: (name of its minimum or None, name of its maximum or None,
-    its NumPy type), in the order of each of `batches`' items: (the batch's
-    rows, its columns). NONE is the identity of both: the least number for
-    a maximum, and, as unsigned, the greatest for a minimum."""
-    out = {name: np.full(n, NONE, kind) for low, high, kind in columns for name in (low, high) if name is not None}
-    for row, batch_columns in batches:
-        for (low, high, kind), column in zip(columns, batch_columns):
-            column = column.astype(kind, copy=False)
-            if high is not None:
-                np.maximum.at(out[high], row, column)
-            if low is not None:
-                np.minimum.at(_unsigned(out[low]), row, _unsigned(column))
-    return out
 
 
 def narrowest(top: int) -> type:
@@ -185,12 +170,51 @@ def _send_columns(n: int, rows: list[np.ndarray], batches: list[list], index_typ
     send columns of the by-value frame from `add_sends`' batches, but its
     acknowledged position; indexes and processes as `index_type` and
     `process_type`."""
-    def each():
-        for row, (_, index, invoke, outcome, _, process) in zip(rows, batches):
-            yield row, (np.where(invoke, index, NONE), process, np.where(invoke, NONE, index), outcome)
+    out = {name: np.full(n, NONE, kind) for name, kind in (
+        ("inv_index", index_type), ("inv_index_last", index_type), ("process", process_type),
+        ("process_max", process_type), ("comp_index", index_type), ("comp_index_last", index_type),
+        ("outcome", np.int8))}
+    for row, (_, index, invoke, outcome, _, process) in zip(rows, batches):
+        _reduce_sends(row, index, invoke, outcome, process, *out.values())
+    return out
 
-    return _reduced(n, [("inv_index", "inv_index_last", index_type), ("process", "process_max", process_type),
-                        ("comp_index", "comp_index_last", index_type), (None, "outcome", np.int8)], each())
+
+@compiled
+def _reduce_sends(rows, index, invoke, outcome, process, inv_min, inv_max, proc_min, proc_max, comp_min,
+                  comp_max, outcome_max):
+    """`_send_columns`' reduction of one batch, in one pass."""
+    for i in range(len(rows)):
+        r, x = rows[i], index[i]
+        if invoke[i]:
+            _lower(inv_min, r, x)
+            _raise(inv_max, r, x)
+        else:
+            _lower(comp_min, r, x)
+            _raise(comp_max, r, x)
+        _lower(proc_min, r, process[i])
+        _raise(proc_max, r, process[i])
+        _raise(outcome_max, r, outcome[i])
+
+
+@compiled
+def _greatest_at(out, rows, column):
+    """Each row's greatest of `column` (ack_pos's reduction)."""
+    for i in range(len(rows)):
+        _raise(out, rows[i], column[i])
+
+
+@compiled
+def _lower(column, r, x):
+    """Row `r` of a minimum's column takes `x` if less (NONE: nothing yet)."""
+    if column[r] == NONE or x < column[r]:
+        column[r] = x
+
+
+@compiled
+def _raise(column, r, x):
+    """Row `r` of a maximum's column takes `x` if greater (NONE is below any)."""
+    if x > column[r]:
+        column[r] = x
 
 
 def _read_columns(n: int, row_of: Callable, batches: list[list], logs: FinalLogs,
@@ -200,21 +224,37 @@ def _read_columns(n: int, row_of: Callable, batches: list[list], logs: FinalLogs
     `anomalies.build`'s marks: final (inside a final-reads bracket), in the
     final log (final, below its partition's known end), read during the run
     (not final, its partition's end known)."""
-    def each():
-        for value, pos, index, process in batches:
-            partition = pos >> POS_BITS
-            end = lookup(logs.ends, partition)
-            final = in_brackets(process, index, logs.brackets)
-            has_end = end != NONE
-            in_final = final & has_end & ((pos & MAX_OFFSET) < end)
-            in_run = ~final & has_end
-            yield row_of(value), (pos, index, np.where(in_final, partition, NONE),
-                                  np.where(in_run, partition, NONE), np.where(in_run, index, NONE))
+    out = {name: np.full(n, NONE, kind) for name, kind in (
+        ("read_first_pos", np.int64), ("read_last_pos", np.int64), ("read_index", index_type),
+        ("final_part_min", np.int32), ("final_part_max", np.int32), ("run_part_min", np.int32),
+        ("run_part_max", np.int32), ("run_index", index_type))}
+    for value, pos, index, process in batches:
+        end = lookup(logs.ends, pos >> POS_BITS)
+        _reduce_reads(row_of(value), pos, index, end, in_brackets(process, index, logs.brackets), *out.values())
+    return out
 
-    # Partitions are below 2**23 (core.history.format.MAX_PARTITION).
-    return _reduced(n, [("read_first_pos", "read_last_pos", np.int64), ("read_index", None, index_type),
-                        ("final_part_min", "final_part_max", np.int32), ("run_part_min", "run_part_max", np.int32),
-                        ("run_index", None, index_type)], each())
+
+@compiled
+def _reduce_reads(rows, pos, index, end, final, first_pos, last_pos, read_index, final_min, final_max, run_min,
+                  run_max, run_index):
+    """`_read_columns`' reduction of one batch, in one pass: `end` is each
+    read's partition's known end (NONE: not known), `final` whether it lies
+    in a final-reads bracket."""
+    for i in range(len(rows)):
+        r, p, x = rows[i], pos[i], index[i]
+        _lower(first_pos, r, p)
+        _raise(last_pos, r, p)
+        _lower(read_index, r, x)
+        if end[i] == NONE:
+            continue
+        partition = p >> POS_BITS
+        if not final[i]:
+            _lower(run_min, r, partition)
+            _raise(run_max, r, partition)
+            _lower(run_index, r, x)
+        elif (p & MAX_OFFSET) < end[i]:
+            _lower(final_min, r, partition)
+            _raise(final_max, r, partition)
 
 
 # A mapping whose keys are all below this (a history's partitions) is looked

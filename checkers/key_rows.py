@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from checkers.compiled import compiled
+
 BLOCK_BITS = 16
 DENSE_SPREAD = 2
 
@@ -46,16 +48,30 @@ def key_rows(keys: list[np.ndarray]) -> tuple[np.ndarray, Callable[[np.ndarray],
             shift = ((np.cumsum(used, dtype=np.int64) - 1 - np.arange(blocks)) << BLOCK_BITS) - low
             del used
 
-            def slot(k: np.ndarray) -> np.ndarray:
-                return k + shift[(k - low) >> BLOCK_BITS]
-
             present = np.zeros(len(first) << BLOCK_BITS, bool)
             for k in keys:
-                present[slot(k)] = True
+                _mark(k, low, shift, present)
             rank = np.cumsum(present, dtype=np.intp) - 1
             taken = np.flatnonzero(present)
             del present
             distinct = (first[taken >> BLOCK_BITS] << BLOCK_BITS) + (taken & ((1 << BLOCK_BITS) - 1)) + low
-            return distinct.astype(np.int64), lambda k: rank[slot(k)]
+            return distinct.astype(np.int64), lambda k: _rows(k, low, shift, rank, np.empty(len(k), np.intp))
     distinct = np.unique(np.concatenate(keys))
     return distinct, lambda k: np.searchsorted(distinct, k)
+
+
+# A key's slot is `key + shift[(key - low) >> BLOCK_BITS]`: its place among the used blocks' numbers.
+
+
+@compiled
+def _mark(keys, low, shift, present):
+    for k in keys:
+        present[k + shift[(k - low) >> BLOCK_BITS]] = True
+
+
+@compiled
+def _rows(keys, low, shift, rank, out):
+    for i in range(len(keys)):
+        k = keys[i]
+        out[i] = rank[k + shift[(k - low) >> BLOCK_BITS]]
+    return out

@@ -1,0 +1,17 @@
+"""The driver's hottest loops, compiled to machine code (Numba).
+
+A few of the checker's passes over every event of a history the driver
+holds are loops NumPy can only take as several passes each, with a fresh
+array per step (a scatter by `ufunc.at`, a gather, a mask): compiled, each
+is one pass, with no temporaries. `compiled` is how each is compiled:
+`cache` keeps the machine code beside the module (its `__pycache__`, or
+Numba's cache folder where that cannot be written), so a process compiles
+a loop only once per machine and types, and `nogil` lets the threads the
+checker runs its passes in use both cores.
+"""
+
+from __future__ import annotations
+
+import numba
+
+compiled = numba.njit(cache=True, nogil=True)
