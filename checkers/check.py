@@ -108,7 +108,7 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
             results = offsets.unfold(_analyse(spark, driver, promised, opts), folded)
         if folded:
             results["warnings"].append(offsets.warning(folded))
-        results["liveness"] = driver.liveness
+        results["liveness"] = driver.liveness.result()
         results["stages"] = {"validate": driver.seconds["validate"], **results["stages"],
                              "send-order": driver.seconds["send-order"], "liveness": driver.seconds["liveness"]}
         results["warnings"] = prepared.warnings + results.get("warnings", [])
@@ -134,8 +134,8 @@ class _DriverRead:
     folded: dict[int, int]  # true offset -> the checker's (checkers/offsets.py)
     sends_back: tuple[int, list[dict]]  # nonmonotonic-send (checkers/send_order.py)
     faults: list[dict]  # the nemesis's events
-    liveness: dict
-    seconds: dict[str, float]  # validate, send-order, liveness
+    liveness: Beside  # its result(): results.json's liveness
+    seconds: dict[str, float]  # validate, send-order, liveness (once it is measured)
     scratch: Path | None  # a folder Spark's executors read, if any
 
 
@@ -155,7 +155,7 @@ def _read_on_driver(source, scratch: Path | None, opts: Options, ahead: int) -> 
     seconds = {}
     t = time.monotonic()
     try:
-        prepared = prepare(source, scratch, read.add)
+        prepared = prepare(source, scratch, read.absorb, digest=read.digest)
     finally:
         if read.runs is not None:
             read.runs.close()
@@ -170,13 +170,23 @@ def _read_on_driver(source, scratch: Path | None, opts: Options, ahead: int) -> 
     sends_back = read.send_order.result(folded)
     seconds["send-order"] = round(time.monotonic() - t, 3)
     # Liveness works on sorted arrays on the driver, not in Spark:
-    # searchsorted beats a shuffle here (docs/benchmarks.md). Measured
-    # before Spark's passes, so that its columns (gigabytes for a large
-    # history) are let go before the JVM's memory grows, not beside it.
-    t = time.monotonic()
+    # searchsorted beats a shuffle here (docs/benchmarks.md). Where Spark
+    # makes the frames, measured before its passes, so that its columns
+    # (gigabytes for a large history) are let go before the JVM's memory
+    # grows, not beside it; where the driver makes them, in a thread beside
+    # them (at 10M events 0.3 s sooner, docs/benchmarks.md).
     faults = stats.faults(read.few)  # the nemesis's events: liveness's and the results' stats
-    live = liveness.measure(read.columns(), faults, opts.fault_ends, opts.hang_s)
-    seconds["liveness"] = round(time.monotonic() - t, 3)
+    columns = read.columns()
+
+    def measured() -> dict:
+        t = time.monotonic()
+        live = liveness.measure(columns, faults, opts.fault_ends, opts.hang_s)
+        seconds["liveness"] = round(time.monotonic() - t, 3)
+        return live
+
+    live = Beside(measured, name="liveness")
+    if read.values is None:
+        live.wait()
     return _DriverRead(prepared, read, folded, sends_back, faults, live, seconds, scratch)
 
 

@@ -126,10 +126,15 @@ def events_ahead(source: HistorySource) -> int:
         return 0
 
 
-def prepare(source: HistorySource, scratch: Path | None, on_batch: Callable | None = None) -> Prepared:
+def prepare(source: HistorySource, scratch: Path | None, on_batch: Callable | None = None,
+            digest: Callable | None = None) -> Prepared:
     """Validate a history; JSONL is converted to Parquet in `scratch` on the way.
     `on_batch` is given every batch of the history, in order, once it is
-    validated: the one read of the whole history on the driver."""
+    validated: the one read of the whole history on the driver; given
+    `digest`, it is given `digest(batch)`, made in a thread of its own as
+    the history is read where it is Parquet (`validate_parquet`)."""
+    if digest is not None and on_batch is not None and source.format == "jsonl":
+        on_batch = _then(digest, on_batch)
     to_fold: set[int] = set()
     if source.format == "jsonl":
         if scratch is None:
@@ -138,8 +143,15 @@ def prepare(source: HistorySource, scratch: Path | None, on_batch: Callable | No
         dest = scratch / "history.parquet"
         n = write_parquet(iter_source_jsonl(source, report), dest, big_offsets=to_fold, on_batch=on_batch)
         return Prepared([dest], n, "jsonl", list(report.warnings), to_fold)
-    n = validate_parquet(source.files, big_offsets=to_fold, on_batch=on_batch)
+    n = validate_parquet(source.files, big_offsets=to_fold, on_batch=on_batch, digest=digest)
     return Prepared(list(source.files), n, "parquet", to_fold=to_fold)
+
+
+def _then(digest: Callable, on_batch: Callable) -> Callable:
+    """`on_batch` of `digest` of a batch."""
+    def both(batch) -> None:
+        on_batch(digest(batch))
+    return both
 
 
 def load(spark, prepared: Prepared):

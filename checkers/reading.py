@@ -34,6 +34,7 @@ can do within bounded memory.
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -54,6 +55,36 @@ _ORDINAL_BITS = 40
 # A group's (process, f) packed in one int64: f's id in the low bits.
 _F_BITS = 16
 _F_MASK = (1 << _F_BITS) - 1
+
+
+@dataclass
+class Digested:
+    """One batch's columns as `HistoryReader.digest` makes them: NumPy arrays
+    (-1 for null), `typ` as TYPES' index and `f` as the reader's operation
+    ids (`fs`: theirs as of this batch), and `reads`: its polls' largest
+    offsets read per partition (time, partition, offset, process)."""
+
+    process: np.ndarray
+    time: np.ndarray
+    index: np.ndarray
+    value: np.ndarray
+    key: np.ndarray
+    partition: np.ndarray
+    offset: np.ndarray
+    typ: np.ndarray
+    f: np.ndarray
+    fs: dict[str, int]
+    reads: tuple = ()  # set by `digest` once the rest is made
+    invoke: np.ndarray = field(init=False)
+    send: np.ndarray = field(init=False)  # a client's send
+
+    def __post_init__(self) -> None:
+        self.invoke = self.typ == INVOKE
+        self.send = (self.process >= 0) & (self.f == self.fid("send"))
+
+    def fid(self, name: str) -> int:
+        """The id of operation `name`, -1 if the history has none so far."""
+        return self.fs.get(name, -1)
 
 
 class HistoryReader:
@@ -96,12 +127,21 @@ class HistoryReader:
     def add(self, batch) -> None:
         """Read one batch (an Arrow table or record batch in
         core.history.parquet's layout, or a user's with those column names)."""
+        self.absorb(self.digest(batch))
+
+    def digest(self, batch) -> Digested | None:
+        """The first half of `add`: what one batch gives by itself (its
+        columns as NumPy arrays, its few events, its reads' largest offsets,
+        its by-value rows and read runs). Called for every batch in order,
+        from one thread, which may be another than `absorb`'s: the batches'
+        halves then share the cores (docs/benchmarks.md). None for an empty
+        batch."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
         t = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
         if not t.num_rows:
-            return
+            return None
 
         def col(name, default=-1):
             if name not in t.column_names:
@@ -121,46 +161,56 @@ class HistoryReader:
         if len(self._fs) > 0xFF:
             raise HistoryError(f"more than {0xFF} distinct operation names ('f'): not a history of this contract")
         f = np.array([self._fs[name] for name in names], np.int64)[pc.fill_null(f_codes.indices, 0).to_numpy()]
-        fid = {name: self._fs.get(name, -1) for name in ("send", "poll", FINAL_READS)}
-        client = process >= 0
-        invoke = typ == INVOKE
-        self._gather_few(t, process, f, fid[FINAL_READS])
-        self._gather_restarts(process, f, typ, index, partition)
-        send = client & (f == fid["send"])
+        d = Digested(process, time, index, value, key, partition, offset, typ, f, dict(self._fs))
+        self.few += self._few_of(t, process, f, d.fid(FINAL_READS))
         if self.values is not None:
-            rows = np.flatnonzero(send)
-            self.values.add_sends(value[rows], index[rows], invoke[rows], typ[rows] == TYPES.index("ok"),
+            rows = np.flatnonzero(d.send)
+            self.values.add_sends(value[rows], index[rows], d.invoke[rows], typ[rows] == TYPES.index("ok"),
                                   typ[rows] == TYPES.index("fail"), partition[rows], offset[rows], process[rows])
-        comp_key, comp_inv_time, comp_inv_index = self._pair_sends(value, key, time, index, process, send, invoke)
-        self._pair_others(process, f, typ, index, time, ~send, invoke)
-        self._count(process, f, client & invoke)
-        self._gather_liveness(t, process, time, index, typ, f, fid, send, invoke, key, partition, offset, comp_key)
-        comp = send & ~invoke
+        d.reads = self._reads_of(t, d)
+        return d
+
+    def absorb(self, d: Digested | None) -> None:
+        """The second half of `add`: one batch's `digest` (in order) into
+        what spans batches: the pairs, latencies, send order, restarts and
+        liveness's columns. None (an empty batch's): nothing."""
+        if d is None:
+            return
+        self._gather_restarts(d)
+        comp_key, comp_inv_time, comp_inv_index = self._pair_sends(d.value, d.key, d.time, d.index, d.process,
+                                                                   d.send, d.invoke)
+        self._pair_others(d.process, d.f, d.typ, d.index, d.time, ~d.send, d.invoke)
+        self._count(d)
+        self._gather_liveness(d, comp_key)
+        comp = d.send & ~d.invoke
         found = comp_inv_time >= 0
-        self._order_acks(process, index, typ, value, partition, offset, comp, found, comp_inv_index)
-        self._add_latencies(np.full(int(found.sum()), fid["send"]), typ[comp][found], time[comp][found],
-                            (time[comp] - comp_inv_time)[found])
+        self._order_acks(d.process, d.index, d.typ, d.value, d.partition, d.offset, comp, found, comp_inv_index)
+        self._add_latencies(np.full(int(found.sum()), d.fid("send")), d.typ[comp][found], d.time[comp][found],
+                            (d.time[comp] - comp_inv_time)[found])
 
-    def _gather_few(self, t, process, f, final_reads: int) -> None:
+    def _few_of(self, t, process, f, final_reads: int) -> list[dict]:
+        """The batch's nemesis events and final-reads operations, as dicts of FEW_COLUMNS."""
         wanted = (process == NEMESIS_PROCESS_ID) | ((process >= 0) & (f == final_reads))
-        if wanted.any():
-            import pyarrow as pa
+        if not wanted.any():
+            return []
+        import pyarrow as pa
 
-            few = t.take(pa.array(np.flatnonzero(wanted)))
-            present = [c for c in self.FEW_COLUMNS if c in few.column_names]
-            self.few += [{c: row.get(c) for c in self.FEW_COLUMNS} for row in few.select(present).to_pylist()]
+        few = t.take(pa.array(np.flatnonzero(wanted)))
+        present = [c for c in self.FEW_COLUMNS if c in few.column_names]
+        return [{c: row.get(c) for c in self.FEW_COLUMNS} for row in few.select(present).to_pylist()]
 
-    def _gather_restarts(self, process, f, typ, index, partition) -> None:
+    def _gather_restarts(self, d: Digested) -> None:
         """The completions that restart read order (docs/checker.md, "Readings
         of the contract"): an assign or crash of the process restarts every
         partition it reads, a seek the partition it names; only one that
         happened (ok or info); an info seek that names none takes its
         invocation's, and with none there either restarts them all."""
-        ids = [self._fs[name] for name in self.RESTARTS if name in self._fs]
-        rows = np.flatnonzero((process >= 0) & np.isin(f, ids))
+        ids = [d.fs[name] for name in self.RESTARTS if name in d.fs]
+        rows = np.flatnonzero((d.process >= 0) & np.isin(d.f, ids))
         if not len(rows):
             return
-        seek = self._fs.get("seek", -1)
+        process, f, typ, index, partition = d.process, d.f, d.typ, d.index, d.partition
+        seek = d.fid("seek")
         happened = (TYPES.index("ok"), TYPES.index("info"))
         for proc, fi, ty, i, part in zip(process[rows].tolist(), f[rows].tolist(), typ[rows].tolist(),
                                           index[rows].tolist(), partition[rows].tolist()):
@@ -242,9 +292,9 @@ class HistoryReader:
         done = at[comp][client]
         self._add_latencies(f[done], typ[done], time[done], (time[done] - times[i][client]))
 
-    def _count(self, process, f, invocations) -> None:
-        ids, n = np.unique(f[invocations], return_counts=True)
-        names = {i: name for name, i in self._fs.items()}
+    def _count(self, d: Digested) -> None:
+        ids, n = np.unique(d.f[(d.process >= 0) & d.invoke], return_counts=True)
+        names = {i: name for name, i in d.fs.items()}
         for i, k in zip(ids.tolist(), n.tolist()):
             self.invokes[names[i]] = self.invokes.get(names[i], 0) + k
 
@@ -274,63 +324,68 @@ class HistoryReader:
                 entry[0] += n
                 entry[1] = max(entry[1], m)
 
-    def _gather_liveness(self, t, process, time, index, typ, f, fid, send, invoke, key, partition, offset,
-                         comp_key) -> None:
+    def _reads_of(self, t, d: Digested) -> tuple:
+        """The batch's ok polls of clients, each partition they returned
+        records of once, with the largest offset of it: the time, partition,
+        offset and process (liveness's reads); their records go to the
+        by-value rows and the read runs on the way."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        rows = np.flatnonzero((d.process >= 0) & (d.f == d.fid("poll")) & (d.typ == TYPES.index("ok")))
+        if not len(rows) or "records" not in t.column_names:
+            return (_EMPTY,) * 4
+        recs = t["records"].take(pa.array(rows))
+        parent = pc.list_parent_indices(recs).to_numpy()
+        flat = pc.list_flatten(recs)
+        if not len(flat):
+            return (_EMPTY,) * 4
+        p = pc.fill_null(pc.cast(pc.struct_field(flat, "partition"), pa.int64()), -1).to_numpy()
+        o = pc.fill_null(pc.cast(pc.struct_field(flat, "offset"), pa.int64()), -1).to_numpy()
+        process, index, time = d.process[rows], d.index[rows], d.time[rows]
+        if self.values is not None:  # a validated history's records all have a value
+            self.values.add_reads(pc.cast(pc.struct_field(flat, "value"), pa.int64()).to_numpy(), p, o,
+                                  index[parent], process[parent])
+        if self.runs is not None:
+            # A record's slot: its place among its poll's records.
+            length = pc.fill_null(pc.list_value_length(recs), 0).to_numpy().astype(np.int64)
+            slot = np.arange(len(flat)) - (np.cumsum(length) - length)[parent]
+            self.runs.add(parent, process, index, time, p, o, slot, pc.struct_field(flat, "value"))
+        # The largest offset per (poll, partition). A poll's records are
+        # together and mostly in runs of one partition, so the keys are
+        # nearly sorted already (a stable sort finds the runs).
+        key = parent * (int(p.max()) + 2) + (p + 1)
+        order = np.argsort(key, kind="stable")
+        key, o = key[order], o[order]
+        starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+        first = order[starts]
+        polls_of = parent[first]
+        return time[polls_of], p[first], np.maximum.reduceat(o, starts), process[polls_of]
+
+    def _gather_liveness(self, d: Digested, comp_key) -> None:
+        process, time, f, typ, send, invoke = d.process, d.time, d.f, d.typ, d.send, d.invoke
         client = process >= 0
-        self._final.update(np.unique(process[client & (f == fid[FINAL_READS])]).tolist())
-        is_poll, ok = f == fid["poll"], typ == TYPES.index("ok")
+        self._final.update(np.unique(process[client & (f == d.fid(FINAL_READS))]).tolist())
+        ok = typ == TYPES.index("ok")
         procs, row_of = key_rows([process[client]])  # no sort: a history's processes are few and small
         where = row_of(process[client])
         last = np.full(len(procs), np.iinfo(np.int64).min)
         np.maximum.at(last, where, time[client])
-        polls = np.bincount(where, weights=(is_poll & invoke)[client], minlength=len(procs))
+        polls = np.bincount(where, weights=((f == d.fid("poll")) & invoke)[client], minlength=len(procs))
         for proc, t_last, n in zip(procs.tolist(), last.tolist(), polls.tolist()):
             self._last_time[proc] = max(self._last_time.get(proc, t_last), t_last)
             self._poll_invokes[proc] = self._poll_invokes.get(proc, 0) + int(n)
         inv, comp = send & invoke, send & ~invoke
         add = self._chunks.setdefault
         add("inv_time", []).append(time[inv])
-        add("inv_key", []).append(key[inv])
+        add("inv_key", []).append(d.key[inv])
         add("comp_time", []).append(time[comp])
         add("comp_key", []).append(comp_key)
         add("comp_ok", []).append(ok[comp])
-        add("comp_partition", []).append(np.where(ok, partition, -1)[comp].astype(np.int32))
-        add("comp_offset", []).append(offset[comp])
-        rows = np.flatnonzero(client & is_poll & ok)
-        rt = rp = ro = rproc = _EMPTY
-        if len(rows) and "records" in t.column_names:
-            recs = t["records"].take(pa.array(rows))
-            parent = pc.list_parent_indices(recs).to_numpy()
-            flat = pc.list_flatten(recs)
-            if len(flat):
-                p = pc.fill_null(pc.cast(pc.struct_field(flat, "partition"), pa.int64()), -1).to_numpy()
-                o = pc.fill_null(pc.cast(pc.struct_field(flat, "offset"), pa.int64()), -1).to_numpy()
-                if self.values is not None:  # a validated history's records all have a value
-                    self.values.add_reads(pc.cast(pc.struct_field(flat, "value"), pa.int64()).to_numpy(), p, o,
-                                          index[rows][parent], process[rows][parent])
-                if self.runs is not None:
-                    # A record's slot: its place among its poll's records.
-                    length = pc.fill_null(pc.list_value_length(recs), 0).to_numpy().astype(np.int64)
-                    slot = np.arange(len(flat)) - (np.cumsum(length) - length)[parent]
-                    self.runs.add(parent, process[rows], index[rows], time[rows], p, o, slot,
-                                  pc.struct_field(flat, "value"))
-                # The largest offset per (poll, partition). A poll's records are
-                # together and mostly in runs of one partition, so the keys are
-                # nearly sorted already (a stable sort finds the runs).
-                key = parent * (int(p.max()) + 2) + (p + 1)
-                order = np.argsort(key, kind="stable")
-                key, o = key[order], o[order]
-                starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
-                first = order[starts]
-                polls_of = rows[parent[first]]
-                rt, rp, ro, rproc = time[polls_of], p[first], np.maximum.reduceat(o, starts), process[polls_of]
-        add("read_time", []).append(rt)
-        add("read_partition", []).append(rp)
-        add("read_offset", []).append(ro)
-        add("read_process", []).append(rproc)
+        add("comp_partition", []).append(np.where(ok, d.partition, -1)[comp].astype(np.int32))
+        add("comp_offset", []).append(d.offset[comp])
+        for name, column in zip(("read_time", "read_partition", "read_offset", "read_process"), d.reads):
+            add(name, []).append(column)
 
     # -----------------------------------------------------------------------
     # what was gathered

@@ -214,18 +214,21 @@ def parquet_files(path: Path) -> list[Path]:
 PASSED_ON = ("key", "extra")
 
 
-def validate_parquet(files: list[Path], big_offsets: set[int] | None = None, on_batch: Callable | None = None) -> int:
+def validate_parquet(files: list[Path], big_offsets: set[int] | None = None, on_batch: Callable | None = None,
+                     digest: Callable | None = None) -> int:
     """Check Parquet parts against HISTORY.md in streaming batches; return the event count.
 
     Parts are read in name order and must continue each other's indexes.
     Per-row checks are vectorised; a bad row is reported by its index.
     `on_batch` is given each batch once it is checked (the checked columns
     and PASSED_ON), in order: one read of the history serves a pass over all
-    of it (the checker's liveness, the few nemesis events). The batches are
-    then read and checked in a thread, a batch or two ahead of `on_batch`:
-    Arrow and NumPy work outside Python's lock, so the two share the cores
-    (docs/benchmarks.md). Either way a batch reaches `on_batch` only once it
-    passed, and the first error in file order is the one raised.
+    of it (the checker's liveness, the few nemesis events); given `digest`,
+    it is given `digest(batch)` instead. The batches are then read and
+    checked in a thread, a batch or two ahead of `on_batch`, and digested
+    in another: Arrow and NumPy work outside Python's lock, so they share
+    the cores (docs/benchmarks.md). Either way a batch reaches `digest` and
+    `on_batch` only once it passed, and the first error in file order (a
+    batch's check, its digest, then `on_batch`'s) is the one raised.
     """
     order = OrderCheck(pairs=False)
     batches = _checked_batches(files, order, big_offsets, bool(on_batch))
@@ -234,6 +237,8 @@ def validate_parquet(files: list[Path], big_offsets: set[int] | None = None, on_
             pass
     else:
         ahead = _ahead(batches)
+        if digest is not None:
+            ahead = _ahead(_each(digest, ahead))
         try:
             for batch in ahead:
                 on_batch(batch)
@@ -334,6 +339,9 @@ def _ahead(items: Iterator, depth: int = 2) -> Iterator:
         except BaseException as e:  # noqa: BLE001 - handed to the caller's thread, raised there
             offer(e)
             return
+        finally:
+            if hasattr(items, "close"):
+                items.close()  # a generator of another `_ahead`'s items: its thread stops too
         offer(_DONE)
 
     thread = threading.Thread(target=produce, name="history-check-ahead", daemon=True)
@@ -348,6 +356,16 @@ def _ahead(items: Iterator, depth: int = 2) -> Iterator:
         thread.join()
 
 
+
+
+def _each(function: Callable, items: Iterator) -> Iterator:
+    """`function` of each of `items`, closing `items` when closed."""
+    try:
+        for item in items:
+            yield function(item)
+    finally:
+        if hasattr(items, "close"):
+            items.close()
 
 
 # Each check below is a few Arrow passes over a batch; a batch that passes

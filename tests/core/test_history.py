@@ -482,6 +482,57 @@ def test_an_error_of_the_caller_stops_the_parts_checked_ahead(tmp_path):
     assert validate_parquet(resolve(tmp_path).files, on_batch=lambda b: None) == 4 * len(events)
 
 
+def _first_index(batch) -> int:
+    return batch.column("index")[0].as_py()
+
+
+def test_digested_parts_reach_the_caller_in_order_and_the_first_error_in_file_order_wins(tmp_path):
+    # Given a digest, each batch is digested in a thread of its own: the
+    # caller sees the digests in order, and the first error in file order,
+    # a digest's before a later part's check (and a part's check before a
+    # later digest's); no thread is left.
+    events = _sample()
+    for i in range(3):
+        write_parquet(_part(events, i), tmp_path / f"p{i}.parquet")
+    write_parquet(_part(events, 3, index_from=0), tmp_path / "p3.parquet")
+    files = resolve(tmp_path).files
+    seen = []
+
+    def digest(batch) -> tuple:
+        return ("digested", _first_index(batch))
+
+    with pytest.raises(HistoryError, match=f"p3.parquet row {3 * len(events)}: 'index' is 0"):
+        validate_parquet(files, on_batch=seen.append, digest=digest)
+    assert seen == [("digested", i * len(events)) for i in range(3)]
+    assert not _ahead_threads()
+
+    def refuse_the_second(batch) -> int:
+        if _first_index(batch) == len(events):
+            raise HistoryError("the second part's digest")
+        return _first_index(batch)
+
+    seen.clear()
+    with pytest.raises(HistoryError, match="the second part's digest"):
+        validate_parquet(files, on_batch=seen.append, digest=refuse_the_second)
+    assert seen == [0]
+    assert not _ahead_threads()
+
+
+def test_an_error_of_the_caller_stops_the_digests_and_the_checks_ahead(tmp_path):
+    events = _sample()
+    for i in range(6):
+        write_parquet(_part(events, i), tmp_path / f"p{i}.parquet")
+    digested = []
+
+    def refuse(item) -> None:
+        raise HistoryError("the caller's own check")
+
+    with pytest.raises(HistoryError, match="the caller's own check"):
+        validate_parquet(resolve(tmp_path).files, on_batch=refuse, digest=lambda b: digested.append(b) or b)
+    assert not _ahead_threads()
+    assert len(digested) < 6  # stopped, not run to the end
+
+
 def test_resolve_a_run_directory(tmp_path):
     (tmp_path / "history.jsonl").write_text(json.dumps(_sample()[0]) + "\n")
     (tmp_path / "run.json").write_text('{"producer": {"enable.idempotence": true}}')
