@@ -46,6 +46,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from checkers.compiled import compiled
+
 HANG_S = 30.0  # no acknowledgement this long after the final heal: HANG
 LIST_MIN_S = 1.0  # waits at least this long are listed in results.json
 LIST_MAX = 100  # at most this many listed, the longest first
@@ -160,8 +162,8 @@ def producer_waits(inv_t: np.ndarray, comp_t: np.ndarray, ack_t: np.ndarray, end
         if a == 0:
             prev = np.concatenate(([np.iinfo(np.int64).min], prev))
         upto = ack_t[a:b] if b < n else np.concatenate((ack_t[a:], [last]))
-        nxt = np.searchsorted(inv_t, prev, "right")
-        outstanding = nxt > np.searchsorted(comp_t, prev, "right")
+        nxt = _searched_right(inv_t, prev)
+        outstanding = nxt > _searched_right(comp_t, prev)
         first_inv = inv_t[np.minimum(nxt, len(inv_t) - 1)]
         keep = outstanding | ((nxt < len(inv_t)) & (first_inv <= upto))
         start = np.where(outstanding, prev, first_inv)
@@ -192,7 +194,7 @@ def consumer_waits(ack_t: np.ndarray, ack_o: np.ndarray, read_t: np.ndarray, rea
     upto = np.concatenate((read_t, [max(end, int(ack_t[-1]))]))
     seen = np.concatenate(([-1], readmax))  # highest offset read as of each prev
     # The first acknowledgement beyond what was read: ackmax is non-decreasing.
-    first_beyond = np.searchsorted(ackmax, seen, "right")
+    first_beyond = _searched_right(ackmax, seen)
     beyond_t = ack_t[np.minimum(first_beyond, len(ack_t) - 1)]
     exists = first_beyond < len(ack_t)
     start = np.maximum(prev, beyond_t)
@@ -231,8 +233,8 @@ def consumer_overall(parts: dict[int, tuple], reads: np.ndarray, end: int) -> Wa
         if g1 <= g0:
             continue
         gaps = prev[g0:g1]
-        seen = readmax[np.searchsorted(r_t, gaps, "right")]  # highest offset of p read as of prev
-        first_beyond = np.searchsorted(ackmax, seen, "right")
+        seen = readmax[_searched_right(r_t, gaps)]  # highest offset of p read as of prev
+        first_beyond = _searched_right(ackmax, seen)
         exists = first_beyond < len(ack_t)
         start = np.maximum(gaps, ack_t[np.minimum(first_beyond, len(ack_t) - 1)])
         best[g0:g1] = np.where(exists, np.minimum(best[g0:g1], start), best[g0:g1])
@@ -378,7 +380,7 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
     del pairs, inv_key, comp_key, ack_key
 
     partitions = sorted((set(np.unique(ack_p).tolist()) | set(np.unique(c.read_partition).tolist())) - {-1})
-    r_order = np.lexsort((c.read_time, c.read_partition))
+    r_order = _by_partition_then_time(c.read_partition, c.read_time)
     r_p, r_t, r_o = c.read_partition[r_order], c.read_time[r_order], c.read_offset[r_order]
     # Each partition's acknowledgements and attributed sends, by one stable sort
     # each (time order kept within a partition), not a pass per partition.
@@ -501,7 +503,7 @@ def _by_partition(parts: np.ndarray, *arrays: np.ndarray) -> dict[int, tuple]:
     if not attributed.all():
         parts, arrays = parts[attributed], tuple(a[attributed] for a in arrays)
     del attributed
-    order = np.argsort(parts, kind="stable")
+    order = np.argsort(_narrowed(parts), kind="stable")
     ordered = parts[order]  # where each partition starts, without np.unique's sort of a copy
     starts = np.flatnonzero(np.concatenate(([len(ordered) > 0], ordered[1:] != ordered[:-1])))
     keys = ordered[starts]
@@ -509,6 +511,45 @@ def _by_partition(parts: np.ndarray, *arrays: np.ndarray) -> dict[int, tuple]:
     bounds = np.append(starts, len(order)).tolist()
     grouped = [a[order] for a in arrays]
     return {int(k): tuple(g[bounds[i]:bounds[i + 1]] for g in grouped) for i, k in enumerate(keys.tolist())}
+
+
+def _by_partition_then_time(partition: np.ndarray, time: np.ndarray) -> np.ndarray:
+    """The order of reads by partition, then time: a stable sort by partition
+    where they are in time order already, as a history's are."""
+    if _nondecreasing(time):
+        return np.argsort(_narrowed(partition), kind="stable")
+    return np.lexsort((time, partition))
+
+
+def _narrowed(parts: np.ndarray) -> np.ndarray:
+    """Partitions as int16 where they fit (-1 too): NumPy sorts 16-bit
+    integers stably by radix, in a pass or two (5M partitions: 0.03 s,
+    against 0.26 s as int64)."""
+    if len(parts) and -1 <= int(parts.min()) and int(parts.max()) <= np.iinfo(np.int16).max:
+        return parts.astype(np.int16)
+    return parts
+
+
+def _searched_right(a: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """`np.searchsorted(a, v, "right")` for `v` sorted as well as `a`: one
+    walk of both where `a` is not much the longer (4.3M into 5M: 0.04 s,
+    against 0.08 s of binary searches)."""
+    if len(a) > _WALK_AT_MOST * len(v):
+        return np.searchsorted(a, v, "right")
+    return _walk_right(a, v, np.empty(len(v), np.intp))
+
+
+_WALK_AT_MOST = 16  # times as many of `a` as of `v`: a longer `a` is searched
+
+
+@compiled
+def _walk_right(a, v, out):
+    j = 0
+    for i in range(len(v)):
+        while j < len(a) and a[j] <= v[i]:
+            j += 1
+        out[i] = j
+    return out
 
 
 def _attempted_after(inv_t: np.ndarray, comp_t: np.ndarray, heal: int | None) -> bool:

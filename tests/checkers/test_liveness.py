@@ -304,5 +304,43 @@ def test_a_measure_taken_a_few_sends_at_a_time_is_the_measure_taken_at_once(monk
     at_once = liveness.measure(columns(), nemesis, ENDS)
     monkeypatch.setattr(liveness, "_CHUNK", 7)
     assert liveness.measure(columns(), nemesis, ENDS) == at_once
+    monkeypatch.setattr(liveness, "_WALK_AT_MOST", 0)  # every sorted search a binary one: the same again
+    assert liveness.measure(columns(), nemesis, ENDS) == at_once
     assert at_once["faults"] and at_once["producers"]["unavailable_s"] > 0
     assert (at_once["unattributed_sends"] < 3_000) == keyed
+
+
+def test_a_search_of_sorted_values_by_walking_is_numpy_s():
+    # `_searched_right` walks both sorted arrays where `a` is not much the
+    # longer: the same as np.searchsorted's right side, with ties, values
+    # before and after all of `a`, and either array empty.
+    import numpy as np
+
+    from checkers import liveness
+
+    rng = np.random.default_rng(3)
+    for n, m in ((0, 5), (5, 0), (1, 1), (100, 100), (1_000, 10), (10, 1_000)):
+        a = np.sort(rng.integers(0, 50, n))
+        v = np.sort(np.concatenate((rng.integers(-5, 55, m), a[:3])))
+        assert liveness._searched_right(a, v).tolist() == np.searchsorted(a, v, "right").tolist(), (n, m)
+        assert liveness._walk_right(a, v, np.empty(len(v), np.intp)).tolist() == np.searchsorted(
+            a, v, "right").tolist(), (n, m)
+
+
+@pytest.mark.parametrize("top", [5, (1 << 15) - 1, 1 << 15, (1 << 23) - 1])
+def test_reads_go_by_partition_then_time_whatever_the_partitions_width(top):
+    # Reads in time order are sorted by partition alone (as int16 where the
+    # partitions fit, by radix), out of time order by both keys: the order of
+    # np.lexsort either way, ties in time kept in their order.
+    import numpy as np
+
+    from checkers import liveness
+
+    rng = np.random.default_rng(top % 97)
+    partition = np.concatenate((rng.integers(-1, 4, 2_000), [top, 0, top]))
+    time = np.sort(rng.integers(0, 300, len(partition)))
+    expected = np.lexsort((time, partition)).tolist()
+    assert liveness._by_partition_then_time(partition, time).tolist() == expected
+    shuffled = rng.permutation(len(time))
+    assert (liveness._by_partition_then_time(partition[shuffled], time[shuffled]).tolist()
+            == np.lexsort((time[shuffled], partition[shuffled])).tolist())
