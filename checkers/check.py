@@ -135,6 +135,7 @@ class _DriverRead:
     sends_back: tuple[int, list[dict]]  # nonmonotonic-send (checkers/send_order.py)
     faults: list[dict]  # the nemesis's events
     liveness: Beside  # its result(): results.json's liveness
+    latency: Beside  # its result(): `stats.latency`'s, made once liveness is
     seconds: dict[str, float]  # validate, send-order, liveness (once it is measured)
     scratch: Path | None  # a folder Spark's executors read, if any
 
@@ -187,7 +188,13 @@ def _read_on_driver(source, scratch: Path | None, opts: Options, ahead: int) -> 
     live = Beside(measured, name="liveness")
     if read.values is None:
         live.wait()
-    return _DriverRead(prepared, read, folded, sends_back, faults, live, seconds, scratch)
+
+    def latency() -> stats.Latency:
+        live.wait()  # after liveness: the latencies' Python would slow its NumPy beside it
+        return stats.latency(read.histogram_rows())
+
+    return _DriverRead(prepared, read, folded, sends_back, faults, live, Beside(latency, name="latency"), seconds,
+                       scratch)
 
 
 # Histories up to this many events are "small": every shuffle goes to one
@@ -389,7 +396,7 @@ def _analyse(spark, driver: _DriverRead, promised: dict, opts: Options) -> dict:
         stage.done("by-position-order")
         found = order.order_checks(all_steps, first_steps, known)
         found["nonmonotonic-send"] = driver.sends_back
-        lat = stats.latency(read.histogram_rows())
+        lat = driver.latency.result()
         stage.done("skips")
 
         def events_of(indexes, columns):

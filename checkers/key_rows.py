@@ -35,12 +35,13 @@ def key_rows(keys: list[np.ndarray]) -> tuple[np.ndarray, Callable[[np.ndarray],
     total = sum(len(k) for k in keys)
     if not total:
         return np.empty(0, np.int64), lambda k: np.zeros(0, np.intp)
-    low = min(int(k.min()) for k in keys)
-    blocks = ((max(int(k.max()) for k in keys) - low) >> BLOCK_BITS) + 1
+    bounds = [_bounds(k) for k in keys]
+    low = min(b[0] for b in bounds)
+    blocks = ((max(b[1] for b in bounds) - low) >> BLOCK_BITS) + 1
     if blocks <= total:  # so every key less `low` is below 2**63
         used = np.zeros(blocks, bool)
         for k in keys:
-            used[(k - low) >> BLOCK_BITS] = True
+            _mark_blocks(k, low, used)
         first = np.flatnonzero(used)  # the blocks used, each one's first number less `low`
         if len(first) << BLOCK_BITS <= DENSE_SPREAD * total + (1 << BLOCK_BITS):
             # What each used block's numbers move by to their slots: down to
@@ -51,13 +52,31 @@ def key_rows(keys: list[np.ndarray]) -> tuple[np.ndarray, Callable[[np.ndarray],
             present = np.zeros(len(first) << BLOCK_BITS, bool)
             for k in keys:
                 _mark(k, low, shift, present)
-            rank = np.cumsum(present, dtype=np.intp) - 1
+            rank = np.cumsum(present, dtype=np.int32 if len(present) < 1 << 31 else np.int64) - 1
             taken = np.flatnonzero(present)
             del present
             distinct = (first[taken >> BLOCK_BITS] << BLOCK_BITS) + (taken & ((1 << BLOCK_BITS) - 1)) + low
             return distinct.astype(np.int64), lambda k: _rows(k, low, shift, rank, np.empty(len(k), np.intp))
     distinct = np.unique(np.concatenate(keys))
     return distinct, lambda k: np.searchsorted(distinct, k)
+
+
+@compiled
+def _bounds(keys):
+    """The least and greatest of `keys` (not empty), in one pass."""
+    low = high = keys[0]
+    for k in keys:
+        if k < low:
+            low = k
+        elif k > high:
+            high = k
+    return low, high
+
+
+@compiled
+def _mark_blocks(keys, low, used):
+    for k in keys:
+        used[(k - low) >> BLOCK_BITS] = True
 
 
 # A key's slot is `key + shift[(key - low) >> BLOCK_BITS]`: its place among the used blocks' numbers.

@@ -147,7 +147,8 @@ class HistoryReader:
         def col(name, default=-1):
             if name not in t.column_names:
                 return np.full(t.num_rows, default, dtype=np.int64)
-            return pc.fill_null(pc.cast(t[name], pa.int64()), default).to_numpy()
+            column = pc.cast(t[name], pa.int64())
+            return (pc.fill_null(column, default) if column.null_count else column).to_numpy()
 
         process, time, index = col("process"), col("time"), col("index")
         value, key, partition, offset = col("value"), col("key"), col("partition"), col("offset")

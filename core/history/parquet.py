@@ -133,6 +133,9 @@ def offsets_to_fold(batch) -> set[int]:
                 columns.append(pc.struct_field(flat, "offset"))
     for column in columns:
         column = column.cast(pa.int64(), safe=False) if column.type != pa.int64() else column
+        top = pc.max(column).as_py()
+        if top is None or top <= FOLD_ABOVE:  # nearly always: one pass, no mask
+            continue
         big = pc.filter(column, pc.fill_null(pc.greater(column, FOLD_ABOVE), False))
         if len(big):
             found.update(pc.unique(big).to_pylist())
