@@ -94,7 +94,7 @@ class ValueRows:
         the frame's columns (`COLUMNS`), one array each, -1 for null (the
         gathered rows are let go on the way). Each batch is reduced into
         the values' rows as it is (its temporaries, a batch long, reuse
-        warm memory), the reads in a thread beside the sends. Each value's
+        warm memory), in one compiled pass. Each value's
         acknowledged position comes first: with the reads' positions it is
         all the by-position facts need, and those are made in a thread of
         their own from then on (`by_position`)."""
@@ -115,12 +115,10 @@ class ValueRows:
                                         [values[acked]] + [batch[0] for batch in reads])
         beside.shutdown(wait=False)  # the thread ends with its one task
         del acked
-        with ThreadPoolExecutor(1, thread_name_prefix="by-value-reads") as beside:
-            by_read = beside.submit(_read_columns, len(values), row_of, reads, logs, index_type)
-            out = {"value": values, "ack_pos": ack_pos,
-                   **_send_columns(len(values), send_rows, sends, index_type, process_type)}
-            del sends, send_rows
-            out.update(by_read.result())
+        out = {"value": values, "ack_pos": ack_pos,
+               **_send_columns(len(values), send_rows, sends, index_type, process_type)}
+        del sends, send_rows
+        out.update(_read_columns(len(values), row_of, reads, logs, index_type))
         # least/greatest of the acknowledged and read positions, nulls skipped.
         out["first_pos"] = least(out["ack_pos"], out.pop("read_first_pos"))
         out["last_pos"] = np.maximum(out["ack_pos"], out.pop("read_last_pos"))
