@@ -38,8 +38,9 @@ log = logging.getLogger(__name__)
 # frames made on the driver (checkers/driver_by_value.py,
 # checkers/driver_by_position.py), where a scratch folder lets Spark's
 # executors read them. They raise the Python side's peak at 10M events from
-# 1.3 to 2.2-2.4 GiB (about 110 bytes an event more): this bound keeps it
-# near 3 GB, and larger histories (100M: 8 GB in all) are Spark's
+# 1.3 to 2.1-2.8 GiB (up to about 160 bytes an event more, liveness measured
+# beside them): this bound keeps it within about 3.5 GB, and larger
+# histories (100M: 8 GB in all) are Spark's
 # (docs/benchmarks.md). `Options.driver_frames_up_to` (--driver-frames-up-to) moves it.
 DRIVER_FRAMES_EVENTS = 12_000_000
 

@@ -46,7 +46,7 @@ def configure(parser) -> None:
                              "JSONL history, and for a Parquet one nothing written: Spark makes them all)")
     parser.add_argument("--driver-frames-up-to", type=int, default=DRIVER_FRAMES_EVENTS, metavar="EVENTS",
                         help="histories of up to EVENTS events have their by-value and by-position frames made "
-                             "on the driver, where a scratch folder is written: faster, for about 110 bytes an "
+                             "on the driver, where a scratch folder is written: faster, for up to about 160 bytes an "
                              f"event more memory in the harness's own process (default {DRIVER_FRAMES_EVENTS:,}; "
                              "0: always Spark)")
     parser.add_argument("--json", action="store_true", help="print results.json instead of the summary")
