@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from checkers.anomalies import (EXAMPLE_COLUMNS, EXAMPLE_ORDER, FAIL, INFO, MAX_OFFSET, MULTI_COLUMNS, OK, POS_BITS,
                                 FinalLogs, example_limit, refuse_broken_sends)
+from checkers.compiled import compiled
 from checkers.driver_by_value import NONE, least, lookup
 
 
@@ -40,63 +41,88 @@ def value_checks(frame: dict[str, np.ndarray], max_read: dict[int, int], logs: F
     """`anomalies.value_checks` over the driver's by-value columns (`frame`,
     let go here): refuses a history whose sends break the contract, and
     returns the same counts, with "frame" the columns `examples` and
-    `write_multi_rows` read."""
+    `write_multi_rows` read. Each value's conditions are taken in one
+    compiled pass (`_conditions`), not a NumPy pass and an array each."""
     c = frame
-    outcome, ack_pos = c["outcome"], c["ack_pos"]
-    invoked, completed, read = (c[k] != NONE for k in ("inv_index", "comp_index", "read_index"))
-    unfinished = invoked & ~completed
-    acked = ack_pos != NONE
-    ack_part = np.where(acked, ack_pos >> POS_BITS, NONE)
-    maxread = lookup(max_read, ack_part)
-    ack_end = lookup(logs.ends, ack_part)
-    never_read = ~read
-    # An offset is never below -1, the lookup's "none".
-    read_past = acked & ((ack_pos & MAX_OFFSET) < maxread)
-    fin_min, fin_max, run_part = c["final_part_min"], c["final_part_max"], c["run_part_min"]
-    # Each pair of a minimum and a maximum is -1 together.
-    multi = (fin_min != fin_max) | (run_part != c["run_part_max"])
-
-    def in_final(p):
-        return (p != NONE) & ((fin_min == p) | (fin_max == p))
-
-    ok = outcome == OK
-    lost_write = ok & never_read & read_past
-    unsettled = (outcome == NONE) | (outcome == INFO)
-    flags = {
-        "lost-write": lost_write,
-        "lost-acked": ok & (ack_end != NONE) & ~in_final(ack_part) & ~lost_write & ~multi,
-        "dirty-read": unsettled & (run_part != NONE) & ~in_final(run_part) & ~multi,
-        "unseen": ok & never_read & ~read_past & (ack_end == NONE),
-        "aborted-read": (outcome == FAIL) & read,
-        "duplicate": c["first_pos"] != c["last_pos"],
-    }
-
-    def first_index(cond, column):
-        at = c[column][cond]
-        return int(at.min()) if len(at) else None
-
-    broken = {
-        "bad_dup_send": first_index(c["inv_index"] != c["inv_index_last"], "inv_index_last"),
-        "bad_orphan": first_index(completed & ~invoked, "comp_index"),
-        "bad_double": first_index(c["comp_index"] != c["comp_index_last"], "comp_index_last"),
-        "bad_early": first_index(completed & invoked & (c["comp_index"] < c["inv_index"]), "comp_index"),
-        "bad_process": first_index(completed & (c["process_max"] != c["process"]), "comp_index"),
-    }
-    refuse_broken_sends(broken)
-    unsure = (outcome == INFO) | unfinished
-    counts = {
-        "ok": ok, "fail": outcome == FAIL, "info": outcome == INFO, "unfinished": unfinished,
-        "info_read": unsure & read, "info_unread": unsure & never_read, "unknown_values": ~invoked & read,
-        "multi": multi, "send_invokes": invoked, **flags,
-    }
-    result = {**broken, **{name: int(np.count_nonzero(cond)) for name, cond in counts.items()}}
+    ack_pos, run_part = c["ack_pos"], c["run_part_min"]
+    ack_part = np.where(ack_pos != NONE, ack_pos >> POS_BITS, NONE)
+    maxread, ack_end = lookup(max_read, ack_part), lookup(logs.ends, ack_part)
+    del ack_part
+    flags = np.zeros((len(FLAGS), len(ack_pos)), np.bool_)
+    counts = np.zeros(len(COUNTS), np.int64)
+    broken = np.full(len(BROKEN), NONE, np.int64)
+    _conditions(c["outcome"], ack_pos, maxread, ack_end, c["inv_index"], c["inv_index_last"], c["comp_index"],
+                c["comp_index_last"], c["read_index"], c["process"], c["process_max"], c["final_part_min"],
+                c["final_part_max"], run_part, c["run_part_max"], c["first_pos"], c["last_pos"], flags, counts,
+                broken)
+    refuse_broken_sends({name: (None if at == NONE else at) for name, at in zip(BROKEN, broken.tolist())})
+    result = {**{name: None for name in BROKEN}, **dict(zip(COUNTS, counts.tolist()))}
     kept = {name: c[name] for name in EXAMPLE_COLUMNS if name in c}
-    kept.update(max_read_offset=maxread, final_end=ack_end, run_final_end=lookup(logs.ends, run_part), multi=multi,
-                first_seen=least(c["read_index"], c["comp_index"]),
-                **{"is_" + name: cond for name, cond in flags.items()})
+    kept.update(max_read_offset=maxread, final_end=ack_end, run_final_end=lookup(logs.ends, run_part),
+                multi=flags[FLAGS.index("multi")], first_seen=least(c["read_index"], c["comp_index"]),
+                **{"is_" + name: flags[i] for i, name in enumerate(FLAGS) if name != "multi"})
     frame.clear()
     result["frame"] = kept
     return result
+
+
+# `_conditions`' outputs, in order: each value's flags, the counts, the first index of each broken send.
+FLAGS = ("lost-write", "lost-acked", "dirty-read", "unseen", "aborted-read", "duplicate", "multi")
+COUNTS = ("ok", "fail", "info", "unfinished", "info_read", "info_unread", "unknown_values", "send_invokes") + FLAGS
+BROKEN = ("bad_dup_send", "bad_orphan", "bad_double", "bad_early", "bad_process")
+
+
+@compiled
+def _conditions(outcome, ack_pos, maxread, ack_end, inv, inv_last, comp, comp_last, read_index, process,
+                process_max, fin_min, fin_max, run_min, run_max, first_pos, last_pos, flags, counts, broken):
+    """Per value: `anomalies.value_checks`' conditions (-1 for null, each
+    comparison false where Spark's would be null) into `flags` (FLAGS'
+    rows), their counts and the other COUNTS into `counts`, and the least
+    index of each broken send (BROKEN) into `broken`."""
+    for r in range(len(ack_pos)):
+        invoked, completed, read = inv[r] != NONE, comp[r] != NONE, read_index[r] != NONE
+        acked = ack_pos[r] != NONE
+        ack_part = ack_pos[r] >> POS_BITS if acked else NONE
+        read_past = acked and (ack_pos[r] & MAX_OFFSET) < maxread[r]
+        multi = fin_min[r] != fin_max[r] or run_min[r] != run_max[r]
+        ok, fail, info = outcome[r] == OK, outcome[r] == FAIL, outcome[r] == INFO
+        unsettled = outcome[r] == NONE or info
+        lost_write = ok and not read and read_past
+        ack_in_final = ack_part != NONE and (fin_min[r] == ack_part or fin_max[r] == ack_part)
+        run_in_final = run_min[r] != NONE and (fin_min[r] == run_min[r] or fin_max[r] == run_min[r])
+        found = (lost_write,
+                 ok and ack_end[r] != NONE and not ack_in_final and not lost_write and not multi,
+                 unsettled and run_min[r] != NONE and not run_in_final and not multi,
+                 ok and not read and not read_past and ack_end[r] == NONE,
+                 fail and read,
+                 first_pos[r] != last_pos[r],
+                 multi)
+        unfinished = invoked and not completed
+        unsure = info or unfinished
+        tallies = (ok, fail, info, unfinished, unsure and read, unsure and not read, not invoked and read, invoked)
+        for i in range(len(tallies)):
+            if tallies[i]:
+                counts[i] += 1
+        for i in range(len(found)):
+            if found[i]:
+                flags[i, r] = True
+                counts[len(tallies) + i] += 1
+        if inv[r] != inv_last[r]:
+            _least_index(broken, 0, inv_last[r])
+        if completed and not invoked:
+            _least_index(broken, 1, comp[r])
+        if comp[r] != comp_last[r]:
+            _least_index(broken, 2, comp_last[r])
+        if completed and invoked and comp[r] < inv[r]:
+            _least_index(broken, 3, comp[r])
+        if completed and process_max[r] != process[r]:
+            _least_index(broken, 4, comp[r])
+
+
+@compiled
+def _least_index(broken, i, index):
+    if broken[i] == NONE or index < broken[i]:
+        broken[i] = index
 
 
 def write_multi_rows(checked: dict, path: Path) -> Path:

@@ -154,3 +154,28 @@ def test_a_lookup_gives_none_for_keys_not_mapped(mapping):
 
     keys = np.array([-5, -3, -1, 0, 1, 2, 3, 4, 5, 7, 100, 70_000, 2 ** 62])
     assert lookup(mapping, keys).tolist() == [mapping.get(k, NONE) for k in keys.tolist()]
+
+
+def test_values_seen_in_two_partitions_are_settled_once_both_ways(check):
+    # A value read from two partitions is settled per partition by Spark's
+    # small second pass (`multi_partition_checks`), never also by the
+    # one-partition conditions: an info send read from two partitions in the
+    # run, an acknowledged one read again from another partition, and one
+    # whose final reads found it in two. The `check` fixture compares the
+    # driver's results with Spark's and the counts with the reference's.
+    h = Hist()
+    h.send(0, 1, outcome="info")
+    h.send(0, 2, 0, 1)
+    h.send(0, 3, 1, 1)
+    h.send(0, 4, 0, 2)
+    h.send(0, 5, 1, 2)
+    h.send(0, 6, 0, 3)
+    h.assign(1, [0, 1])
+    h.poll(1, (0, 0, 1), (1, 0, 1))  # value 1 in both partitions, never acknowledged
+    h.poll(1, (0, 1, 2), (1, 1, 2))  # value 2 acknowledged in 0, read in 1 too
+    h.poll(1, (1, 2, 5), (0, 3, 6), (1, 3, 6))  # value 6 too, and missing from the final log below
+    h.final_reads(2, [0, 1])
+    h.poll(2, (0, 1, 2), (0, 2, 4), (1, 1, 3), (1, 2, 4))  # value 4 in both final logs
+    h.final_reads_ok(2, {0: 4, 1: 3})
+    counts = check(h)["counts_by_anomaly"]
+    assert counts["dirty-read"] == 1 and counts["lost-acked"] == 2 and counts["duplicate"] >= 3  # 5 and 6
