@@ -186,7 +186,8 @@ def _read_on_driver(source, scratch: Path | None, opts: Options, ahead: int) -> 
         seconds["liveness"] = round(time.monotonic() - t, 3)
         return live
 
-    live = Beside(measured, name="liveness")
+    # Neither runs a Spark job; the session may still be starting (SessionStart).
+    live = Beside(measured, name="liveness", spark_jobs=False)
     if read.values is None:
         live.wait()
 
@@ -194,8 +195,8 @@ def _read_on_driver(source, scratch: Path | None, opts: Options, ahead: int) -> 
         live.wait()  # after liveness: the latencies' Python would slow its NumPy beside it
         return stats.latency(read.histogram_rows())
 
-    return _DriverRead(prepared, read, folded, sends_back, faults, live, Beside(latency, name="latency"), seconds,
-                       scratch)
+    return _DriverRead(prepared, read, folded, sends_back, faults, live,
+                       Beside(latency, name="latency", spark_jobs=False), seconds, scratch)
 
 
 # Histories up to this many events are "small": every shuffle goes to one

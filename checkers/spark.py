@@ -162,14 +162,18 @@ class Beside:
     cores their one-task stages leave idle. Where a session is running, the
     thread takes the caller's job group (PySpark's `InheritableThread`), so
     cancelling that group (`checkers.service`'s priming) cancels those jobs
-    too; before one runs there is nothing to take (`SessionStart`)."""
+    too; before one runs there is nothing to take (`SessionStart`). Work
+    that runs no Spark job (`spark_jobs=False`) takes a plain thread: it may
+    begin while a session is still starting in another thread, whose
+    context has no job group to take yet."""
 
-    def __init__(self, work, name: str = "spark-beside") -> None:
+    def __init__(self, work, name: str = "spark-beside", spark_jobs: bool = True) -> None:
         from pyspark import InheritableThread, SparkContext
 
         self._result = None
         self._error: BaseException | None = None
-        thread = InheritableThread if SparkContext._active_spark_context is not None else threading.Thread
+        inherit = spark_jobs and SparkContext._active_spark_context is not None
+        thread = InheritableThread if inherit else threading.Thread
         self._thread = thread(target=self._run, args=(work,), name=name, daemon=True)
         self._thread.start()
 

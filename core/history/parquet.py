@@ -359,8 +359,6 @@ def _ahead(items: Iterator, depth: int = 2) -> Iterator:
         thread.join()
 
 
-
-
 def _each(function: Callable, items: Iterator) -> Iterator:
     """`function` of each of `items`, closing `items` when closed."""
     try:

@@ -127,3 +127,33 @@ def test_work_beside_runs_in_the_callers_job_group_and_hands_back_its_result_or_
     failed.wait()  # waits however the work ends
     with pytest.raises(ValueError, match="in the thread"):
         failed.result()
+
+
+def test_the_driver_s_read_begins_its_threads_while_a_session_is_still_starting(spark, monkeypatch, tmp_path):
+    # A check from the shell starts its session in a thread while the driver
+    # reads the history (SessionStart); liveness and the latencies begin in
+    # threads of their own at the read's end. A context half made then (no
+    # JVM handle yet) must not fail them: they run no Spark job and take
+    # none of its job group. A stand-in for that context, during the read.
+    from pyspark import SparkContext
+
+    from tests.checkers.conftest import Hist
+
+    h = Hist()
+    for v in range(4):
+        h.send(0, v, 0, v)
+    h.poll(1, (0, 0, 0), (0, 1, 1))
+    path = h.write(tmp_path, parquet=True)
+    read = check._read_on_driver
+
+    def while_starting(*args, **kwargs):
+        started = SparkContext._active_spark_context
+        SparkContext._active_spark_context = object.__new__(SparkContext)  # no _jsc: still starting
+        try:
+            return read(*args, **kwargs)
+        finally:
+            SparkContext._active_spark_context = started
+
+    monkeypatch.setattr(check, "_read_on_driver", while_starting)
+    results = check.check_history(path, check.Options(), spark=spark)
+    assert results["counts"]["sends"]["ok"] == 4 and results["liveness"]["verdict"] == "ok"
