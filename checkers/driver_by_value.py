@@ -28,7 +28,8 @@ kept in the narrowest integer type that holds the history's.
 
 It holds about 40 bytes per send event and per record read until the frame
 is made and the positions with it: a 10M-event history's check peaked at
-about 2.0 GiB on the Python side, against 1.3 GiB without it. So only histories up
+2.1 to 2.8 GiB on the Python side (liveness measured beside the frame),
+against 1.3 GiB without it. So only histories up
 to `check.DRIVER_FRAMES_EVENTS` (or --driver-frames-up-to) take it; Spark
 aggregates larger ones, and those whose check has no scratch folder its
 executors read (a Parquet history on a cluster without --scratch).
@@ -49,7 +50,7 @@ from checkers.key_rows import key_rows
 
 # Every index, position, partition, process and outcome gathered is >= 0,
 # so -1 is "none", Spark's null. A maximum skips it as it is; a minimum
-# skips it by a test (`_lower`), or when taken over the same bits as
+# skips it by a test (`lower_at`), or when taken over the same bits as
 # unsigned, where -1 is the largest number (`least`): either is -1 only for
 # a value with nothing of a column, with no identity to put in its place first.
 NONE = -1
@@ -184,32 +185,32 @@ def _reduce_sends(rows, index, invoke, outcome, process, inv_min, inv_max, proc_
     for i in range(len(rows)):
         r, x = rows[i], index[i]
         if invoke[i]:
-            _lower(inv_min, r, x)
-            _raise(inv_max, r, x)
+            lower_at(inv_min, r, x)
+            raise_at(inv_max, r, x)
         else:
-            _lower(comp_min, r, x)
-            _raise(comp_max, r, x)
-        _lower(proc_min, r, process[i])
-        _raise(proc_max, r, process[i])
-        _raise(outcome_max, r, outcome[i])
+            lower_at(comp_min, r, x)
+            raise_at(comp_max, r, x)
+        lower_at(proc_min, r, process[i])
+        raise_at(proc_max, r, process[i])
+        raise_at(outcome_max, r, outcome[i])
 
 
 @compiled
 def _greatest_at(out, rows, column):
     """Each row's greatest of `column` (ack_pos's reduction)."""
     for i in range(len(rows)):
-        _raise(out, rows[i], column[i])
+        raise_at(out, rows[i], column[i])
 
 
 @compiled
-def _lower(column, r, x):
+def lower_at(column, r, x):
     """Row `r` of a minimum's column takes `x` if less (NONE: nothing yet)."""
     if column[r] == NONE or x < column[r]:
         column[r] = x
 
 
 @compiled
-def _raise(column, r, x):
+def raise_at(column, r, x):
     """Row `r` of a maximum's column takes `x` if greater (NONE is below any)."""
     if x > column[r]:
         column[r] = x
@@ -240,19 +241,19 @@ def _reduce_reads(rows, pos, index, end, final, first_pos, last_pos, read_index,
     in a final-reads bracket."""
     for i in range(len(rows)):
         r, p, x = rows[i], pos[i], index[i]
-        _lower(first_pos, r, p)
-        _raise(last_pos, r, p)
-        _lower(read_index, r, x)
+        lower_at(first_pos, r, p)
+        raise_at(last_pos, r, p)
+        lower_at(read_index, r, x)
         if end[i] == NONE:
             continue
         partition = p >> POS_BITS
         if not final[i]:
-            _lower(run_min, r, partition)
-            _raise(run_max, r, partition)
-            _lower(run_index, r, x)
+            lower_at(run_min, r, partition)
+            raise_at(run_max, r, partition)
+            lower_at(run_index, r, x)
         elif (p & MAX_OFFSET) < end[i]:
-            _lower(final_min, r, partition)
-            _raise(final_max, r, partition)
+            lower_at(final_min, r, partition)
+            raise_at(final_max, r, partition)
 
 
 # A mapping whose keys are all below this (a history's partitions) is looked

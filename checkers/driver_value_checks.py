@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from checkers.anomalies import (EXAMPLE_COLUMNS, EXAMPLE_ORDER, FAIL, INFO, MAX_OFFSET, MULTI_COLUMNS, OK, POS_BITS,
                                 FinalLogs, example_limit, refuse_broken_sends)
 from checkers.compiled import compiled
-from checkers.driver_by_value import NONE, least, lookup
+from checkers.driver_by_value import NONE, least, lookup, lower_at
 
 
 def value_checks(frame: dict[str, np.ndarray], max_read: dict[int, int], logs: FinalLogs) -> dict:
@@ -108,21 +108,15 @@ def _conditions(outcome, ack_pos, maxread, ack_end, inv, inv_last, comp, comp_la
                 flags[i, r] = True
                 counts[len(tallies) + i] += 1
         if inv[r] != inv_last[r]:
-            _least_index(broken, 0, inv_last[r])
+            lower_at(broken, 0, inv_last[r])
         if completed and not invoked:
-            _least_index(broken, 1, comp[r])
+            lower_at(broken, 1, comp[r])
         if comp[r] != comp_last[r]:
-            _least_index(broken, 2, comp_last[r])
+            lower_at(broken, 2, comp_last[r])
         if completed and invoked and comp[r] < inv[r]:
-            _least_index(broken, 3, comp[r])
+            lower_at(broken, 3, comp[r])
         if completed and process_max[r] != process[r]:
-            _least_index(broken, 4, comp[r])
-
-
-@compiled
-def _least_index(broken, i, index):
-    if broken[i] == NONE or index < broken[i]:
-        broken[i] = index
+            lower_at(broken, 4, comp[r])
 
 
 def write_multi_rows(checked: dict, path: Path) -> Path:

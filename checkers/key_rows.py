@@ -3,13 +3,14 @@
 The driver's by-value frame (checkers/driver_by_value.py) has a row per
 value sent or read, and its by-position facts (checkers/driver_by_position.py)
 a row per position known; each send, read or acknowledgement is reduced
-into its key's row (`ufunc.at`). A history's keys are mostly dense: values
+into its key's row (in a compiled pass). A history's keys are mostly dense: values
 0, 1, 2, ... (a run's), or such runs far apart (`harness gen-history`'s
 parts); a partition's offsets 0, 1, 2, ... . So `key_rows` finds the rows
 by a table of the blocks of 2**BLOCK_BITS numbers the keys use: which
 blocks are used, then which numbers of them; the running count of those
-is each key's row. Keys spread wider (the blocks used would hold more than
-DENSE_SPREAD times as many numbers as there are keys) are sorted instead.
+is each key's row, each of these steps one compiled pass over the keys
+(checkers/compiled.py). Keys spread wider (the blocks used would hold more
+than DENSE_SPREAD times as many numbers as there are keys) are sorted instead.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ DENSE_SPREAD = 2
 def key_rows(keys: list[np.ndarray]) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
     """The distinct keys of the `keys` arrays (int64), sorted, and a
     function that gives any of those arrays its elements' rows among them
-    (their ranks). A 10M-event history's 14M values sent and read: 0.6 to
-    0.9 s in a check, most of it fresh memory's first touch, against 2.3 s
-    for a sort (docs/benchmarks.md). Where the keys are not dense in their
-    blocks, the rows are found by a binary search of the sorted keys."""
+    (their ranks). A 10M-event history's 14M values sent and read: 0.06 to
+    0.08 s alone, 0.27 to 0.53 s in a check beside liveness, against 0.6
+    to 0.9 s in NumPy's passes and 2.3 s for a sort (docs/benchmarks.md).
+    Where the keys are not dense in their blocks, the rows are found by a
+    binary search of the sorted keys."""
     keys = [k for k in keys if len(k)]
     total = sum(len(k) for k in keys)
     if not total:
@@ -75,6 +77,7 @@ def _bounds(keys):
 
 @compiled
 def _mark_blocks(keys, low, used):
+    """Mark the blocks `keys` use (`used`, by block less `low`'s)."""
     for k in keys:
         used[(k - low) >> BLOCK_BITS] = True
 
@@ -84,12 +87,14 @@ def _mark_blocks(keys, low, used):
 
 @compiled
 def _mark(keys, low, shift, present):
+    """Mark the slots `keys` take (`present`)."""
     for k in keys:
         present[k + shift[(k - low) >> BLOCK_BITS]] = True
 
 
 @compiled
 def _rows(keys, low, shift, rank, out):
+    """Each of `keys`' row (`rank` of its slot), into `out`."""
     for i in range(len(keys)):
         k = keys[i]
         out[i] = rank[k + shift[(k - low) >> BLOCK_BITS]]

@@ -544,6 +544,7 @@ _WALK_AT_MOST = 16  # times as many of `a` as of `v`: a longer `a` is searched
 
 @compiled
 def _walk_right(a, v, out):
+    """`_searched_right`'s walk: each of `v` (sorted) past every element of `a` at or below it."""
     j = 0
     for i in range(len(v)):
         while j < len(a) and a[j] <= v[i]:
