@@ -20,9 +20,12 @@ from collections.abc import Callable
 import numpy as np
 
 from checkers.compiled import compiled
+from core.history.format import MAX_PARTITION
 
 BLOCK_BITS = 16
 DENSE_SPREAD = 2
+# A partition's bits, below the other column's where a pair is packed in one int64.
+PARTITION_BITS = MAX_PARTITION.bit_length()
 
 
 def key_rows(keys: list[np.ndarray]) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
@@ -61,6 +64,19 @@ def key_rows(keys: list[np.ndarray]) -> tuple[np.ndarray, Callable[[np.ndarray],
             return distinct.astype(np.int64), lambda k: _rows(k, low, shift, rank, np.empty(len(k), np.intp))
     distinct = np.unique(np.concatenate(keys))
     return distinct, lambda k: np.searchsorted(distinct, k)
+
+
+def distinct_pairs(first: np.ndarray, partition: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (first, partition) pairs of two columns of numbers >= 0
+    (partitions up to MAX_PARTITION), sorted, as two arrays: each pair packed
+    in one int64 where `first` fits above a partition's bits (a sort of
+    pairs, `np.unique(axis=0)`, took 0.5 s of 866,292 read runs), else
+    sorted as pairs."""
+    if len(first) and not int(first.max()) >> (63 - PARTITION_BITS):
+        packed = np.unique((first << PARTITION_BITS) | partition)
+        return packed >> PARTITION_BITS, packed & MAX_PARTITION
+    pairs = np.unique(np.stack((first, partition)), axis=1)
+    return pairs[0], pairs[1]
 
 
 @compiled

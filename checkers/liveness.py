@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from checkers.compiled import compiled
+from checkers.key_rows import distinct_pairs
 
 HANG_S = 30.0  # no acknowledgement this long after the final heal: HANG
 LIST_MIN_S = 1.0  # waits at least this long are listed in results.json
@@ -468,14 +469,9 @@ def _key_partitions(ack_key: np.ndarray, ack_p: np.ndarray) -> np.ndarray:
         k_, p_ = ack_key[a:a + _CHUNK], ack_p[a:a + _CHUNK].astype(np.int64)
         known = (k_ >= 0) & (p_ >= 0)
         k_, p_ = k_[known], p_[known]
-        if not len(k_):
-            continue
-        if k_.max() < 2**31:  # one int64 per pair (partitions are below 2^23)
-            combined = np.unique((k_ << 32) | p_)
-            found.append(np.stack([combined >> 32, combined & 0xFFFFFFFF]))
-        else:
-            found.append(np.unique(np.stack([k_, p_]), axis=1))
-    return np.unique(np.concatenate(found, axis=1), axis=1)
+        if len(k_):
+            found.append(np.stack(distinct_pairs(k_, p_)))
+    return np.stack(distinct_pairs(*np.concatenate(found, axis=1)))
 
 
 def _distinct(times: np.ndarray) -> np.ndarray:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from checkers.key_rows import key_rows
+from checkers.key_rows import MAX_PARTITION, distinct_pairs, key_rows
 
 
 @pytest.mark.parametrize("spread", ["dense", "blocks far apart", "wide", "negative", "extremes"])
@@ -33,3 +33,17 @@ def test_each_key_s_row_is_its_rank_among_the_distinct_keys(spread):
             assert values[row_of(k)].tolist() == k.tolist()
     values, row_of = key_rows([np.empty(0, np.int64), np.empty(0, np.int64)])
     assert len(values) == 0 and len(row_of(np.empty(0, np.int64))) == 0
+
+
+@pytest.mark.parametrize("top", [3, (1 << 40) - 1, 1 << 40, (1 << 63) - 1])
+def test_distinct_pairs_are_numpy_s_whether_or_not_the_first_column_fits_packed(top):
+    """(process, partition) pairs packed in one int64 up to first numbers of
+    40 bits, and sorted as pairs above: the same pairs either way, at the
+    bound too, with partitions up to the largest; none of no rows."""
+    rng = np.random.default_rng(top % 1000)
+    process = np.concatenate((rng.integers(0, 4, 500), [top, top, 0]))
+    partition = np.concatenate((rng.integers(0, 3, 500), [MAX_PARTITION, 0, MAX_PARTITION]))
+    expected = np.unique(np.stack((process, partition), axis=1), axis=0)
+    first, second = distinct_pairs(process, partition)
+    assert first.tolist() == expected[:, 0].tolist() and second.tolist() == expected[:, 1].tolist()
+    assert [len(c) for c in distinct_pairs(process[:0], partition[:0])] == [0, 0]

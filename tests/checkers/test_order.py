@@ -116,15 +116,3 @@ def test_runs_with_a_null_value_are_not_kept_for_the_driver(tmp_path):
     plain.close()
     assert plain.order_columns() is None
 
-
-@pytest.mark.parametrize("top", [3, (1 << 40) - 1, 1 << 40, (1 << 63) - 1])
-def test_distinct_pairs_are_numpy_s_whether_or_not_the_processes_fit_packed(top):
-    """(process, partition) pairs packed in one int64 up to processes of 40
-    bits, and sorted as pairs above: the same pairs either way, at the bound
-    too, with partitions up to the largest."""
-    rng = np.random.default_rng(top % 1000)
-    process = np.concatenate((rng.integers(0, 4, 500), [top, top, 0]))
-    partition = np.concatenate((rng.integers(0, 3, 500), [order.MAX_PARTITION, 0, order.MAX_PARTITION]))
-    expected = np.unique(np.stack((process, partition), axis=1), axis=0).tolist()
-    assert order._distinct_pairs(process, partition) == expected
-    assert order._distinct_pairs(process[:0], partition[:0]) == []
