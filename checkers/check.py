@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import tempfile
 import threading
@@ -86,7 +87,7 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
     started = time.monotonic()
     ahead = events_ahead(source)  # before the read: Parquet's footers, JSONL's size
     master = spark.sparkContext.master if spark is not None else (opts.master or default_master())
-    with scratch_for(source, master, opts.scratch) as scratch:
+    with _old_objects_frozen(), scratch_for(source, master, opts.scratch) as scratch:
         starting = None
         if spark is None:
             # A session for this one check, once the options are known good,
@@ -124,6 +125,20 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
         results["node_logs"] = node_logs.scan(source.root)
         results["warnings"] += node_logs.warnings(results["node_logs"])
     return _ordered(results)
+
+
+@contextmanager
+def _old_objects_frozen() -> Iterator[None]:
+    """The objects alive before a check (modules, the Spark session's py4j
+    objects: some 200,000) left out of the garbage collector's full passes
+    while it runs: each pass walked them all, 0.1 s at a time, two or three
+    passes in a 10M-event check (docs/benchmarks.md). Given back after, so
+    that garbage among them is still collected."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 @dataclass

@@ -66,6 +66,20 @@ def key_rows(keys: list[np.ndarray]) -> tuple[np.ndarray, Callable[[np.ndarray],
     return distinct, lambda k: np.searchsorted(distinct, k)
 
 
+def seen_rows(keys: np.ndarray, known: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Each of `keys`' row among the distinct keys in the order they first
+    appear, after those `known` (distinct, rows 0, 1, ...), and those keys:
+    one compiled pass with a hash table of the keys seen, for keys that are
+    few (a batch's (process, partition) groups, or its latencies' cells),
+    however spread."""
+    n = 0 if known is None else len(known)
+    rows = np.empty(len(keys), np.int64)
+    distinct = np.empty(n + len(keys), np.int64)
+    if n:
+        distinct[:n] = known
+    return rows, distinct[:_seen_rows(keys, rows, distinct, n)]
+
+
 def distinct_pairs(first: np.ndarray, partition: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct (first, partition) pairs of two columns of numbers >= 0
     (partitions up to MAX_PARTITION), sorted, as two arrays: each pair packed
@@ -89,6 +103,50 @@ def _bounds(keys):
         elif k > high:
             high = k
     return low, high
+
+
+_GOLDEN = -7046029254386353131  # 2**64 / the golden ratio, as an int64: Fibonacci hashing
+
+
+@compiled
+def _seen_rows(keys, rows, distinct, n):
+    """`seen_rows` into `rows` and `distinct` (its first `n` known); how
+    many distinct keys. The table (open addressing, each slot the row of its
+    key) doubles whenever it is half full."""
+    bits = 6
+    while 1 << bits < 2 * n + 2:
+        bits += 1
+    table = _table(distinct, n, bits)
+    for i in range(len(keys)):
+        k = keys[i]
+        mask = (1 << bits) - 1
+        h = ((k * _GOLDEN) >> (64 - bits)) & mask
+        while table[h] >= 0 and distinct[table[h]] != k:
+            h = (h + 1) & mask
+        if table[h] >= 0:
+            rows[i] = table[h]
+            continue
+        table[h] = n
+        distinct[n] = k
+        rows[i] = n
+        n += 1
+        if 2 * n > 1 << bits:
+            bits += 1
+            table = _table(distinct, n, bits)
+    return n
+
+
+@compiled
+def _table(distinct, n, bits):
+    """`_seen_rows`' table of 2**`bits` slots holding the first `n` of `distinct`."""
+    mask = (1 << bits) - 1
+    table = np.full(1 << bits, -1, np.int64)
+    for r in range(n):
+        h = ((distinct[r] * _GOLDEN) >> (64 - bits)) & mask
+        while table[h] >= 0:
+            h = (h + 1) & mask
+        table[h] = r
+    return table
 
 
 @compiled

@@ -23,11 +23,13 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from checkers.anomalies import MAX_EXAMPLES
+from checkers.compiled import compiled
+from checkers.key_rows import seen_rows
 
 # A send's (process, partition) packed in one int64: the partition in the low bits
 # (core.history.format.MAX_PARTITION fits).
 PARTITION_BITS = 23
-_NEVER = np.iinfo(np.int64).max
+_NONE = np.iinfo(np.int64).min  # a group's last acknowledgement's invocation, before it has one
 
 
 @dataclass
@@ -63,7 +65,10 @@ class SendOrder:
         self.count = 0
         self._examples: list[dict] = []  # the first MAX_EXAMPLES found so far, by invocation
         self._pending = Acks.empty()  # acknowledgements whose place may still change
-        self._last = Acks.empty()  # each (process, partition)'s last settled acknowledgement
+        # The (process, partition) groups seen, and each one's last settled
+        # acknowledgement (by the group's row): its value, offset, invocation.
+        self._groups = np.empty(0, np.int64)
+        self._last = np.empty((0, 3), np.int64)
 
     def add(self, acks: Acks, open_process: np.ndarray, open_index: np.ndarray) -> None:
         """One batch's acknowledgements; `open_process` and `open_index`: the
@@ -73,14 +78,10 @@ class SendOrder:
             return
         # Each process's first unanswered invocation: acknowledgements of sends
         # invoked after it may yet have an acknowledgement placed before them.
-        limit = np.full(len(pending.group), _NEVER)
+        settled = np.ones(len(pending.group), bool)
         if len(open_index):
             procs, first = _min_by_key(open_process, open_index)
-            process = pending.group >> PARTITION_BITS
-            i = np.minimum(np.searchsorted(procs, process), len(procs) - 1)
-            waiting = procs[i] == process
-            limit[waiting] = first[i[waiting]]
-        settled = pending.invoke_index < limit
+            _mark_waiting(pending.group >> PARTITION_BITS, pending.invoke_index, procs, first, settled)
         self._pending = pending.take(~settled)
         self._settle(pending.take(settled))
 
@@ -100,49 +101,116 @@ class SendOrder:
         before it in its (process, partition)'s invocation order."""
         if not len(acks.group):
             return
-        # With each group's last settled one, which sorts first in its group:
-        # acknowledgements are settled in their process's invocation order.
-        # Only the groups and offsets are put in that order; the rest is
-        # looked up for the few steps back found.
-        both = self._last + acks
-        order = _by_group_then_invocation(both)
-        group, offset = both.group[order], both.offset[order]
-        same = group[1:] == group[:-1]
-        back = np.flatnonzero(same & (offset[1:] < offset[:-1])) + 1
-        del group, offset
-        self.count += len(back)
-        if len(back):
-            first = back[np.argsort(both.invoke_index[order[back]], kind="stable")[:MAX_EXAMPLES]]
-            found = [_example(both, order[i - 1], order[i]) for i in first.tolist()]
-            self._examples = sorted(self._examples + found, key=lambda e: e["invoke_index"])[:MAX_EXAMPLES]
-        self._last = both.take(order[np.append(~same, True)])
+        # Each group's acknowledgements in invocation order, each compared with
+        # the one before it (its group's last, kept in a table by group):
+        # compiled passes, where sorts and gathers of every column took 0.2 s
+        # of a 10M-event history's read (docs/benchmarks.md).
+        rows, self._groups = seen_rows(acks.group, self._groups)
+        if len(self._groups) > len(self._last):
+            self._last = np.concatenate((self._last, np.full((len(self._groups) - len(self._last), 3), _NONE)))
+        order = _by_group_then_invocation(rows, len(self._groups), acks.invoke_index)
+        back, before = np.empty(len(order), np.int64), np.empty((len(order), 3), np.int64)
+        found = _steps_back(order, rows, acks.value, acks.offset, acks.invoke_index, self._last, back, before)
+        self.count += found
+        if found:
+            first = np.argsort(acks.invoke_index[back[:found]], kind="stable")[:MAX_EXAMPLES]
+            examples = [_example(acks, int(back[k]), before[k]) for k in first.tolist()]
+            self._examples = sorted(self._examples + examples, key=lambda e: e["invoke_index"])[:MAX_EXAMPLES]
 
 
-def _example(acks: Acks, before: int, i: int) -> dict:
-    """The step back from acknowledgement `before` to `i` (rows of `acks`)."""
+@compiled
+def _steps_back(order, rows, value, offset, invoke_index, last, back, before):
+    """Walk the acknowledgements in `order` (each group's in invocation
+    order), each compared with its group's `last` (value, offset,
+    invocation; updated on the way): each one at a lower offset into
+    `back`, the one before it into `before`; how many."""
+    found = 0
+    for i in order:
+        g = rows[i]
+        if last[g, 2] != _NONE and offset[i] < last[g, 1]:
+            back[found] = i
+            before[found, 0], before[found, 1], before[found, 2] = last[g, 0], last[g, 1], last[g, 2]
+            found += 1
+        last[g, 0], last[g, 1], last[g, 2] = value[i], offset[i], invoke_index[i]
+    return found
+
+
+def _example(acks: Acks, i: int, before: np.ndarray) -> dict:
+    """The step back to acknowledgement `i` (a row of `acks`) from the one
+    before it (`before`: its value, offset and invocation index)."""
     group = int(acks.group[i])
+    prev_value, prev_offset, prev_invoke_index = before.tolist()
     return {"process": group >> PARTITION_BITS, "partition": group & ((1 << PARTITION_BITS) - 1),
-            "prev_value": int(acks.value[before]), "prev_offset": int(acks.offset[before]),
-            "prev_invoke_index": int(acks.invoke_index[before]),
+            "prev_value": prev_value, "prev_offset": prev_offset, "prev_invoke_index": prev_invoke_index,
             "value": int(acks.value[i]), "offset": int(acks.offset[i]),
             "invoke_index": int(acks.invoke_index[i]), "ack_index": int(acks.ack_index[i])}
 
 
-# Invocation indexes within this many bits are packed under a group's rank in one sort key.
-_INDEX_BITS = 40
+def _by_group_then_invocation(rows: np.ndarray, groups: int, invoke_index: np.ndarray) -> np.ndarray:
+    """The order of acknowledgements by their group's row (`rows`, of
+    `groups`), then by invocation index. Each acknowledgement answers its
+    own invocation, so no two share both. In compiled passes: the rows put
+    in their group's place (a stable counting sort), then each group's into
+    invocation order by insertion, since a process's acknowledgements of
+    one partition come mostly in the order it sent them. Where too many are
+    out of that order, one sort by the two keys."""
+    order = np.empty(len(rows), np.int64)
+    if _grouped_in_invocation_order(rows, groups, invoke_index, order, _MOVES_PER_ROW * len(rows)):
+        return order
+    return np.lexsort((invoke_index, rows))
 
 
-def _by_group_then_invocation(acks: Acks) -> np.ndarray:
-    """The order of `acks` by (group, invocation index). Each acknowledgement
-    answers its own invocation, so no two share both: one sort of the group's
-    rank packed above the index, which took less than half the time of a
-    sort by the two keys (docs/benchmarks.md); the two keys where an index
-    does not fit."""
-    index = acks.invoke_index
-    if not len(index) or int(index.min()) < 0 or int(index.max()) >> _INDEX_BITS:
-        return np.lexsort((index, acks.group))
-    rank = np.unique(acks.group, return_inverse=True)[1].reshape(-1).astype(np.int64)
-    return np.argsort((rank << _INDEX_BITS) | index)
+# Rows moved by the insertion, per row, past which `_by_group_then_invocation` sorts instead.
+_MOVES_PER_ROW = 16
+
+
+@compiled
+def _grouped_in_invocation_order(rank, groups, index, order, most_moves):
+    """`order` of rows by `rank` (0 .. `groups` - 1), then by `index`
+    within each: a counting sort, then insertion within each rank's rows.
+    False, `order` half made, once the insertion has moved more than
+    `most_moves` rows."""
+    start = np.zeros(groups + 1, np.int64)
+    for r in rank:
+        start[r + 1] += 1
+    for g in range(groups):
+        start[g + 1] += start[g]
+    place = start[:-1].copy()
+    for i in range(len(rank)):
+        order[place[rank[i]]] = i
+        place[rank[i]] += 1
+    moves = 0
+    for g in range(groups):
+        first, end = start[g], start[g + 1]
+        for k in range(first + 1, end):
+            row = order[k]
+            at = index[row]
+            j = k - 1
+            while j >= first and index[order[j]] > at:
+                order[j + 1] = order[j]
+                j -= 1
+            moves += k - 1 - j
+            order[j + 1] = row
+        if moves > most_moves:
+            return False
+    return True
+
+
+@compiled
+def _mark_waiting(process, invoke_index, procs, first, settled):
+    """Unmark in `settled` each acknowledgement invoked after its process's
+    first unanswered invocation (`procs`, sorted, and `first`): a binary
+    search of the few processes with one."""
+    for i in range(len(process)):
+        lo, hi = 0, len(procs)
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if procs[mid] < process[i]:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < len(procs) and procs[lo] == process[i] and invoke_index[i] >= first[lo]:
+            settled[i] = False
 
 
 def _min_by_key(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

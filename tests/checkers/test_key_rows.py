@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from checkers.key_rows import MAX_PARTITION, distinct_pairs, key_rows
+from checkers.key_rows import MAX_PARTITION, distinct_pairs, key_rows, seen_rows
 
 
 @pytest.mark.parametrize("spread", ["dense", "blocks far apart", "wide", "negative", "extremes"])
@@ -47,3 +47,24 @@ def test_distinct_pairs_are_numpy_s_whether_or_not_the_first_column_fits_packed(
     first, second = distinct_pairs(process, partition)
     assert first.tolist() == expected[:, 0].tolist() and second.tolist() == expected[:, 1].tolist()
     assert [len(c) for c in distinct_pairs(process[:0], partition[:0])] == [0, 0]
+
+
+@pytest.mark.parametrize("distinct", [1, 33, 5_000])
+def test_seen_rows_number_the_keys_in_the_order_first_seen_after_those_known(distinct):
+    # A table that doubles many times over, keys spread over all of int64
+    # (colliding in its slots), some of them already known.
+    rng = np.random.default_rng(distinct)
+    pool = np.unique(np.concatenate((rng.integers(-2 ** 63, 2 ** 63 - 1, distinct, dtype=np.int64),
+                                     [-2 ** 63, 2 ** 63 - 1, 0, 1 << 20, 2 << 20])))
+    keys = rng.choice(pool, 20_000)
+    known = rng.choice(pool, min(10, len(pool)), replace=False)
+    for before in (None, known):
+        rows, seen = seen_rows(keys, before)
+        first = [] if before is None else before.tolist()
+        for k in keys.tolist():
+            if k not in first:
+                first.append(k)
+        assert seen.tolist() == first
+        assert (seen[rows] == keys).all()
+    rows, seen = seen_rows(np.empty(0, np.int64), known)
+    assert len(rows) == 0 and seen.tolist() == known.tolist()

@@ -6,6 +6,7 @@ own settings are left as they were."""
 
 from __future__ import annotations
 
+import gc
 import threading
 
 import orjson
@@ -213,6 +214,24 @@ def test_a_small_check_runs_few_spark_jobs_and_leaves_the_session_as_it_was(spar
                                     "spark.sql.subexpressionElimination.enabled": "false"}
     assert sized_conf(10_000_000, 2)["spark.sql.shuffle.partitions"] == "4"
     assert sized_conf(100_000_000, 2)["spark.sql.shuffle.partitions"] == "40"
+
+
+def test_a_check_sets_the_objects_alive_before_it_aside_from_the_collector_and_gives_them_back(
+        spark, hist, tmp_path, monkeypatch):
+    hist.send(0, 1, 0, 0)
+    hist.poll(1, (0, 0, 1))
+    path = hist.write(tmp_path)
+    frozen = []
+    faults = check_module.stats.faults
+    monkeypatch.setattr(check_module.stats, "faults", lambda few: frozen.append(gc.get_freeze_count()) or faults(few))
+    assert check_history(path, Options(), spark=spark)["valid"] is True
+    assert frozen and frozen[0] > 1000
+    assert gc.get_freeze_count() == 0
+    # A refused history gives them back too.
+    (tmp_path / "bad.jsonl").write_text("{not json\n")
+    with pytest.raises(Exception):
+        check_history(tmp_path / "bad.jsonl", Options(), spark=spark)
+    assert gc.get_freeze_count() == 0
 
 
 def test_the_priming_history_takes_every_path(spark):

@@ -6,7 +6,7 @@ import numpy as np
 
 from checkers.driver_by_value import ValueRows
 from checkers.read_runs import RunsWriter
-from checkers.reading import HistoryReader
+from checkers.reading import HistoryReader, _answers, _is_sorted
 from core.history.parquet import events_to_table
 from tests.checkers.conftest import Hist
 
@@ -47,3 +47,22 @@ def test_records_of_events_other_than_a_client_s_ok_poll_are_not_reads(tmp_path)
     order = with_stray.runs.order_columns()
     assert {k: v.tolist() for k, v in order.items()} == {k: v.tolist() for k, v in without.runs.order_columns().items()}
     assert with_stray.runs.totals == without.runs.totals
+
+
+def test_a_send_completion_finds_its_invocation_as_a_binary_search_does():
+    # The gallop from the last place found, against np.searchsorted's first
+    # equal value: completions in and out of the values' order, values
+    # missing, repeated, and beyond either end.
+    rng = np.random.default_rng(3)
+    for size, spread in ((1, 3), (50, 40), (5_000, 20_000)):
+        values = np.sort(rng.integers(0, spread, size))
+        for wanted in (np.sort(rng.integers(-5, spread + 5, 3 * size)), rng.integers(-5, spread + 5, 3 * size),
+                       np.sort(rng.integers(-5, spread + 5, 3 * size))[::-1].copy()):
+            answered = np.zeros(size, bool)
+            at = _answers(values, wanted, answered, np.empty(len(wanted), np.int64))
+            first = np.minimum(np.searchsorted(values, wanted), size - 1)
+            found = values[first] == wanted
+            assert (at == np.where(found, first, -1)).all()
+            assert (answered == np.isin(np.arange(size), first[found])).all()
+            assert _is_sorted(values) and _is_sorted(values[:1])
+            assert _is_sorted(wanted) == bool((np.diff(wanted) >= 0).all())

@@ -11,7 +11,9 @@ import numpy as np
 
 from checkers.anomalies import MAX_EXAMPLES
 from checkers.reading import read_files
-from checkers.send_order import Acks, _by_group_then_invocation, group_of
+from checkers.key_rows import seen_rows
+from checkers.send_order import (_MOVES_PER_ROW, _by_group_then_invocation, _grouped_in_invocation_order,
+                                  group_of)
 from core.history.parquet import write_parquet
 from harness.synthetic import Plan, generate
 from tests.checkers.conftest import Hist
@@ -94,15 +96,20 @@ def test_send_order_settled_in_small_batches_is_that_of_one_batch(tmp_path):
         assert read_files([path], batch_rows=rows).send_order.result({}) == whole
 
 
-def test_the_order_by_group_and_invocation_is_the_two_key_sort_packed_or_not():
-    """The one-key sort (each group's rank packed above the invocation index)
-    orders as a sort by the two keys does; an index too wide to pack takes
-    the two-key sort itself."""
+def test_the_order_by_group_and_invocation_is_the_two_key_sort_by_insertion_or_not():
+    """The counting sort by group and insertion by invocation index orders
+    as a sort by the two keys does, for rows near that order (the insertion
+    kept) and far from it (the insertion given up for the sort)."""
     rng = np.random.default_rng(7)
     n = 5_000
-    group = group_of(rng.integers(0, 40, n), rng.integers(0, 9, n))
-    for invoke_index in (rng.permutation(10 * n)[:n], rng.permutation(10 * n)[:n] + (1 << 40)):
-        acks = Acks(group, invoke_index, *(np.zeros(n, np.int64) for _ in range(3)))
-        order = _by_group_then_invocation(acks)
-        assert (order == np.lexsort((invoke_index, group))).all()
+    for processes, partitions, invoke_index, inserted in (
+            (40, 9, rng.permuted(np.sort(rng.permutation(10 * n)[:n]).reshape(-1, 4), axis=1).ravel(), True),
+            (2, 1, rng.permutation(10 * n)[:n], False)):
+        group = group_of(rng.integers(0, processes, n), rng.integers(0, partitions, n))
+        rows, distinct = seen_rows(group)
+        assert (distinct[rows] == group).all() and len(set(distinct.tolist())) == len(distinct)
+        order = np.empty(n, np.int64)
+        assert _grouped_in_invocation_order(rows, len(distinct), invoke_index, order, _MOVES_PER_ROW * n) == inserted
+        order = _by_group_then_invocation(rows, len(distinct), invoke_index)
+        assert (order == np.lexsort((invoke_index, rows))).all()
         assert len(set(order.tolist())) == n
