@@ -119,10 +119,9 @@ class ValueRows:
         out = {"value": values, "ack_pos": ack_pos,
                **_send_columns(len(values), send_rows, sends, index_type, process_type)}
         del sends, send_rows
-        out.update(_read_columns(len(values), row_of, reads, logs, index_type))
-        # least/greatest of the acknowledged and read positions, nulls skipped.
-        out["first_pos"] = least(out["ack_pos"], out.pop("read_first_pos"))
-        out["last_pos"] = np.maximum(out["ack_pos"], out.pop("read_last_pos"))
+        # The least and greatest of the acknowledged and read positions (nulls
+        # skipped): the reads' reduced into copies of the acknowledged.
+        out.update(_read_columns(row_of, reads, logs, index_type, ack_pos))
         duplicated = values[(out["first_pos"] != NONE) & (out["first_pos"] != out["last_pos"])]
         self._for_duplicates = (duplicated, reads) if len(duplicated) else None
         return {name: out[name] for name in COLUMNS}
@@ -216,17 +215,19 @@ def raise_at(column, r, x):
         column[r] = x
 
 
-def _read_columns(n: int, row_of: Callable, batches: list[list], logs: FinalLogs,
-                  index_type: type) -> dict[str, np.ndarray]:
-    """Per value (`n`, each record read's row `row_of` its value): the read
-    columns of the by-value frame, from `add_reads`' batches, with
+def _read_columns(row_of: Callable, batches: list[list], logs: FinalLogs, index_type: type,
+                  ack_pos: np.ndarray) -> dict[str, np.ndarray]:
+    """Per value (each record read's row `row_of` its value, as `ack_pos`'):
+    the read columns of the by-value frame, from `add_reads`' batches, with
     `anomalies.build`'s marks: final (inside a final-reads bracket), in the
     final log (final, below its partition's known end), read during the run
-    (not final, its partition's end known)."""
-    out = {name: np.full(n, NONE, kind) for name, kind in (
-        ("read_first_pos", np.int64), ("read_last_pos", np.int64), ("read_index", index_type),
-        ("final_part_min", np.int32), ("final_part_max", np.int32), ("run_part_min", np.int32),
-        ("run_part_max", np.int32), ("run_index", index_type))}
+    (not final, its partition's end known); and the first and last
+    positions, of the reads and the acknowledgement (`ack_pos`)."""
+    n = len(ack_pos)
+    out = {"first_pos": ack_pos.copy(), "last_pos": ack_pos.copy(),
+           **{name: np.full(n, NONE, kind) for name, kind in (
+               ("read_index", index_type), ("final_part_min", np.int32), ("final_part_max", np.int32),
+               ("run_part_min", np.int32), ("run_part_max", np.int32), ("run_index", index_type))}}
     for value, pos, index, process in batches:
         end = lookup(logs.ends, pos >> POS_BITS)
         _reduce_reads(row_of(value), pos, index, end, in_brackets(process, index, logs.brackets), *out.values())
@@ -277,13 +278,37 @@ def lookup(mapping: dict[int, int], keys: np.ndarray) -> np.ndarray:
 
 def in_brackets(process: np.ndarray, index: np.ndarray, brackets: dict[int, list[tuple[int, int]]]) -> np.ndarray:
     """Whether each event (by its process and index) lies strictly inside a
-    final-reads bracket of its process (`anomalies._in_brackets`' test)."""
+    final-reads bracket of its process (`anomalies._in_brackets`' test): one
+    compiled pass, each event's process looked for among the few with
+    brackets (NumPy's masks per process took 0.09 s of a 10M-event check)."""
     inside = np.zeros(len(process), bool)
     if not brackets:
         return inside
-    rows = np.flatnonzero(np.isin(process, list(brackets)))
-    for p, spans in brackets.items():
-        of_p = rows[process[rows] == p]
-        for lo, hi in spans:
-            inside[of_p[(index[of_p] > lo) & (index[of_p] < hi)]] = True
+    procs = np.array(sorted(brackets), np.int64)
+    spans = [sorted(brackets[p]) for p in procs.tolist()]
+    first = np.cumsum([0] + [len(s) for s in spans], dtype=np.int64)
+    low = np.array([lo for s in spans for lo, _ in s], np.int64)
+    high = np.array([hi for s in spans for _, hi in s], np.int64)
+    return _inside(process, index, procs, first, low, high, inside)
+
+
+@compiled
+def _inside(process, index, procs, first, low, high, inside):
+    """`in_brackets`' pass: process `procs[k]`'s brackets are (`low`, `high`)
+    from `first[k]` to `first[k + 1]`."""
+    for i in range(len(process)):
+        p = process[i]
+        lo, hi = 0, len(procs)
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if procs[mid] < p:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == len(procs) or procs[lo] != p:
+            continue
+        for k in range(first[lo], first[lo + 1]):
+            if low[k] < index[i] < high[k]:
+                inside[i] = True
+                break
     return inside

@@ -80,6 +80,12 @@ def seen_rows(keys: np.ndarray, known: np.ndarray | None = None) -> tuple[np.nda
     return rows, distinct[:_seen_rows(keys, rows, distinct, n)]
 
 
+def seen_keys(keys: np.ndarray) -> np.ndarray:
+    """`seen_rows`' distinct keys alone."""
+    distinct = np.empty(len(keys), np.int64)
+    return distinct[:_seen_rows(keys, np.empty(0, np.int64), distinct, 0)].copy()
+
+
 def distinct_pairs(first: np.ndarray, partition: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct (first, partition) pairs of two columns of numbers >= 0
     (partitions up to MAX_PARTITION), sorted, as two arrays: each pair packed
@@ -87,7 +93,9 @@ def distinct_pairs(first: np.ndarray, partition: np.ndarray) -> tuple[np.ndarray
     pairs, `np.unique(axis=0)`, took 0.5 s of 866,292 read runs), else
     sorted as pairs."""
     if len(first) and not int(first.max()) >> (63 - PARTITION_BITS):
-        packed = np.unique((first << PARTITION_BITS) | partition)
+        # A table of the pairs seen, then a sort of those: at 4.2M
+        # acknowledgements of 1,014 pairs, 0.02 s against np.unique's 0.05.
+        packed = np.sort(seen_keys((first << PARTITION_BITS) | partition))
         return packed >> PARTITION_BITS, packed & MAX_PARTITION
     pairs = np.unique(np.stack((first, partition)), axis=1)
     return pairs[0], pairs[1]
@@ -110,9 +118,10 @@ _GOLDEN = -7046029254386353131  # 2**64 / the golden ratio, as an int64: Fibonac
 
 @compiled
 def _seen_rows(keys, rows, distinct, n):
-    """`seen_rows` into `rows` and `distinct` (its first `n` known); how
-    many distinct keys. The table (open addressing, each slot the row of its
-    key) doubles whenever it is half full."""
+    """`seen_rows` into `rows` (unless it is empty) and `distinct` (its
+    first `n` known); how many distinct keys. The table (open addressing,
+    each slot the row of its key) doubles whenever it is half full."""
+    keep_rows = len(rows) > 0
     bits = 6
     while 1 << bits < 2 * n + 2:
         bits += 1
@@ -124,11 +133,13 @@ def _seen_rows(keys, rows, distinct, n):
         while table[h] >= 0 and distinct[table[h]] != k:
             h = (h + 1) & mask
         if table[h] >= 0:
-            rows[i] = table[h]
+            if keep_rows:
+                rows[i] = table[h]
             continue
         table[h] = n
         distinct[n] = k
-        rows[i] = n
+        if keep_rows:
+            rows[i] = n
         n += 1
         if 2 * n > 1 << bits:
             bits += 1

@@ -362,27 +362,25 @@ class HistoryReader:
         return time[polls_of], partitions, largest, process[polls_of]
 
     def _gather_liveness(self, d: Digested, comp_key) -> None:
-        process, time, f, typ, send, invoke = d.process, d.time, d.f, d.typ, d.send, d.invoke
+        process, time, f = d.process, d.time, d.f
         client = process >= 0
         self._final.update(np.unique(process[client & (f == d.fid(FINAL_READS))]).tolist())
-        ok = typ == TYPES.index("ok")
         procs, row_of = key_rows([process[client]])  # no sort: a history's processes are few and small
-        where = row_of(process[client])
-        last = np.full(len(procs), np.iinfo(np.int64).min)
-        np.maximum.at(last, where, time[client])
-        polls = np.bincount(where, weights=((f == d.fid("poll")) & invoke)[client], minlength=len(procs))
+        last, polls = _last_and_polls(row_of(process[client]), time[client], ((f == d.fid("poll")) & d.invoke)[client],
+                                      np.full(len(procs), np.iinfo(np.int64).min), np.zeros(len(procs), np.int64))
         for proc, t_last, n in zip(procs.tolist(), last.tolist(), polls.tolist()):
             self._last_time[proc] = max(self._last_time.get(proc, t_last), t_last)
-            self._poll_invokes[proc] = self._poll_invokes.get(proc, 0) + int(n)
-        inv, comp = send & invoke, send & ~invoke
+            self._poll_invokes[proc] = self._poll_invokes.get(proc, 0) + n
+        invoked = int(np.count_nonzero(d.send & d.invoke))
+        done = int(np.count_nonzero(d.send)) - invoked
+        columns = _send_liveness(d.send, d.invoke, d.typ == TYPES.index("ok"), time, d.key, d.partition, d.offset,
+                                 np.empty(invoked, np.int64), np.empty(invoked, np.int64), np.empty(done, np.int64),
+                                 np.empty(done, bool), np.empty(done, np.int32), np.empty(done, np.int64))
         add = self._chunks.setdefault
-        add("inv_time", []).append(time[inv])
-        add("inv_key", []).append(d.key[inv])
-        add("comp_time", []).append(time[comp])
+        for name, column in zip(("inv_time", "inv_key", "comp_time", "comp_ok", "comp_partition", "comp_offset"),
+                                columns):
+            add(name, []).append(column)
         add("comp_key", []).append(comp_key)
-        add("comp_ok", []).append(ok[comp])
-        add("comp_partition", []).append(np.where(ok, d.partition, -1)[comp].astype(np.int32))
-        add("comp_offset", []).append(d.offset[comp])
         for name, column in zip(("read_time", "read_partition", "read_offset", "read_process"), d.reads):
             add(name, []).append(column)
 
@@ -467,6 +465,40 @@ def _largest_reads(parent, partition, offset, group_of):
         elif offset[i] > top[g]:
             top[g] = offset[i]
     return poll[:k], part[:k], top[:k]
+
+
+@compiled
+def _last_and_polls(rows, time, poll_invoke, last, polls):
+    """Each process's (by its row) last time and poll invocations, into `last` and `polls`."""
+    for i in range(len(rows)):
+        r = rows[i]
+        if time[i] > last[r]:
+            last[r] = time[i]
+        if poll_invoke[i]:
+            polls[r] += 1
+    return last, polls
+
+
+@compiled
+def _send_liveness(send, invoke, ok, time, key, partition, offset, inv_time, inv_key, comp_time, comp_ok,
+                   comp_partition, comp_offset):
+    """Liveness's columns of a batch's sends, into the arrays given (as long
+    as its send invocations and completions), in one pass: each
+    invocation's time and key, each completion's time, whether ok, and its
+    partition (-1 unless ok) and offset. NumPy's six masked gathers took
+    0.14 s of a 10M-event history's read."""
+    n_inv = n_comp = 0
+    for i in range(len(send)):
+        if not send[i]:
+            continue
+        if invoke[i]:
+            inv_time[n_inv], inv_key[n_inv] = time[i], key[i]
+            n_inv += 1
+        else:
+            comp_time[n_comp], comp_ok[n_comp], comp_offset[n_comp] = time[i], ok[i], offset[i]
+            comp_partition[n_comp] = partition[i] if ok[i] else -1
+            n_comp += 1
+    return inv_time, inv_key, comp_time, comp_ok, comp_partition, comp_offset
 
 
 @compiled

@@ -226,22 +226,25 @@ def validate_parquet(files: list[Path], big_offsets: set[int] | None = None, on_
     `on_batch` is given each batch once it is checked (the checked columns
     and PASSED_ON), in order: one read of the history serves a pass over all
     of it (the checker's liveness, the few nemesis events); given `digest`,
-    it is given `digest(batch)` instead. The batches are then read and
-    checked in a thread, a batch or two ahead of `on_batch`, and digested
-    in another: Arrow and NumPy work outside Python's lock, so they share
-    the cores (docs/benchmarks.md). Either way a batch reaches `digest` and
+    it is given `digest(batch)` instead. The batches are then read in a
+    thread, a batch or two ahead of `on_batch`, and checked (without
+    `digest`: in the same thread) and digested in another: Arrow and NumPy
+    work outside Python's lock, so they share the cores (docs/benchmarks.md). Either way a batch reaches `digest` and
     `on_batch` only once it passed, and the first error in file order (a
     batch's check, its digest, then `on_batch`'s) is the one raised.
     """
     order = OrderCheck(pairs=False)
-    batches = _checked_batches(files, order, big_offsets, bool(on_batch))
+    read = _read_batches(files, bool(on_batch))
     if on_batch is None:
-        for _ in batches:
+        for _ in _checked(read, order, big_offsets):
             pass
     else:
-        ahead = _ahead(batches)
-        if digest is not None:
-            ahead = _ahead(_each(digest, ahead))
+        if digest is None:
+            ahead = _ahead(_checked(read, order, big_offsets))
+        else:
+            # The checks in the digest's thread, before each digest: the
+            # reading thread, the busiest of the three, only decodes.
+            ahead = _ahead(_each(digest, _checked(_ahead(read), order, big_offsets)))
         try:
             for batch in ahead:
                 on_batch(batch)
@@ -252,12 +255,10 @@ def validate_parquet(files: list[Path], big_offsets: set[int] | None = None, on_
     return order.next_index
 
 
-def _checked_batches(files: list[Path], order: OrderCheck, big_offsets: set[int] | None,
-                     passed_on: bool) -> Iterator:
-    """The Parquet parts' batches, each once it passed `_check_parquet_batch`
-    (and its offsets to fold were added to `big_offsets`)."""
+def _read_batches(files: list[Path], passed_on: bool) -> Iterator:
+    """The Parquet parts' batches, each with its file (`(file, batch)`): the
+    columns checked, and PASSED_ON if `passed_on`."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     for file in files:
@@ -287,14 +288,30 @@ def _checked_batches(files: list[Path], order: OrderCheck, big_offsets: set[int]
         try:
             if names:
                 pf = pq.ParquetFile(file, read_dictionary=names)
-            batches = pf.iter_batches(batch_size=1 << 20, columns=needed)
-            for batch in batches:
+            for batch in pf.iter_batches(batch_size=1 << 20, columns=needed):
+                yield file, batch
+        except (OSError, pa.ArrowException) as e:
+            raise HistoryError(f"{file}: cannot read ({first_line(e)})") from None
+
+
+def _checked(read: Iterator, order: OrderCheck, big_offsets: set[int] | None) -> Iterator:
+    """The batches of `_read_batches`, each once it passed `_check_parquet_batch`
+    (and its offsets to fold were added to `big_offsets`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        for file, batch in read:
+            try:
                 _check_parquet_batch(file, batch, order, pa, pc)
                 if big_offsets is not None:
                     big_offsets.update(offsets_to_fold(batch))
-                yield batch
-        except (OSError, pa.ArrowException) as e:
-            raise HistoryError(f"{file}: cannot read ({first_line(e)})") from None
+            except (OSError, pa.ArrowException) as e:
+                raise HistoryError(f"{file}: cannot read ({first_line(e)})") from None
+            yield batch
+    finally:
+        if hasattr(read, "close"):
+            read.close()
 
 
 # The fields of a record that are checked and handed on: not its key.

@@ -102,6 +102,15 @@ def test_brackets_are_strict_and_per_process():
     inside = in_brackets(process, index, {1: [(5, 10)], 2: [(0, 3), (11, 13)]})
     assert inside.tolist() == [False, True, True, False, False, True, False]
     assert not in_brackets(process, index, {}).any()
+    # Many processes and spans, unsorted, processes without any and large ones: a plain reading's answer.
+    rng = np.random.default_rng(5)
+    brackets = {int(p): [(int(lo), int(lo + rng.integers(1, 40))) for lo in rng.integers(0, 300, rng.integers(1, 4))]
+                for p in rng.choice(np.arange(-1, 60), 25, replace=False).tolist() + [2 ** 40]}
+    process = rng.choice(np.arange(-1, 70).tolist() + [2 ** 40], 5_000)
+    index = rng.integers(0, 330, 5_000)
+    plain = [any(lo < i < hi for lo, hi in brackets.get(p, [])) for p, i in zip(process.tolist(), index.tolist())]
+    assert in_brackets(process, index, brackets).tolist() == plain
+    assert 100 < sum(plain) < 4_900
 
 
 def _refused(spark, path, driver: bool) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from checkers.key_rows import MAX_PARTITION, distinct_pairs, key_rows, seen_rows
+from checkers.key_rows import MAX_PARTITION, distinct_pairs, key_rows, seen_keys, seen_rows
 
 
 @pytest.mark.parametrize("spread", ["dense", "blocks far apart", "wide", "negative", "extremes"])
@@ -66,5 +66,6 @@ def test_seen_rows_number_the_keys_in_the_order_first_seen_after_those_known(dis
                 first.append(k)
         assert seen.tolist() == first
         assert (seen[rows] == keys).all()
+    assert seen_keys(keys).tolist() == seen_rows(keys)[1].tolist()
     rows, seen = seen_rows(np.empty(0, np.int64), known)
     assert len(rows) == 0 and seen.tolist() == known.tolist()
