@@ -57,11 +57,11 @@ def key_rows(keys: list[np.ndarray]) -> tuple[np.ndarray, Callable[[np.ndarray],
             present = np.zeros(len(first) << BLOCK_BITS, bool)
             for k in keys:
                 _mark(k, low, shift, present)
-            rank = np.cumsum(present, dtype=np.int32 if len(present) < 1 << 31 else np.int64) - 1
-            taken = np.flatnonzero(present)
+            rank = np.cumsum(present, dtype=np.int32 if len(present) < 1 << 31 else np.int64)
+            rank -= 1  # in place: each column here is tens of megabytes first touched
+            distinct = _numbers(present, first, low, np.empty(int(rank[-1]) + 1, np.int64))
             del present
-            distinct = (first[taken >> BLOCK_BITS] << BLOCK_BITS) + (taken & ((1 << BLOCK_BITS) - 1)) + low
-            return distinct.astype(np.int64), lambda k: _rows(k, low, shift, rank, np.empty(len(k), np.intp))
+            return distinct, lambda k: _rows(k, low, shift, rank, np.empty(len(k), np.intp))
     distinct = np.unique(np.concatenate(keys))
     return distinct, lambda k: np.searchsorted(distinct, k)
 
@@ -175,6 +175,18 @@ def _mark(keys, low, shift, present):
     """Mark the slots `keys` take (`present`)."""
     for k in keys:
         present[k + shift[(k - low) >> BLOCK_BITS]] = True
+
+
+@compiled
+def _numbers(present, first, low, out):
+    """The number of each slot marked `present`, in order, into `out`: its
+    block's first number (`first`, less `low`) and its place in the block."""
+    k = 0
+    for slot in range(len(present)):
+        if present[slot]:
+            out[k] = (first[slot >> BLOCK_BITS] << BLOCK_BITS) + (slot & ((1 << BLOCK_BITS) - 1)) + low
+            k += 1
+    return out
 
 
 @compiled
