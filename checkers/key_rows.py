@@ -11,6 +11,10 @@ blocks are used, then which numbers of them; the running count of those
 is each key's row, each of these steps one compiled pass over the keys
 (checkers/compiled.py). Keys spread wider (the blocks used would hold more
 than DENSE_SPREAD times as many numbers as there are keys) are sorted instead.
+
+Keys that are few however spread (a batch's (process, partition) groups,
+its latency cells, the (key, partition) pairs acknowledged) get their rows
+in the order first seen from a hash table instead (`seen_rows`).
 """
 
 from __future__ import annotations

@@ -5,15 +5,15 @@ invoked them: a send acknowledged at a lower offset than the send just
 before it is one occurrence (docs/history.md). The driver pairs every send
 with its invocation while it validates the history (checkers/reading.py),
 so it has each acknowledgement's invocation index at hand; ordering them
-here with NumPy spares Spark's window pass the shuffle and sort of every
-acknowledged send, most of its rows (docs/benchmarks.md).
+here, in compiled passes, spares Spark's window pass the shuffle and sort
+of every acknowledged send, most of its rows (docs/benchmarks.md).
 
 The order is settled batch by batch, so that memory follows the sends in
 flight, not the history: an acknowledgement waits only while an earlier
 send invocation of its process is still unanswered (its place among that
 process's acknowledgements is not known before). Once settled, only each
-(process, partition)'s last acknowledgement is kept, to compare the next
-one with.
+(process, partition)'s last acknowledgement is kept, in a table by the
+group's row, to compare the next one with.
 """
 
 from __future__ import annotations
