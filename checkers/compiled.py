@@ -8,6 +8,8 @@ is one pass, with no temporaries. `compiled` is how each is compiled:
 Numba's cache folder where that cannot be written), so a process compiles
 a loop only once per machine and types, and `nogil` lets the threads the
 checker runs its passes in use both cores.
+
+`first_not_below` is the binary search the compiled passes share.
 """
 
 from __future__ import annotations
@@ -15,3 +17,16 @@ from __future__ import annotations
 import numba
 
 compiled = numba.njit(cache=True, nogil=True)
+
+
+@compiled
+def first_not_below(a, x, lo, hi):
+    """The first place in `a[lo:hi]` (sorted) whose element is not below
+    `x`, `hi` if none is: `np.searchsorted(a, x)` within those bounds."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

@@ -44,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 
 from checkers.anomalies import FAIL, INFO, MAX_OFFSET, OK, POS_BITS, FinalLogs
-from checkers.compiled import compiled
+from checkers.compiled import compiled, first_not_below
 from checkers.driver_by_position import Positions, duplicate_reads, positions
 from checkers.key_rows import key_rows
 
@@ -298,13 +298,7 @@ def _inside(process, index, procs, first, low, high, inside):
     from `first[k]` to `first[k + 1]`."""
     for i in range(len(process)):
         p = process[i]
-        lo, hi = 0, len(procs)
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if procs[mid] < p:
-                lo = mid + 1
-            else:
-                hi = mid
+        lo = first_not_below(procs, p, 0, len(procs))
         if lo == len(procs) or procs[lo] != p:
             continue
         for k in range(first[lo], first[lo + 1]):

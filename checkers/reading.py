@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from checkers.compiled import compiled
+from checkers.compiled import compiled, first_not_below
 from checkers.driver_by_value import ValueRows
 from checkers.key_rows import key_rows, seen_rows
 from checkers.liveness import Columns
@@ -570,12 +570,7 @@ def _answers(values, wanted, answered, out):
                 lo -= step
                 step <<= 1
             lo = max(lo, 0)
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if values[mid] < w:
-                lo = mid + 1
-            else:
-                hi = mid
+        lo = first_not_below(values, w, lo, hi)
         if lo < n and values[lo] == w:
             out[i] = lo
             answered[lo] = True

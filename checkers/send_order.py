@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from checkers.anomalies import MAX_EXAMPLES
-from checkers.compiled import compiled
+from checkers.compiled import compiled, first_not_below
 from checkers.key_rows import seen_rows
 
 # A send's (process, partition) packed in one int64: the partition in the low bits
@@ -202,14 +202,8 @@ def _mark_waiting(process, invoke_index, procs, first, settled):
     first unanswered invocation (`procs`, sorted, and `first`): a binary
     search of the few processes with one."""
     for i in range(len(process)):
-        lo, hi = 0, len(procs)
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if procs[mid] < process[i]:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo < len(procs) and procs[lo] == process[i] and invoke_index[i] >= first[lo]:
+        at = first_not_below(procs, process[i], 0, len(procs))
+        if at < len(procs) and procs[at] == process[i] and invoke_index[i] >= first[at]:
             settled[i] = False
 
 
