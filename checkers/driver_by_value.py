@@ -109,7 +109,7 @@ class ValueRows:
         send_rows = [row_of(batch[0]) for batch in sends]
         ack_pos = np.full(len(values), NONE, np.int64)
         for rows, batch in zip(send_rows, sends):
-            _greatest_at(ack_pos, rows, batch[4])
+            greatest_at(ack_pos, rows, batch[4])
         acked = ack_pos != NONE
         beside = ThreadPoolExecutor(1, thread_name_prefix="by-position")
         self._positions = beside.submit(positions, [ack_pos[acked]] + [batch[1] for batch in reads],
@@ -195,10 +195,12 @@ def _reduce_sends(rows, index, invoke, outcome, process, inv_min, inv_max, proc_
 
 
 @compiled
-def _greatest_at(out, rows, column):
-    """Each row's greatest of `column` (ack_pos's reduction)."""
+def greatest_at(out, rows, column):
+    """Each row's greatest of `column` (`rows`: each element's), into `out`
+    (ack_pos's reduction, the latencies' largest)."""
     for i in range(len(rows)):
         raise_at(out, rows[i], column[i])
+    return out
 
 
 @compiled

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from checkers.compiled import compiled, first_not_below
-from checkers.driver_by_value import ValueRows
+from checkers.driver_by_value import ValueRows, greatest_at
 from checkers.key_rows import key_rows, seen_rows
 from checkers.liveness import Columns
 from checkers.read_runs import RunsWriter
@@ -315,7 +315,7 @@ class HistoryReader:
         # few (its seconds times the buckets used): counted in a table of them.
         rows, unique = seen_rows(_latency_keys(time, bucket, f, typ, np.empty(len(time), np.int64)))
         count = np.bincount(rows, minlength=len(unique))
-        top = _greatest_by_row(rows, latency, np.full(len(unique), np.iinfo(np.int64).min))
+        top = greatest_at(np.full(len(unique), np.iinfo(np.int64).min), rows, latency)
         for k, n, m in zip(unique.tolist(), count.tolist(), top.tolist()):
             key = (k >> 2 & 0xFF, k & 3, k >> 22, k >> 10 & 0xFFF)  # f, type, second, bucket
             entry = self._histogram.get(key)
@@ -521,15 +521,6 @@ def _latency_keys(time, bucket, f, typ, out):
         second = np.int64(np.floor(time[i] / 1e9))
         out[i] = (((second << 12 | bucket[i]) << 8 | f[i]) << 2) | typ[i]
     return out
-
-
-@compiled
-def _greatest_by_row(rows, x, top):
-    """Each row's greatest of `x` (`rows`: each element's), into `top`."""
-    for i in range(len(rows)):
-        if x[i] > top[rows[i]]:
-            top[rows[i]] = x[i]
-    return top
 
 
 @compiled
