@@ -41,7 +41,7 @@ import numpy as np
 from checkers.compiled import compiled, first_not_below
 from checkers.driver_by_value import ValueRows, greatest_at
 from checkers.key_rows import key_rows, seen_rows
-from checkers.liveness import Columns
+from checkers.liveness import Columns, nondecreasing
 from checkers.read_runs import RunsWriter
 from checkers.send_order import Acks, SendOrder, group_of
 from checkers.stats import BUCKET_FLOOR_NS, BUCKET_GROWTH, HISTOGRAM_COLUMNS
@@ -230,7 +230,7 @@ class HistoryReader:
         kept = [np.concatenate((old, new[inv])) for old, new in zip(self._sends, (value, key, time, index, process))]
         # Sends are mostly invoked in the order of their values: then the
         # ones kept are sorted as they are (a sort and five gathers less).
-        if not _is_sorted(kept[0]):
+        if not nondecreasing(kept[0]):
             order = np.argsort(kept[0], kind="stable")
             kept = [column[order] for column in kept]
         values, keys, times, indexes, processes = kept
@@ -521,15 +521,6 @@ def _latency_keys(time, bucket, f, typ, out):
         second = np.int64(np.floor(time[i] / 1e9))
         out[i] = (((second << 12 | bucket[i]) << 8 | f[i]) << 2) | typ[i]
     return out
-
-
-@compiled
-def _is_sorted(a):
-    """Whether `a` is in ascending order."""
-    for i in range(1, len(a)):
-        if a[i] < a[i - 1]:
-            return False
-    return True
 
 
 @compiled
