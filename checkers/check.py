@@ -306,9 +306,10 @@ def _driver_order_steps(spark, runs: RunsWriter, restarts: list) -> tuple:
     columns = runs.order_columns()
     rows = order.driver_steps(columns, restarts) if columns is not None else None
     if rows is not None:
+        runs.let_go()
         return None, rows
     del columns
-    return _order_steps(spark.read.schema(RUNS_SCHEMA).parquet(file_uri(runs.path)), restarts)
+    return _order_steps(spark.read.schema(RUNS_SCHEMA).parquet(file_uri(runs.file())), restarts)
 
 
 def _driver_positions(spark, scratch: Path, positions: Positions) -> tuple:

@@ -55,7 +55,8 @@ _EMPTY = np.empty(0, np.int64)
 _ORDINAL_BITS = 40
 # A group's (process, f) packed in one int64: f's id in the low bits.
 _F_BITS = 16
-_F_MASK = (1 << _F_BITS) - 1
+# Operation ids are below this (`digest` refuses more names).
+_FS = 0x100
 
 
 @dataclass
@@ -110,7 +111,7 @@ class HistoryReader:
         self._sends = (_EMPTY,) * 5
         # Other operations, by (process, f) group: invocations and completions so far,
         # and the invocations not yet answered (group << _ORDINAL_BITS | ordinal, time).
-        self._groups: dict[tuple[int, int], int] = {}
+        self._group_keys = _EMPTY  # each group's packed (process, f), by its number
         self._invoked = np.zeros(0, np.int64)
         self._completed = np.zeros(0, np.int64)
         self._open = (_EMPTY, _EMPTY)
@@ -160,8 +161,8 @@ class HistoryReader:
         names = f_codes.dictionary.to_pylist()
         for name in names:
             self._fs.setdefault(name, len(self._fs))
-        if len(self._fs) > 0xFF:
-            raise HistoryError(f"more than {0xFF} distinct operation names ('f'): not a history of this contract")
+        if len(self._fs) > _FS - 1:
+            raise HistoryError(f"more than {_FS - 1} distinct operation names ('f'): not a history of this contract")
         f = np.array([self._fs[name] for name in names], np.int64)[pc.fill_null(f_codes.indices, 0).to_numpy()]
         d = Digested(process, time, index, value, key, partition, offset, typ, f, dict(self._fs))
         self.few += self._few_of(t, process, f, d.fid(FINAL_READS))
@@ -207,8 +208,9 @@ class HistoryReader:
         partition it reads, a seek the partition it names; only one that
         happened (ok or info); an info seek that names none takes its
         invocation's, and with none there either restarts them all."""
-        ids = [d.fs[name] for name in self.RESTARTS if name in d.fs]
-        rows = np.flatnonzero((d.process >= 0) & np.isin(d.f, ids))
+        restarting = np.zeros(_FS, bool)
+        restarting[[d.fs[name] for name in self.RESTARTS if name in d.fs]] = True
+        rows = np.flatnonzero(restarting[d.f] & (d.process >= 0))
         if not len(rows):
             return
         process, f, typ, index, partition = d.process, d.f, d.typ, d.index, d.partition
@@ -257,11 +259,8 @@ class HistoryReader:
         if not len(rows):
             return
         # Each event's group (process, f), numbered in order seen.
-        unique, where = np.unique(((process[rows] + 1) << _F_BITS) | f[rows], return_inverse=True)
-        gids = np.array([self._groups.setdefault((int(k >> _F_BITS) - 1, int(k & _F_MASK)), len(self._groups))
-                         for k in unique.tolist()], np.int64)
-        group = gids[where.reshape(-1)]
-        grown = len(self._groups) - len(self._invoked)
+        group, self._group_keys = seen_rows(((process[rows] + 1) << _F_BITS) | f[rows], self._group_keys)
+        grown = len(self._group_keys) - len(self._invoked)
         if grown > 0:
             self._invoked = np.concatenate((self._invoked, np.zeros(grown, np.int64)))
             self._completed = np.concatenate((self._completed, np.zeros(grown, np.int64)))
@@ -297,10 +296,10 @@ class HistoryReader:
         self._add_latencies(f[done], typ[done], time[done], (time[done] - times[i][client]))
 
     def _count(self, d: Digested) -> None:
-        ids, n = np.unique(d.f[(d.process >= 0) & d.invoke], return_counts=True)
-        names = {i: name for name, i in d.fs.items()}
-        for i, k in zip(ids.tolist(), n.tolist()):
-            self.invokes[names[i]] = self.invokes.get(names[i], 0) + k
+        n = np.bincount(d.f[(d.process >= 0) & d.invoke], minlength=_FS)
+        for name, i in d.fs.items():
+            if n[i]:
+                self.invokes[name] = self.invokes.get(name, 0) + int(n[i])
 
     def _add_latencies(self, f, typ, time, latency) -> None:
         """Count completions by (f, type, second of completion, latency bucket),

@@ -13,6 +13,7 @@ all. Quantiles are exact to within a bucket; maxima are exact.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 import orjson
@@ -63,13 +64,13 @@ def _quantiles(rows: list, keys: list[str]) -> list[dict]:
     took 0.2 to 0.3 s to import in every `harness` command)."""
     if not rows:
         return []
-    groups = sorted({tuple(r[k] for k in keys) for r in rows})
-    number = {g: i for i, g in enumerate(groups)}
+    # Each row's group and fields taken by `itemgetter`, in C: a generator
+    # per row took most of the 0.08 s of a 10M-event history's 40,000 rows.
+    of_row = list(map(itemgetter(*keys), rows)) if len(keys) > 1 else [(k,) for k in map(itemgetter(*keys), rows)]
+    groups = sorted(set(of_row))
     size = len(rows)
-    group = np.fromiter((number[tuple(r[k] for k in keys)] for r in rows), np.int64, size)
-    bucket = np.fromiter((r["bucket"] for r in rows), np.int64, size)
-    n = np.fromiter((r["n"] for r in rows), np.int64, size)
-    top = np.fromiter((r["max"] for r in rows), np.int64, size)
+    group = np.fromiter(map(dict(zip(groups, range(len(groups)))).__getitem__, of_row), np.int64, size)
+    bucket, n, top = (np.fromiter(map(itemgetter(name), rows), np.int64, size) for name in ("bucket", "n", "max"))
     order = np.lexsort((bucket, group))
     # Each group's rows in bucket order (a bucket given twice is counted where it is).
     group, bucket, n, top = group[order], bucket[order], n[order], top[order]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import queue
+from functools import cache
 import threading
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -176,7 +177,9 @@ def events_at(files: list[Path], indexes, columns: tuple[str, ...]) -> dict[int,
     with `columns` (None where the history has no such column). Validation
     keeps the parts' indexes running from 0 without a gap, so index i is the
     i-th row: only the row groups that hold them are read, not the history
-    (a 10M-event history's few examples: one Spark job of 0.3 s before)."""
+    (a 10M-event history's few examples: one Spark job of 0.3 s before),
+    and of them only `columns`: not even `index`, the costliest to decode,
+    since the row says it (half the 0.05 s of a 10M-event history's)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -187,15 +190,22 @@ def events_at(files: list[Path], indexes, columns: tuple[str, ...]) -> dict[int,
         if not wanted:
             break
         pf = pq.ParquetFile(file)
-        present = [c for c in ("index", *columns) if c in pf.schema_arrow.names]
+        groups, rows, first = [], [], 0  # the groups read; the wanted rows among theirs, and their indexes
         for group in range(pf.metadata.num_row_groups):
-            end = start + pf.metadata.row_group(group).num_rows
-            rows = [i - start for i in wanted if i < end]
-            if rows:
-                wanted = wanted[len(rows):]
-                for row in pf.read_row_group(group, columns=present).take(pa.array(rows)).to_pylist():
-                    found[row["index"]] = {c: row.get(c) for c in columns}
-            start = end
+            size = pf.metadata.row_group(group).num_rows
+            taken = [i for i in wanted if i < start + size]
+            if taken:
+                wanted = wanted[len(taken):]
+                groups.append(group)
+                rows += [(first + i - start, i) for i in taken]
+                first += size
+            start += size
+        if not groups:
+            continue
+        present = [c for c in columns if c in pf.schema_arrow.names]
+        table = pf.read_row_groups(groups, columns=present).take(pa.array([row for row, _ in rows]))
+        for (_, index), event in zip(rows, table.to_pylist() if present else [{}] * len(rows)):
+            found[index] = {c: event.get(c) for c in columns}
     return found
 
 
@@ -386,24 +396,29 @@ def _each(function: Callable, items: Iterator) -> Iterator:
             items.close()
 
 
-# Each check below is a few Arrow passes over a batch; a batch that passes
-# (nearly all do) is let through by the one or two passes of these, and only
-# a batch that may fail takes the checks that say which row and why: a 10M-event
-# history's checks took 1.2 s of CPU before these, 0.6 to 0.8 s with them
-# (docs/benchmarks.md).
+# Each check below is a few Arrow or NumPy passes over a batch; a batch that
+# passes (nearly all do) is let through by the one or two passes of these,
+# and only a batch that may fail takes the checks that say which row and
+# why: a 10M-event history's checks took 1.2 s of CPU before these, 0.6 to
+# 0.8 s with them, and 0.2 s once each mask is made only where a column has
+# nulls to look for under it (docs/benchmarks.md). A mask is given as a
+# function that makes it (`Mask`, made once), called only then.
+
+Mask = Callable[[], object]  # a batch's rows (or list items) a rule is about, as an Arrow boolean array
 
 
-def _all_present(column, mask, pc) -> bool:
+def _all_present(column, mask: Mask, pc) -> bool:
     """Whether `column` is not null wherever `mask` holds (False: perhaps not)."""
     if not column.null_count:
         return True
-    return not mask.null_count and not pc.any(pc.and_(mask, pc.is_null(column))).as_py()
+    rows = mask()
+    return not rows.null_count and not pc.any(pc.and_(rows, pc.is_null(column))).as_py()
 
 
-def _plainly_in_range(column, mask, top: int | None, pc) -> bool:
+def _plainly_in_range(column, mask: Mask, top: int | None, pc) -> bool:
     """Whether `column` is present and within 0..`top` wherever `mask` holds
     (False: perhaps not): all of its values in range are all of the masked ones."""
-    if mask.null_count or not _all_present(column, mask, pc):
+    if not _all_present(column, mask, pc):
         return False
     bounds = pc.min_max(column)
     low, high = bounds["min"].as_py(), bounds["max"].as_py()
@@ -436,8 +451,6 @@ def _check_parquet_batch(file: Path, batch, order: OrderCheck, pa, pc) -> None:
     if n == 0:
         return
     cols = {name: batch.column(name) for name in batch.schema.names}
-    index = cols["index"].cast(pa.int64())
-    time_ = cols["time"].cast(pa.int64())
     first = order.next_index
 
     def bad(mask, message: str, rows=None):
@@ -450,16 +463,26 @@ def _check_parquet_batch(file: Path, batch, order: OrderCheck, pa, pc) -> None:
             row = i if rows is None else rows[i].as_py()
             raise HistoryError(f"{file.name} index {first + row}: {message}")
 
+    def bad_where(mask: np.ndarray, message: str) -> None:
+        """`bad` of a NumPy mask of the batch's rows."""
+        if mask.any():
+            raise HistoryError(f"{file.name} index {first + int(np.argmax(mask))}: {message}")
+
     for name in ("index", "time", "process", "type", "f"):
         if cols[name].null_count:
             bad(pc.is_null(cols[name]), f"'{name}' is missing")
-    expected = pa.array(np.arange(first, first + n, dtype=np.int64))
-    if not pc.all(pc.equal(index, expected)).as_py():
-        i = pc.index(pc.not_equal(index, expected), True).as_py()
-        raise HistoryError(f"{file.name} row {first + i}: 'index' is {index[i].as_py()}, expected {first + i}")
-    bad(pc.less(time_, 0), "'time' must not be negative")
-    prev = pa.concat_arrays([pa.array([order.last_time], pa.int64()), time_.slice(0, n - 1)])
-    bad(pc.less(time_, prev), "'time' is before the previous event's")
+    # Present throughout (above): NumPy views of the columns, no copies.
+    index = np.asarray(cols["index"].cast(pa.int64()))
+    time_ = np.asarray(cols["time"].cast(pa.int64()))
+    process = np.asarray(cols["process"].cast(pa.int64()))
+    # first, first + 1, ...: rising throughout, from first to first + n - 1.
+    if not (index[0] == first and index[-1] == first + n - 1 and bool((index[1:] > index[:-1]).all())):
+        i = int(np.argmax(index != np.arange(first, first + n)))
+        raise HistoryError(f"{file.name} row {first + i}: 'index' is {int(index[i])}, expected {first + i}")
+    # Never back, from the last batch's last time (0 at first): never negative either.
+    if time_[0] < order.last_time or not bool((time_[1:] >= time_[:-1]).all()):
+        bad_where(time_ < 0, "'time' must not be negative")
+        bad_where(time_ < np.append(order.last_time, time_[:-1]), "'time' is before the previous event's")
     # The operations and types as small codes, compared as numbers below; a
     # batch whose names are all known has no row to look for.
     f_codes, type_codes = string_codes(cols["f"]), string_codes(cols["type"])
@@ -468,55 +491,63 @@ def _check_parquet_batch(file: Path, batch, order: OrderCheck, pa, pc) -> None:
     f_index, type_index = f_codes.indices.to_numpy(zero_copy_only=False), type_codes.indices.to_numpy(zero_copy_only=False)
     if not type_of.keys() <= set(TYPES):
         unknown = np.array([name not in TYPES for name in type_of], bool)
-        bad(pa.array(unknown[type_index]), "'type' must be one of invoke, ok, fail, info")
-    process = cols["process"].cast(pa.int64())
-    client = pc.greater_equal(process, 0)
-    bad(pc.and_(pc.not_equal(process, NEMESIS_PROCESS_ID), pc.less(process, 0)),
-        f"'process' must be non-negative (or {NEMESIS_PROCESS_ID}, the nemesis)")
-    client_np = client.to_numpy(zero_copy_only=False)
+        bad_where(unknown[type_index], "'type' must be one of invoke, ok, fail, info")
+    client = process >= 0
+    bad_where(~client & (process != NEMESIS_PROCESS_ID),
+              f"'process' must be non-negative (or {NEMESIS_PROCESS_ID}, the nemesis)")
     if not f_of.keys() <= set(CLIENT_FS):  # a nemesis's names: only a client's are looked at
         unknown = np.array([name not in CLIENT_FS for name in f_of], bool)
-        bad(pa.array(client_np & unknown[f_index]), "unknown client operation 'f'")
+        bad_where(client & unknown[f_index], "unknown client operation 'f'")
 
     # Each row's (f, type) as one code, -1 for the nemesis's: the rows of an
     # operation and types are a lookup, where np.isin took 4 ms a batch.
-    op_type = np.where(client_np, f_index.astype(np.int64) * len(type_of) + type_index, -1)
+    op_type = f_index.astype(np.int32) * len(type_of)
+    op_type += type_index
+    op_type[~client] = -1
 
-    def rows_of(name: str, types: tuple[str, ...]):
-        """Client rows of operation `name` whose type is one of `types`."""
-        wanted = np.zeros(len(f_of) * len(type_of) + 1, bool)  # the last for -1
-        if name in f_of:
-            wanted[[f_of[name] * len(type_of) + type_of[t] for t in types if t in type_of]] = True
-        return pa.array(wanted[op_type])
+    def rows_of(name: str, types: tuple[str, ...]) -> Mask | None:
+        """Client rows of operation `name` whose type is one of `types`;
+        None where the batch's names have none of them."""
+        codes = [f_of[name] * len(type_of) + type_of[t] for t in types if t in type_of] if name in f_of else []
+        if not codes:
+            return None
 
-    def present(mask, name: str, what: str) -> bool:
+        def make():
+            wanted = np.zeros(len(f_of) * len(type_of) + 1, bool)  # the last for -1
+            wanted[codes] = True
+            return pa.array(wanted[op_type])
+
+        return cache(make)
+
+    def present(mask: Mask, name: str, what: str) -> bool:
         """Where `mask` holds, column `name` must be there and not null."""
         if name not in cols:
-            bad(mask, what)
+            bad(mask(), what)
             return False
         if not _all_present(cols[name], mask, pc):
-            bad(pc.and_(mask, pc.is_null(cols[name])), what)
+            bad(pc.and_(mask(), pc.is_null(cols[name])), what)
         return True
 
-    def in_range(mask, column, name: str, top: int | None, rows=None) -> None:
+    def in_range(mask: Mask, column, name: str, top: int | None, rows: Mask | None = None) -> None:
         """Where `mask` holds, `column` (an integer named `name`) is present, >= 0 and <= top."""
         if _plainly_in_range(column, mask, top, pc):
             return
-        bad(pc.and_(mask, pc.is_null(column)), f"'{name}' is missing", rows)
-        bad(pc.and_(mask, pc.fill_null(pc.less(column, 0), False)), f"'{name}' must not be negative", rows)
+        at = rows() if rows is not None else None
+        bad(pc.and_(mask(), pc.is_null(column)), f"'{name}' is missing", at)
+        bad(pc.and_(mask(), pc.fill_null(pc.less(column, 0), False)), f"'{name}' must not be negative", at)
         if top is not None:
-            bad(pc.and_(mask, pc.fill_null(pc.greater(column, top), False)), f"'{name}' is out of range", rows)
+            bad(pc.and_(mask(), pc.fill_null(pc.greater(column, top), False)), f"'{name}' is out of range", at)
 
-    def positions(mask, name: str) -> None:
+    def positions(mask: Mask | None, name: str) -> None:
         """Where `mask` holds, list column `name` holds positions in range (and `value`s for records)."""
-        if not present(mask, name, f"'{name}' must be a list"):
+        if mask is None or not present(mask, name, f"'{name}' must be a list"):
             return
         items = cols[name]
         flat = pc.list_flatten(items)
         if not len(flat):
             return
-        rows = pc.list_parent_indices(items)
-        in_rows = pc.take(mask, rows)
+        rows = cache(lambda: pc.list_parent_indices(items))
+        in_rows = cache(lambda: pc.take(mask(), rows()))
         fields = [flat.type.field(i).name for i in range(flat.type.num_fields)]
         wanted = ("partition", "offset", "value") if name == "records" else ("partition", "offset")
         for field in wanted:
@@ -526,22 +557,23 @@ def _check_parquet_batch(file: Path, batch, order: OrderCheck, pa, pc) -> None:
             column = pc.struct_field(flat, field)
             if top is None:
                 if not _all_present(column, in_rows, pc):
-                    bad(pc.and_(in_rows, pc.is_null(column)), f"a record lacks '{field}'", rows)
+                    bad(pc.and_(in_rows(), pc.is_null(column)), f"a record lacks '{field}'", rows())
             else:
                 in_range(in_rows, column, field, top, rows)
 
-    is_send = pa.array(client_np & (f_index == f_of.get("send", -1)))
+    is_send = cache(lambda: pa.array(client & (f_index == f_of.get("send", -1))))
     present(is_send, "value", "a send needs 'value'")
     for mask in (rows_of("send", ("ok",)), rows_of("seek", ("invoke", "ok"))):
         for name, top in (("partition", MAX_PARTITION), ("offset", MAX_STORED_OFFSET)):
-            if present(mask, name, f"'{name}' is missing"):
+            if mask is not None and present(mask, name, f"'{name}' is missing"):
                 in_range(mask, cols[name], name, top)
     positions(rows_of("poll", ("ok",)), "records")
     positions(rows_of("commit", ("invoke", "ok")), "offsets")
     positions(rows_of(FINAL_READS, ("ok",)), "ends")
     for mask in (rows_of("assign", ("invoke", "ok")), rows_of(FINAL_READS, ("invoke",))):
-        present(mask, "partitions", "'partitions' must be a list of integers")
+        if mask is not None:
+            present(mask, "partitions", "'partitions' must be a list of integers")
     order.next_index = first + n
-    order.last_time = time_[n - 1].as_py()
+    order.last_time = int(time_[-1])
 
 

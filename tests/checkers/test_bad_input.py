@@ -131,6 +131,48 @@ def test_parquet_with_a_gap_in_indexes(tmp_path, capsys):
     assert_one_line_error(status, err, "'index' is 5, expected 2")
 
 
+# The rules of one row, in Parquet: each case's events (GOOD changed at an
+# event), the event named, and words of its error. Each rule is first looked
+# at column-wide, a row at a time only where that fails (core/history/parquet.py).
+PARQUET_CASES = {
+    "missing-time": (changed(2, time=None), 2, "'time' is missing"),
+    "missing-f": (changed(2, f=None), 2, "'f' is missing"),
+    "negative-time": (changed(0, time=-5), 0, "'time' must not be negative"),
+    "time-goes-back": (changed(2, time=1), 2, "'time' is before the previous event's"),
+    "time-goes-back-to-negative": (changed(3, time=-1), 3, "'time' must not be negative"),
+    "unknown-type": (changed(3, type="done"), 3, "'type' must be one of"),
+    "negative-process": (changed(2, process=-3), 2, "'process' must be non-negative"),
+    "unknown-client-f": (changed(2, f="produce"), 2, "unknown client operation 'f'"),
+    "send-without-value": (changed(0, value=...), 0, "a send needs 'value'"),
+    "ok-send-without-offset": (changed(1, offset=...), 1, "'offset' is missing"),
+    "ok-send-negative-offset": (changed(1, offset=-1), 1, "'offset' must not be negative"),
+    "ok-poll-without-records": (changed(3, records=...), 3, "'records' must be a list"),
+    "record-without-value": (changed(3, records=[{"partition": 0, "offset": 0}]), 3, "a record lacks 'value'"),
+    "record-negative-offset": (changed(3, records=[{"partition": 0, "offset": 0, "value": 1},
+                                                   {"partition": 0, "offset": -2, "value": 2}]), 3,
+                               "'offset' must not be negative"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PARQUET_CASES))
+def test_parquet_rows_that_break_a_rule(tmp_path, capsys, name):
+    from core.history.parquet import write_parquet
+
+    events, bad_index, words = PARQUET_CASES[name]
+    write_parquet(events, tmp_path / "h.parquet")
+    status, _, err = run_check(capsys, tmp_path / "h.parquet")
+    assert_one_line_error(status, err, f"index {bad_index}: {words}")
+
+
+def test_parquet_that_keeps_the_rules_is_checked(tmp_path, capsys):
+    """The same events as PARQUET_CASES', unchanged: no error (the cases fail for their change)."""
+    from core.history.parquet import write_parquet
+
+    write_parquet(GOOD, tmp_path / "h.parquet")
+    status, _, err = run_check(capsys, tmp_path / "h.parquet")
+    assert status in (0, 1) and "error" not in err, err
+
+
 def test_unreadable_run_json(tmp_path, capsys):
     (tmp_path / "history.jsonl").write_text(lines(GOOD))
     (tmp_path / "run.json").write_text("{not json")

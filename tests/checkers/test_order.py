@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from checkers import order
@@ -56,7 +57,7 @@ def _steps_both_ways(spark, path, tmp_path) -> tuple[list, list]:
     prepare(resolve(path), tmp_path, read.add)
     runs.close()
     on_driver = order.driver_steps(runs.order_columns(), read.restarts)
-    by_spark = order.order_steps(spark.read.schema(SPARK_SCHEMA).parquet(file_uri(runs.path)), read.restarts)
+    by_spark = order.order_steps(spark.read.schema(SPARK_SCHEMA).parquet(file_uri(runs.file())), read.restarts)
     return sorted(tuple(r) for r in on_driver), sorted(tuple(r) for r in by_spark.collect())
 
 
@@ -105,12 +106,17 @@ def test_runs_with_a_null_value_are_not_kept_for_the_driver(tmp_path):
 
     kept = RunsWriter(tmp_path / "kept.parquet", keep_order=True)
     add(kept, [1, 2])
+    add(kept, [3])
     kept.close()
-    assert kept.order_columns()["first_value"].tolist() == [1, 2]
+    assert not kept.path.exists()  # written only if Spark is to read it
+    assert kept.order_columns()["first_value"].tolist() == [1, 2, 3]
+    assert pq.read_table(kept.file()).column("first_value").to_pylist() == [1, 2, 3]
     dropped = RunsWriter(tmp_path / "dropped.parquet", keep_order=True)
-    add(dropped, [1, None])
+    add(dropped, [1, 2])
+    add(dropped, [3, None])
     dropped.close()
     assert dropped.order_columns() is None
+    assert pq.read_table(dropped.file()).column("first_value").to_pylist() == [1, 2, 3, None]
     plain = RunsWriter(tmp_path / "plain.parquet")
     add(plain, [1, 2])
     plain.close()

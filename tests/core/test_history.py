@@ -704,3 +704,4 @@ def test_events_are_found_by_index_across_parts_and_row_groups(tmp_path):
         assert found[i] == {"time": events[i]["time"], "error": events[i].get("error"), "no-such-column": None}
     assert found[3]["error"] == "_MSG_TIMED_OUT"
     assert events_at(files, [], ("time",)) == {}
+    assert events_at(files, [n + 1], ("no-such-column",)) == {n + 1: {"no-such-column": None}}
