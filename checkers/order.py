@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from checkers.anomalies import MAX_EXAMPLES, offset_of, partition_of, pos_of
-from checkers.key_rows import distinct_pairs
+from checkers.key_rows import PARTITION_BITS, distinct_pairs, seen_rows
 from checkers.spark import broadcast_if_small, keep, local_frame, release
 
 # Gaps in a consumer's offsets up to this wide are checked offset by offset;
@@ -38,6 +38,7 @@ NARROW_GAP = 1024
 STEPS_ON_DRIVER = 100_000
 _STEP_SCHEMA = ("process long, partition long, index long, slot int, offset long, value long, "
                 "prev_offset long, prev_value long, prev_index long")
+STEP_COLUMNS = tuple(c.split()[0] for c in _STEP_SCHEMA.split(", "))
 
 
 def _F():
@@ -90,17 +91,15 @@ def order_steps(runs, restarts: list):
     ).where(offset.isNotNull() & prev_offset.isNotNull()).where((offset <= prev_offset) | (offset > prev_offset + 1))
 
 
-def driver_steps(runs: dict[str, np.ndarray], restarts: list) -> list | None:
+def driver_steps(runs: dict[str, np.ndarray], restarts: list) -> dict[str, np.ndarray] | None:
     """`order_steps`' rows, made on the driver with NumPy from the read runs
-    it made (`read_runs.RunsWriter.order_columns`) and the same restarts:
-    each process's runs and restarts of a partition, ordered by (index,
-    slot), each run compared with the row before it, where a restart (no
-    records) leaves no step. None where there are more than
-    STEPS_ON_DRIVER: Spark's pass keeps them then (`order_checks`).
-    A 10M-event history's 866,292 runs take a sort and a few passes,
-    rather than Spark's window pass of about 2 CPU seconds."""
-    from pyspark.sql import Row
-
+    it made (`read_runs.RunsWriter.order_columns`) and the same restarts,
+    as a column each (STEP_COLUMNS): each process's runs and restarts of a
+    partition, ordered by (index, slot), each run compared with the row
+    before it, where a restart (no records) leaves no step. None where
+    there are more than STEPS_ON_DRIVER: Spark's pass keeps them then
+    (`order_checks`). A 10M-event history's 866,292 runs take a sort and a
+    few passes, rather than Spark's window pass of about 2 CPU seconds."""
     process, partition, index, slot = runs["process"], runs["partition"], runs["index"], runs["first_slot"]
     # Each restart, for every partition its process reads or the one it names.
     reset_process, reset_partition, reset_index = [], [], []
@@ -115,11 +114,8 @@ def driver_steps(runs: dict[str, np.ndarray], restarts: list) -> list | None:
                     reset_partition.append(q)
                     reset_index.append(i)
     n = len(process)
-    resets = len(reset_index)
-    order = np.lexsort((np.concatenate((slot, np.zeros(resets, np.int64))),
-                        np.concatenate((index, np.array(reset_index, np.int64))),
-                        np.concatenate((partition, np.array(reset_partition, np.int64))),
-                        np.concatenate((process, np.array(reset_process, np.int64)))))
+    order = _by_group_then_index(process, partition, index, slot, np.array(reset_process, np.int64),
+                                 np.array(reset_partition, np.int64), np.array(reset_index, np.int64))
     # Rows that follow a run of their own process and partition (a restart's
     # place in `order` is n or more; its neighbours' steps are left out).
     run_rows = order < n
@@ -133,44 +129,67 @@ def driver_steps(runs: dict[str, np.ndarray], restarts: list) -> list | None:
     if int(odd.sum()) > STEPS_ON_DRIVER:
         return None
     this, before = this[odd], before[odd]
-    columns = (process[this], partition[this], index[this], slot[this], offset[odd], runs["first_value"][this],
-               prev_offset[odd], runs["last_value"][before], index[before])
-    names = ("process", "partition", "index", "slot", "offset", "value", "prev_offset", "prev_value", "prev_index")
-    return [Row(**dict(zip(names, values))) for values in zip(*(c.tolist() for c in columns))]
+    return dict(zip(STEP_COLUMNS, (process[this], partition[this], index[this], slot[this], offset[odd],
+                                   runs["first_value"][this], prev_offset[odd], runs["last_value"][before],
+                                   index[before])))
 
 
-def order_checks(steps, rows: list, known: Known) -> dict[str, tuple[int, list[dict]]]:
+def _by_group_then_index(process, partition, index, slot, reset_process, reset_partition, reset_index):
+    """The order of the runs, then the restarts (numbered after them), by
+    process and partition, then index and slot (a restart's slot: 0). The
+    runs come in the history's order, so by (index, slot), and the
+    restarts by index: a merge of the two by index, then a stable sort by
+    the (process, partition) pair's number (as first seen: any order of the
+    pairs keeps each one's rows together), a radix sort where they are few,
+    where a sort by the four keys took 0.04 s of 866,292 runs."""
+    runs = len(process)
+    if runs and (int(process.max()) >> (63 - PARTITION_BITS) or int(process.min()) < 0
+                 or (len(reset_process) and int(reset_process.max()) >> (63 - PARTITION_BITS))):
+        return np.lexsort((np.concatenate((slot, np.zeros(len(reset_index), np.int64))),
+                           np.concatenate((index, reset_index)), np.concatenate((partition, reset_partition)),
+                           np.concatenate((process, reset_process))))
+    by_index = np.argsort(np.concatenate((index, reset_index)), kind="stable")
+    group, pairs = seen_rows(np.concatenate(((process << PARTITION_BITS) | partition,
+                                             (reset_process << PARTITION_BITS) | reset_partition)))
+    if len(pairs) <= np.iinfo(np.int16).max:
+        group = group.astype(np.int16)
+    return by_index[np.argsort(group[by_index], kind="stable")]
+
+
+def order_checks(steps, rows: list | dict[str, np.ndarray], known: Known) -> dict[str, tuple[int, list[dict]]]:
     """nonmonotonic-poll and poll-skip from `order_steps`:
-    `rows` are its first STEPS_ON_DRIVER + 1 rows (or every row, from
-    `driver_steps`, with no frame: `steps` None), classified on the driver
-    unless there are more (a history with many gaps: records it does not
-    know), then in Spark. The gaps meet the known positions on the driver
-    where it holds them, else by `_skipped`."""
+    `rows` are its first STEPS_ON_DRIVER + 1 rows (or every step, as
+    `driver_steps`' columns, with no frame: `steps` None), classified on
+    the driver unless there are more (a history with many gaps: records it
+    does not know), then in Spark. The gaps meet the known positions on the
+    driver where it holds them, else by `_skipped`."""
     F = _F()
     offset, prev_offset = F.col("offset"), F.col("prev_offset")
-    if len(rows) <= STEPS_ON_DRIVER:
-        order = lambda r: (r["index"], r["slot"])  # noqa: E731
-        back = sorted((r for r in rows if r["offset"] <= r["prev_offset"]), key=order)
-        gaps = [r for r in rows if r["offset"] > r["prev_offset"] + 1]
-        skipped = []
-        if gaps and known.first_known is not None:
-            first = known.first_known(*(np.array([r[c] for r in gaps], np.int64)
-                                        for c in ("partition", "prev_offset", "offset"))).tolist()
-            skipped = sorted(({**r.asDict(), "skipped_offset": f} for r, f in zip(gaps, first) if f >= 0), key=order)
-        elif gaps:
+    if isinstance(rows, dict) or len(rows) <= STEPS_ON_DRIVER:
+        c = rows if isinstance(rows, dict) else _columns(rows, STEP_COLUMNS)
+        back = np.flatnonzero(c["offset"] <= c["prev_offset"])
+        gaps = np.flatnonzero(c["offset"] > c["prev_offset"] + 1)
+        skipped = {name: np.empty(0, np.int64) for name in STEP_COLUMNS + ("skipped_offset",)}
+        if len(gaps) and known.first_known is not None:
+            first = known.first_known(c["partition"][gaps], c["prev_offset"][gaps], c["offset"][gaps])
+            at = gaps[first >= 0]
+            skipped = {**{name: c[name][at] for name in STEP_COLUMNS}, "skipped_offset": first[first >= 0]}
+        elif len(gaps):
             by_pos = known.frame()
-            widths = [r["offset"] - r["prev_offset"] - 1 for r in gaps]
-            columns = [c.split()[0] for c in _STEP_SCHEMA.split(", ")]
-            gaps_df = local_frame(by_pos.sparkSession, [tuple(r[c] for c in columns) for r in gaps], _STEP_SCHEMA)
-            skipped = sorted((r.asDict() for r in _skipped(gaps_df, by_pos, sum(w for w in widths if w <= NARROW_GAP),
-                                                           sum(w > NARROW_GAP for w in widths)).collect()), key=order)
-        return {"nonmonotonic-poll": (len(back), [_step(r) for r in back[:MAX_EXAMPLES]]),
-                "poll-skip": (len(skipped), [_step(r, skipped=True) for r in skipped[:MAX_EXAMPLES]])}
+            widths = c["offset"][gaps] - c["prev_offset"][gaps] - 1
+            gaps_df = local_frame(by_pos.sparkSession, list(zip(*(c[name][gaps].tolist() for name in STEP_COLUMNS))),
+                                  _STEP_SCHEMA)
+            found = _skipped(gaps_df, by_pos, int(widths[widths <= NARROW_GAP].sum()),
+                             int((widths > NARROW_GAP).sum())).collect()
+            if found:
+                skipped = _columns(found, STEP_COLUMNS + ("skipped_offset",))
+        return {"nonmonotonic-poll": (len(back), _first_steps({name: c[name][back] for name in STEP_COLUMNS})),
+                "poll-skip": (len(skipped["index"]), _first_steps(skipped))}
     kept = [keep(steps)]
     try:
         steps = kept[0]
         backwards = steps.where(offset <= prev_offset)
-        gaps = steps.where(offset > prev_offset + 1).select(*[c.split()[0] for c in _STEP_SCHEMA.split(", ")])
+        gaps = steps.where(offset > prev_offset + 1).select(*STEP_COLUMNS)
         width = offset - prev_offset - 1
         sizes = gaps.agg(F.sum(F.when(width <= NARROW_GAP, width)).alias("narrow"),
                          F.count(F.when(width > NARROW_GAP, 1)).alias("wide")).collect()[0]
@@ -232,6 +251,20 @@ def _skipped(gaps, by_pos, narrow_width: int, wide: int):
         return gaps.select("*", F.lit(None).cast("long").alias("skipped_offset")).limit(0)
     union = found[0] if len(found) == 1 else found[0].unionByName(found[1])
     return gaps.join(union, key)
+
+
+def _columns(rows: list, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Spark's rows as a column each (of Python objects where one is null)."""
+    columns = {name: [r[name] for r in rows] for name in names}
+    return {name: np.array(values, object if None in values else np.int64) for name, values in columns.items()}
+
+
+def _first_steps(steps: dict[str, np.ndarray]) -> list[dict]:
+    """The first MAX_EXAMPLES steps (columns) by (index, slot), as examples."""
+    first = np.lexsort((steps["slot"], steps["index"]))[:MAX_EXAMPLES]
+    names = list(steps)
+    return [_step(dict(zip(names, values)), skipped="skipped_offset" in steps)
+            for values in zip(*(steps[name][first].tolist() for name in names))]
 
 
 def _step(r, skipped: bool = False) -> dict:

@@ -167,9 +167,8 @@ class HistoryReader:
         d = Digested(process, time, index, value, key, partition, offset, typ, f, dict(self._fs))
         self.few += self._few_of(t, process, f, d.fid(FINAL_READS))
         if self.values is not None:
-            rows = np.flatnonzero(d.send)
-            self.values.add_sends(value[rows], index[rows], d.invoke[rows], typ[rows] == TYPES.index("ok"),
-                                  typ[rows] == TYPES.index("fail"), partition[rows], offset[rows], process[rows])
+            self.values.add_sends(d.send, d.invoke, typ, TYPES.index("ok"), TYPES.index("fail"), value, index,
+                                  partition, offset, process)
         d.reads = self._reads_of(t, d)
         return d
 

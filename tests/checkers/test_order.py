@@ -51,12 +51,17 @@ def _restarting() -> Hist:
     return h
 
 
+def _rows(steps: dict) -> list[tuple]:
+    """`driver_steps`' columns as rows, in order_steps' column order."""
+    return list(zip(*(steps[name].tolist() for name in order.STEP_COLUMNS)))
+
+
 def _steps_both_ways(spark, path, tmp_path) -> tuple[list, list]:
     runs = RunsWriter(tmp_path / "runs.parquet", keep_order=True)
     read = HistoryReader(runs=runs)
     prepare(resolve(path), tmp_path, read.add)
     runs.close()
-    on_driver = order.driver_steps(runs.order_columns(), read.restarts)
+    on_driver = _rows(order.driver_steps(runs.order_columns(), read.restarts))
     by_spark = order.order_steps(spark.read.schema(SPARK_SCHEMA).parquet(file_uri(runs.file())), read.restarts)
     return sorted(tuple(r) for r in on_driver), sorted(tuple(r) for r in by_spark.collect())
 
@@ -89,11 +94,15 @@ def test_more_steps_than_the_driver_classifies_are_left_to_spark(monkeypatch):
         ("process", [1, 1, 1]), ("partition", [0, 0, 0]), ("index", [1, 3, 5]), ("first_slot", [0, 0, 0]),
         ("first_offset", [5, 2, 9]), ("first_value", [50, 20, 90]), ("last_offset", [6, 3, 9]),
         ("last_value", [60, 30, 90]))}
-    assert [tuple(r) for r in order.driver_steps(columns, [])] == [(1, 0, 3, 0, 2, 20, 6, 60, 1),
+    assert _rows(order.driver_steps(columns, [])) == [(1, 0, 3, 0, 2, 20, 6, 60, 1),
                                                                     (1, 0, 5, 0, 9, 90, 3, 30, 3)]
     # A restart between the first two runs: only the third's step is left.
-    assert [tuple(r)[2] for r in order.driver_steps(columns, [(1, 2, None)])] == [5]
-    assert [tuple(r)[2] for r in order.driver_steps(columns, [(1, 2, 7)])] == [3, 5]  # another partition's
+    assert [r[2] for r in _rows(order.driver_steps(columns, [(1, 2, None)]))] == [5]
+    assert [r[2] for r in _rows(order.driver_steps(columns, [(1, 2, 7)]))] == [3, 5]  # another partition's
+    # A process number too large to pack with a partition: sorted by the four keys instead.
+    wide = {**columns, "process": columns["process"] << 45}
+    assert [r[1:] for r in _rows(order.driver_steps(wide, [(1 << 45, 2, None)]))] == \
+        [r[1:] for r in _rows(order.driver_steps(columns, [(1, 2, None)]))]
     monkeypatch.setattr(order, "STEPS_ON_DRIVER", 1)
     assert order.driver_steps(columns, []) is None
 
