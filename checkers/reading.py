@@ -148,22 +148,21 @@ class HistoryReader:
         def col(name, default=-1):
             if name not in t.column_names:
                 return np.full(t.num_rows, default, dtype=np.int64)
-            column = pc.cast(t[name], pa.int64())
-            return (pc.fill_null(column, default) if column.null_count else column).to_numpy()
+            return _int64s(t[name], default)
 
         process, time, index = col("process"), col("time"), col("index")
         value, key, partition, offset = col("value"), col("key"), col("partition"), col("offset")
         # Types and operation names by their dictionaries' codes (a null's: the last, -1).
         type_codes = string_codes(t["type"])
         typ = np.array([TYPES.index(name) if name in TYPES else -1 for name in type_codes.dictionary.to_pylist()]
-                       + [-1], np.int64)[pc.fill_null(type_codes.indices, -1).to_numpy()]
+                       + [-1], np.int64)[_int64s(type_codes.indices, -1)]
         f_codes = string_codes(t["f"])
         names = f_codes.dictionary.to_pylist()
         for name in names:
             self._fs.setdefault(name, len(self._fs))
         if len(self._fs) > _FS - 1:
             raise HistoryError(f"more than {_FS - 1} distinct operation names ('f'): not a history of this contract")
-        f = np.array([self._fs[name] for name in names], np.int64)[pc.fill_null(f_codes.indices, 0).to_numpy()]
+        f = np.array([self._fs[name] for name in names], np.int64)[_int64s(f_codes.indices, 0)]
         d = Digested(process, time, index, value, key, partition, offset, typ, f, dict(self._fs))
         self.few += self._few_of(t, process, f, d.fid(FINAL_READS))
         if self.values is not None:
@@ -346,8 +345,7 @@ class HistoryReader:
             parent, flat, length = parent[kept], flat.take(pa.array(kept)), np.where(ok_poll, length, 0)
         if not len(flat):
             return (_EMPTY,) * 4
-        p = pc.fill_null(pc.cast(pc.struct_field(flat, "partition"), pa.int64()), -1).to_numpy()
-        o = pc.fill_null(pc.cast(pc.struct_field(flat, "offset"), pa.int64()), -1).to_numpy()
+        p, o = _int64s(pc.struct_field(flat, "partition"), -1), _int64s(pc.struct_field(flat, "offset"), -1)
         process, index, time = d.process, d.index, d.time
         if self.values is not None:  # a validated history's records all have a value
             self.values.add_reads(pc.cast(pc.struct_field(flat, "value"), pa.int64()).to_numpy(), p, o,
@@ -426,6 +424,16 @@ class HistoryReader:
         end = max((self._last_time[proc] for proc in run_procs), default=-1)
         polls = sum(self._poll_invokes[proc] for proc in run_procs)
         return Columns(**arrays, end=end, polls=polls)
+
+
+def _int64s(column, default: int) -> np.ndarray:
+    """An Arrow integer column as int64, `default` for null: no copy where
+    it is int64 and has no nulls (a validated history's records)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    column = pc.cast(column, pa.int64())
+    return (pc.fill_null(column, default) if column.null_count else column).to_numpy()
 
 
 def _malloc_trim():
