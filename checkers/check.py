@@ -193,13 +193,11 @@ def _read_on_driver(source, scratch: Path | None, opts: Options, ahead: int) -> 
     # grows, not beside it; where the driver makes them, in a thread beside
     # them (at 10M events 0.3 s sooner, docs/benchmarks.md).
     faults = stats.faults(read.few)  # the nemesis's events: liveness's and the results' stats
-    # Its columns are joined in its thread too, not before the driver's frame
-    # begins, and their batches' memory is kept for that frame, which reuses it.
-    give_back = read.values is None
+    columns = read.columns()
 
     def measured() -> dict:
         t = time.monotonic()
-        live = liveness.measure(read.columns(give_back), faults, opts.fault_ends, opts.hang_s)
+        live = liveness.measure(columns, faults, opts.fault_ends, opts.hang_s)
         seconds["liveness"] = round(time.monotonic() - t, 3)
         return live
 

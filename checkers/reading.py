@@ -397,23 +397,17 @@ class HistoryReader:
         return [{**r, "ends": [{**e, "offset": mapping.get(e["offset"], e["offset"])} for e in r["ends"]]}
                 if r.get("ends") else r for r in self.few]
 
-    def columns(self, give_back: bool = True) -> Columns:
+    def columns(self) -> Columns:
         """Liveness's columns of everything read; the reads and the workload's
         end leave out the processes that did final reads (none of theirs is
-        the run's). Called once: the batches are let go as they are joined,
-        and with `give_back` their memory given back to the system as they
-        are; without, it is kept for what the check makes next (the by-value
-        frame's columns: at 10M events 0.3 s sooner, 1 GiB more at the peak,
-        docs/benchmarks.md)."""
+        the run's). Called once: the batches are let go as they are joined."""
         import pyarrow as pa
 
-        if give_back:
-            pa.default_memory_pool().release_unused()  # what Arrow kept of the batches read
+        pa.default_memory_pool().release_unused()  # what Arrow kept of the batches read
         arrays = {}
         for k in list(self._chunks):  # one column at a time: no more than one held twice
             arrays[k] = np.concatenate(self._chunks.pop(k))
-            if give_back:
-                _give_back_freed_memory()
+            _give_back_freed_memory()
         if not arrays:
             arrays = {k: np.empty(0, bool if k == "comp_ok" else np.int64)
                       for k in list(Columns.__dataclass_fields__) + ["read_process"] if k not in ("end", "polls")}
