@@ -207,7 +207,8 @@ def _read_on_driver(source, scratch: Path | None, opts: Options, ahead: int) -> 
         live.wait()
 
     def latency() -> stats.Latency:
-        # Not after liveness: the check waited for it there, its Python now a twentieth of a second.
+        # At once, not after liveness: the check's end waited for them there,
+        # where their Python (0.05 s at 10M events) costs less beside it.
         return stats.latency(read.histogram_rows())
 
     return _DriverRead(prepared, read, folded, sends_back, faults, live,

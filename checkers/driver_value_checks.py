@@ -186,7 +186,7 @@ def _among(keys, wanted, rows):
             if wanted[at] == k:
                 rows[found] = i
                 found += 1
-    return rows[:found]
+    return rows[:found].copy()
 
 
 def dup_reads_of(table: pa.Table | None):

@@ -21,8 +21,8 @@ per event), keeping only what later batches need:
 - liveness's columns (`columns`; checkers/liveness.py);
 - send order (`send_order`; checkers/send_order.py), from every
   acknowledged send and its invocation's index;
-- given a `RunsWriter`, the read runs of every ok poll, written for Spark
-  to read (checkers/read_runs.py);
+- given a `RunsWriter`, the read runs of every ok poll, kept for read
+  order on the driver or written for Spark to read (checkers/read_runs.py);
 - given a `ValueRows`, the rows of the by-value frame: every send event and
   every record read (checkers/driver_by_value.py).
 
