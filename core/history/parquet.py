@@ -203,8 +203,9 @@ def events_at(files: list[Path], indexes, columns: tuple[str, ...]) -> dict[int,
         if not groups:
             continue
         present = [c for c in columns if c in pf.schema_arrow.names]
-        table = pf.read_row_groups(groups, columns=present).take(pa.array([row for row, _ in rows]))
-        for (_, index), event in zip(rows, table.to_pylist() if present else [{}] * len(rows)):
+        events = (pf.read_row_groups(groups, columns=present).take(pa.array([row for row, _ in rows])).to_pylist()
+                  if present else [{}] * len(rows))  # none of the columns: nothing to read
+        for (_, index), event in zip(rows, events):
             found[index] = {c: event.get(c) for c in columns}
     return found
 
