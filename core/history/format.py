@@ -17,14 +17,18 @@ from core.errors import HistoryError
 
 TYPES = ("invoke", "ok", "fail", "info")
 COMPLETIONS = ("ok", "fail", "info")
-CLIENT_FS = ("send", "poll", "assign", "seek", "commit", "crash", "final-reads")
+CLIENT_FS = ("send", "poll", "assign", "seek", "commit", "crash", "final-reads", "process", "committed")
 FINAL_READS = "final-reads"
+# A consumer group's committed offsets read from the cluster: -1 where the group has none.
+COMMITTED = "committed"
+NO_OFFSET = -1
 NEMESIS = "nemesis"
 # Parquet stores `process` as int64; the nemesis is this id there.
 NEMESIS_PROCESS_ID = -1
 BASE_FIELDS = ("index", "time", "process", "type", "f")
 # Fields with a column of their own in Parquet; every other field goes to `extra`.
-COLUMN_FIELDS = ("key", "value", "partition", "offset", "error", "records", "partitions", "offsets", "ends")
+COLUMN_FIELDS = ("key", "value", "partition", "offset", "error", "records", "partitions", "offsets", "ends", "group",
+                 "generation", "final")
 # Positions are packed into one long by the checker (partition << 40 | offset).
 # A partition beyond MAX_PARTITION is rejected. An offset may be any int64
 # (MAX_STORED_OFFSET): a real broker has served a record at offset 2^42 + 28
@@ -97,6 +101,7 @@ def check_fields(event: Any, where: str) -> None:
         raise HistoryError(f"{where}: 'error' must be a string")
     if process == NEMESIS:
         return  # a nemesis event's value is free-form
+    _check_group_fields(event, where)
     if f not in CLIENT_FS:
         raise HistoryError(f"{where}: unknown client operation f={_show(f)} (expected one of {', '.join(CLIENT_FS)})")
     if f == "send":
@@ -117,6 +122,37 @@ def check_fields(event: Any, where: str) -> None:
         _check_position(event, where)
     elif f == "commit" and type_ in ("invoke", "ok"):
         _check_objects(event, "offsets", where, _check_position)
+    elif f == "process" and type_ in ("invoke", "ok"):
+        _check_objects(event, "records", where, _check_record)
+    elif f == COMMITTED and type_ == "invoke":
+        if not isinstance(event.get("group"), str):
+            raise HistoryError(f"{where}: a committed read needs 'group' (a string)")
+        parts = event.get("partitions")
+        if not isinstance(parts, list) or not all(_is_int(p) for p in parts):
+            raise HistoryError(f"{where}: 'partitions' must be a list of integers")
+    elif f == COMMITTED and type_ == "ok":
+        _check_objects(event, "offsets", where, _check_committed)
+
+
+def _check_group_fields(event: dict, where: str) -> None:
+    """A consumer group's fields, on any client event that carries them: `group`
+    a string, `generation` an integer, `final` true or false."""
+    if "group" in event and event["group"] is not None and not isinstance(event["group"], str):
+        raise HistoryError(f"{where}: 'group' must be a string, not {_show(event['group'])}")
+    if "generation" in event and event["generation"] is not None:
+        _check_int(event, "generation", where)
+    if "final" in event and event["final"] is not None and not isinstance(event["final"], bool):
+        raise HistoryError(f"{where}: 'final' must be true or false, not {_show(event['final'])}")
+
+
+def _check_committed(x: dict, where: str) -> None:
+    """A committed offset: a partition in range and an offset, -1 where the group has none."""
+    _check_int(x, "partition", where)
+    _check_int(x, "offset", where)
+    if x["partition"] < 0 or x["partition"] > MAX_PARTITION:
+        raise HistoryError(f"{where}: 'partition' {x['partition']} is out of range")
+    if x["offset"] < NO_OFFSET or x["offset"] > MAX_STORED_OFFSET:
+        raise HistoryError(f"{where}: 'offset' {x['offset']} is out of range")
 
 
 def _plain_client_event(e: dict) -> bool:

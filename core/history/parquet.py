@@ -16,9 +16,9 @@ from typing import Callable, Iterable, Iterator
 import orjson
 
 from core.errors import HistoryError
-from core.history.format import (BASE_FIELDS, CLIENT_FS, COLUMN_FIELDS, FINAL_READS, FOLD_ABOVE, MAX_PARTITION,
-                                  MAX_STORED_OFFSET,
-                                  NEMESIS, NEMESIS_PROCESS_ID, TYPES, OrderCheck, first_line)
+from core.history.format import (BASE_FIELDS, CLIENT_FS, COLUMN_FIELDS, COMMITTED, FINAL_READS, FOLD_ABOVE,
+                                  MAX_PARTITION, MAX_STORED_OFFSET, NEMESIS, NEMESIS_PROCESS_ID, NO_OFFSET, TYPES,
+                                  OrderCheck, first_line)
 from core.history.jsonl import ReadReport, iter_jsonl
 
 # --------------------------------------------------------------------------
@@ -38,6 +38,8 @@ def arrow_schema():
         ("partitions", pa.list_(pa.int64())),
         ("offsets", pa.list_(pa.struct(pos))),
         ("ends", pa.list_(pa.struct(pos))),  # final-reads completions
+        # A consumer group's: on assign, commit and committed (docs/history.md, "Consumer groups").
+        ("group", pa.string()), ("generation", pa.int64()), ("final", pa.bool_()),
         # Every other field of the event as a JSON object (a nemesis op's value, probes).
         ("extra", pa.string()),
     ])
@@ -215,6 +217,17 @@ def events_at(files: list[Path], indexes, columns: tuple[str, ...]) -> dict[int,
 
 
 REQUIRED_PARQUET = {"index": "int", "time": "int", "process": "int", "type": "string", "f": "string"}
+# A consumer group's columns, where a history has them.
+GROUP_COLUMNS = {"group": "string", "generation": "int", "final": "bool"}
+
+
+def _is_kind(t, kind: str, pa) -> bool:
+    """Whether Arrow type `t` is an integer, a string (or a dictionary of them) or a bool."""
+    if kind == "int":
+        return pa.types.is_integer(t)
+    if kind == "bool":
+        return pa.types.is_boolean(t)
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_dictionary(t)
 
 
 def parquet_files(path: Path) -> list[Path]:
@@ -225,7 +238,7 @@ def parquet_files(path: Path) -> list[Path]:
 
 
 # Columns `validate_parquet` hands to `on_batch` besides those it checks, where present.
-PASSED_ON = ("key", "extra")
+PASSED_ON = ("key", "extra", "generation", "final")
 
 
 def validate_parquet(files: list[Path], big_offsets: set[int] | None = None, on_batch: Callable | None = None,
@@ -281,13 +294,13 @@ def _read_batches(files: list[Path], passed_on: bool) -> Iterator:
         for name, kind in REQUIRED_PARQUET.items():
             if name not in schema.names:
                 raise HistoryError(f"{file.name}: missing column '{name}'")
-            t = schema.field(name).type
-            ok = pa.types.is_integer(t) if kind == "int" else (pa.types.is_string(t) or pa.types.is_large_string(t)
-                                                                 or pa.types.is_dictionary(t))
-            if not ok:
+            if not _is_kind(schema.field(name).type, kind, pa):
                 raise HistoryError(f"{file.name}: column '{name}' must be {kind}, not {t}")
+        for name, kind in GROUP_COLUMNS.items():
+            if name in schema.names and not _is_kind(schema.field(name).type, kind, pa):
+                raise HistoryError(f"{file.name}: column '{name}' must be {kind}, not {schema.field(name).type}")
         needed = [c for c in ("index", "time", "process", "type", "f", "value", "partition", "offset",
-                              "partitions", "offsets", "ends") + (PASSED_ON if passed_on else ())
+                              "partitions", "offsets", "ends", "group") + (PASSED_ON if passed_on else ())
                   if c in schema.names]
         if "records" in schema.names:
             needed += _record_leaves(pf.schema)
@@ -539,8 +552,9 @@ def _check_parquet_batch(file: Path, batch, order: OrderCheck, pa, pc) -> None:
         if top is not None:
             bad(pc.and_(mask(), pc.fill_null(pc.greater(column, top), False)), f"'{name}' is out of range", at)
 
-    def positions(mask: Mask | None, name: str) -> None:
-        """Where `mask` holds, list column `name` holds positions in range (and `value`s for records)."""
+    def positions(mask: Mask | None, name: str, least_offset: int = 0) -> None:
+        """Where `mask` holds, list column `name` holds positions in range (and
+        `value`s for records), offsets from `least_offset` on."""
         if mask is None or not present(mask, name, f"'{name}' must be a list"):
             return
         items = cols[name]
@@ -559,6 +573,9 @@ def _check_parquet_batch(file: Path, batch, order: OrderCheck, pa, pc) -> None:
             if top is None:
                 if not _all_present(column, in_rows, pc):
                     bad(pc.and_(in_rows(), pc.is_null(column)), f"a record lacks '{field}'", rows())
+            elif field == "offset" and least_offset:
+                # Shifted so that `least_offset` is 0 (an int64 holds no offset above the top).
+                in_range(in_rows, pc.subtract(column.cast(pa.int64()), least_offset), field, None, rows)
             else:
                 in_range(in_rows, column, field, top, rows)
 
@@ -569,7 +586,13 @@ def _check_parquet_batch(file: Path, batch, order: OrderCheck, pa, pc) -> None:
             if mask is not None and present(mask, name, f"'{name}' is missing"):
                 in_range(mask, cols[name], name, top)
     positions(rows_of("poll", ("ok",)), "records")
+    positions(rows_of("process", ("invoke", "ok")), "records")
     positions(rows_of("commit", ("invoke", "ok")), "offsets")
+    positions(rows_of(COMMITTED, ("ok",)), "offsets", least_offset=NO_OFFSET)
+    committed = rows_of(COMMITTED, ("invoke",))
+    if committed is not None:
+        present(committed, "group", "a committed read needs 'group'")
+        present(committed, "partitions", "'partitions' must be a list of integers")
     positions(rows_of(FINAL_READS, ("ok",)), "ends")
     for mask in (rows_of("assign", ("invoke", "ok")), rows_of(FINAL_READS, ("invoke",))):
         if mask is not None:
