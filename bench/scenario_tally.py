@@ -5,9 +5,9 @@
 
 Each run is `harness run --scenario NAME --seed S` (seeds first-seed,
 first-seed+1, ...) in a subprocess, as a user runs it. Prints one line per
-run (exit status, lost writes, inconsistent offsets, whether the scenario's
-expectation was met, seconds) and a summary such as "lost writes in 9 of 10
-runs"; `--json FILE` keeps the raw numbers. docs/scenarios.md records the
+run (exit status, each anomaly found with its count, whether the
+scenario's expectation was met, seconds) and a summary such as
+"lost-write in 9 of 10 runs"; `--json FILE` keeps the raw numbers. docs/scenarios.md records the
 tallies. It uses nothing of the project but the `harness` command, so
 `python bench/scenario_tally.py` runs it too.
 """
@@ -33,12 +33,11 @@ def one_run(name: str, seed: int, results: Path, extra: list[str]) -> dict:
                            *extra], capture_output=True, text=True)
     seconds = time.monotonic() - started
     runs = sorted(results.glob(f"{name}/*/run.json"), key=lambda p: p.stat().st_mtime)
-    row = {"seed": seed, "exit": proc.returncode, "seconds": round(seconds, 1), "lost_write": None,
-           "inconsistent_offset": None, "met": None, "dir": str(runs[-1].parent) if runs else None}
+    row = {"seed": seed, "exit": proc.returncode, "seconds": round(seconds, 1), "found": None, "met": None,
+           "dir": str(runs[-1].parent) if runs else None}
     if runs and (runs[-1].parent / "results.json").is_file():
         results_json = json.loads((runs[-1].parent / "results.json").read_text())
-        row["lost_write"] = results_json["anomalies"]["lost-write"]["count"]
-        row["inconsistent_offset"] = results_json["anomalies"]["inconsistent-offset"]["count"]
+        row["found"] = {name: a["count"] for name, a in results_json["anomalies"].items() if a["count"]}
         row["met"] = json.loads(runs[-1].read_text()).get("expectation", {}).get("met")
     if proc.returncode == 2:
         row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1]
@@ -61,12 +60,16 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.runs):
         row = one_run(args.scenario, args.first_seed + i, results, args.extra)
         rows.append(row)
-        print(f"seed {row['seed']:>3}: exit {row['exit']}  lost-write {row['lost_write']}  "
-              f"inconsistent-offset {row['inconsistent_offset']}  expectation met {row['met']}  "
+        found = ", ".join(f"{name} {n}" for name, n in (row["found"] or {}).items()) or "nothing"
+        print(f"seed {row['seed']:>3}: exit {row['exit']}  found {found}  expectation met {row['met']}  "
               f"{row['seconds']:.0f} s" + (f"  {row['error']}" if "error" in row else ""), flush=True)
-    lost = sum(1 for r in rows if (r["lost_write"] or 0) > 0)
+    runs_with: dict[str, int] = {}
+    for r in rows:
+        for name in r["found"] or {}:
+            runs_with[name] = runs_with.get(name, 0) + 1
     met = sum(1 for r in rows if r["met"])
-    print(f"{args.scenario}: lost writes in {lost} of {len(rows)} runs; expectation met in {met} of {len(rows)}")
+    tally = "; ".join(f"{name} in {n} of {len(rows)} runs" for name, n in runs_with.items()) or "nothing found"
+    print(f"{args.scenario}: {tally}; expectation met in {met} of {len(rows)}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
     if tmp:

@@ -30,3 +30,20 @@ def first_not_below(a, x, lo, hi):
         else:
             hi = mid
     return lo
+
+
+NONE = -1  # "nothing yet" in the columns the compiled reductions fill: every index, position and offset is >= 0
+
+
+@compiled
+def lower_at(column, r, x):
+    """Row `r` of a minimum's column takes `x` if less (NONE: nothing yet)."""
+    if column[r] == NONE or x < column[r]:
+        column[r] = x
+
+
+@compiled
+def raise_at(column, r, x):
+    """Row `r` of a maximum's column takes `x` if greater (NONE is below any)."""
+    if x > column[r]:
+        column[r] = x

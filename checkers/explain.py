@@ -27,9 +27,9 @@ inputs; the callers (harness) find the files and the fault vocabulary.
 from __future__ import annotations
 
 import bisect
-import gzip
 import logging
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,11 +37,14 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from checkers.anomalies import ANOMALIES, MAX_EXAMPLES
-from core.history.files import HistorySource, iter_source_jsonl
+from checkers.anomaly import MAX_EXAMPLES
+from checkers.kernel.rows import POS_BITS
+from core.history.batches import file_tables, tables
+from core.history.dumps import dumps, read_dump
+from core.history.faults import fault_intervals
+from core.history.files import HistorySource
 from core.history.format import FINAL_READS
-from core.history.jsonl import ReadReport
-from core.history.parquet import events_to_table, table_to_events
+from core.history.parquet import table_to_events
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +54,7 @@ SHOW_CHANGES = 8  # leader/ISR changes told in one story; the rest counted
 SHOW_FAULTS = 5
 SEND_STATE = {"info": "its send's outcome unknown (info)", "never completed": "its send never completed",
               "no send": "no send wrote it"}
-EXPLAINED = tuple(a for a in ANOMALIES if a != "unseen")  # unseen is no error: nothing to explain
-POS = 40  # a position as one int: partition << 40 | offset (as checkers.anomalies)
-CHUNK = 100_000
+POS = POS_BITS  # a position as one int: partition << 40 | offset (as the kernel's)
 
 
 def _pos(p: int, o: int) -> int:
@@ -108,22 +109,17 @@ class Disk:
     ends: dict[str, dict[int, int]] = field(default_factory=dict)  # node -> partition -> log end (last + 1)
 
 
-def load_disk(folder: str | Path, values: set[int], positions: set[int]) -> Disk | None:
-    """The disk dumps in `folder` (<node>.jsonl.gz: [partition, offset, epoch, key, value] lines),
-    keeping only the rows at `positions` or of `values`; None if there are none."""
-    folder = Path(folder)
-    files = sorted(folder.glob("*.jsonl.gz")) if folder.is_dir() else []
-    if not files:
+def load_disk(root: str | Path, values: set[int], positions: set[int]) -> Disk | None:
+    """The disk dumps beside a history (core/history/dumps.py), keeping only
+    the rows at `positions` or of `values`; None if there are none."""
+    found = dumps(Path(root))
+    if not found:
         return None
     disk = Disk()
-    for file in files:
-        node = file.name[: -len(".jsonl.gz")]
-        try:
-            with gzip.open(file, "rb") as f:
-                rows = (orjson.loads(line) for line in f)
-                disk_rows(disk, node, rows, values, positions)
-        except (OSError, EOFError, orjson.JSONDecodeError, ValueError, TypeError) as e:
-            log.warning("%s: unreadable disk dump: %s", file, e)
+    for node, path in found.items():
+        disk_rows(disk, node, [], values, positions)  # a node whose dump is empty holds nothing
+        for rows in read_dump(path):
+            disk_rows(disk, node, rows, values, positions)
     return disk
 
 
@@ -169,29 +165,8 @@ class Facts:
     final_events: list[dict] = field(default_factory=list)
 
 
-def _batches(source: HistorySource):
-    """The history as Arrow tables of about CHUNK rows, in order."""
-    if source.format == "parquet":
-        for file in source.files:
-            yield from _file_batches(file)
-        return
-    chunk = []
-    for e in iter_source_jsonl(source, ReadReport()):
-        chunk.append(e)
-        if len(chunk) >= CHUNK:
-            yield events_to_table(chunk)
-            chunk = []
-    if chunk:
-        yield events_to_table(chunk)
-
-
-def _file_batches(file: Path):
-    """One Parquet file of a history as Arrow tables of about CHUNK rows, in order."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    for batch in pq.ParquetFile(file).iter_batches(batch_size=CHUNK):
-        yield pa.Table.from_batches([batch])
+SCAN_COLUMNS = ("index", "time", "process", "type", "f", "key", "value", "partition", "offset", "error",
+                "records", "partitions", "ends", "extra")
 
 
 @dataclass
@@ -215,9 +190,10 @@ def scan(source: HistorySource, indexes: set[int], values: set[int], positions: 
     if source.format == "parquet" and len(source.files) > 1:
         with ThreadPoolExecutor(max_workers=min(len(source.files), os.cpu_count() or 1),
                                 thread_name_prefix="explain-scan") as pool:
-            parts = list(pool.map(lambda file: _scan_part(_file_batches(file), *wanted), source.files))
+            parts = list(pool.map(lambda file: _scan_part(file_tables(file, SCAN_COLUMNS), *wanted),
+                                  source.files))
     else:
-        parts = [_scan_part(_batches(source), *wanted)]
+        parts = [_scan_part(tables(source, SCAN_COLUMNS), *wanted)]
     facts = Facts()
     last_poll_invoke: dict[int, int] = {}
     for part in parts:  # in the history's order
@@ -406,29 +382,6 @@ def _leaders(lines: list[dict]) -> str:
 
 # --------------------------------------------------------------------------
 # Faults
-
-
-def fault_intervals(faults: list[dict], ends: dict[str, str], end_time: int) -> list[dict]:
-    """Each fault's start (its invocation) paired with its end: [{f, start, end, index, value}]."""
-    open_: dict[str, list[dict]] = {}
-    out = []
-    for e in sorted(faults, key=lambda e: e["index"]):
-        if e.get("type") != "invoke":
-            continue
-        if e["f"] in ends:
-            open_.setdefault(e["f"], []).append(e)
-            continue
-        for start, stop in ends.items():
-            if stop == e["f"] and open_.get(start):
-                s = open_[start].pop(0)
-                out.append({"f": start, "start": s["time"], "end": e["time"], "index": s["index"],
-                            "value": s.get("value"), "end_value": e.get("value")})
-                break
-    for start, left in open_.items():
-        for s in left:
-            out.append({"f": start, "start": s["time"], "end": end_time, "index": s["index"],
-                        "value": s.get("value"), "end_value": None})
-    return sorted(out, key=lambda i: i["start"])
 
 
 def _components(grudge: dict) -> list[list[str]] | None:
@@ -651,7 +604,8 @@ class Explainer:
 
     # -- one story per anomaly kind
 
-    def lost(self, name: str, ex: dict) -> dict:
+    def lost(self, name: str, ex: dict, final: bool) -> dict:
+        """An acknowledged record gone: from the final log (`final`), or never read though later offsets were."""
         v, p, o = ex["value"], ex["partition"], ex["offset"]
         st = _Story(name, partition=p, offset=o, value=v)
         comp = self._send(st, v, (p, o))
@@ -663,14 +617,14 @@ class Explainer:
         self._window(st, p, start, self._replaced(p, o, {v}, start) or self._end())
         cuts = self._cuts(st, p, o, t_ack)
         others = self._others_at(st, p, o, {v}, after=t_ack or 0)
-        if name == "lost-acked":
+        if final:
             st.add(self._end(), f"the final reads of partition {p} (to offset {ex.get('final_end')}) do not hold it")
         else:
             st.add(None, f"no read returned it, though reads of partition {p} reached {ex.get('max_read_offset')}")
         self._on_disk(st, p, o, v)
         head = f"{v}, acknowledged at {p}:{o}" + (f" by {_state(self.tl.at(p, t_ack), isr=False)}" if
                                                    self.tl.at(p, t_ack) else "") + f" at {_s(t_ack)}"
-        if name == "lost-acked":
+        if final:
             read = [r for r in reads if not r.final]
             head += (f" and read at {_s(read[0].time)}," if read else ",") + " is not in the topic at the end"
         else:
@@ -685,11 +639,12 @@ class Explainer:
         st.summary = head + "."
         return st.done()
 
-    def dirty(self, ex: dict) -> dict:
+    def dirty(self, name: str, ex: dict) -> dict:
+        """A record read whose send never settled, and that the topic did not keep."""
         v, p = ex["value"], ex["partition"]
         reads = [r for r in self.facts.reads.get(v, []) if r.partition == p] or self.facts.reads.get(v, [])
         o = reads[0].offset if reads else None
-        st = _Story("dirty-read", partition=p, offset=o, value=v)
+        st = _Story(name, partition=p, offset=o, value=v)
         self._send(st, v, (p, o))
         self._reads(st, reads)
         t_read = reads[0].time if reads else None
@@ -712,7 +667,8 @@ class Explainer:
         st.summary = head + "."
         return st.done()
 
-    def duplicate(self, ex: dict, name: str = "duplicate") -> dict:
+    def duplicate(self, name: str, ex: dict, failed: bool) -> dict:
+        """A value at several positions; or (`failed`) read though its send failed."""
         v = ex["value"]
         positions = [(x["partition"], x["offset"]) for x in ex.get("positions", [])]
         p, o = positions[0] if positions else (None, None)
@@ -728,7 +684,7 @@ class Explainer:
         for a, b in positions[:3]:
             self._on_disk(st, a, b, None)
         where = ", ".join(f"{a}:{b}" for a, b in positions)
-        if name == "aborted-read":
+        if failed:
             err = f" ({comp['error']})" if comp and comp.get("error") else ""
             first = next((r for r in reads if not r.final), reads[0] if reads else None)
             st.summary = (f"{v}'s send failed{err}" + (f" at {_s(comp['time'])}" if comp else "")
@@ -740,10 +696,11 @@ class Explainer:
                 if comp and comp["type"] == "ok" else "") + "."
         return st.done()
 
-    def inconsistent(self, ex: dict) -> dict:
+    def inconsistent(self, name: str, ex: dict) -> dict:
+        """Two values at one position."""
         p, o = ex["partition"], ex["offset"]
         values = [x["value"] for x in ex.get("values", [])]
-        st = _Story("inconsistent-offset", partition=p, offset=o, values=values)
+        st = _Story(name, partition=p, offset=o, values=values)
         self._others_at(st, p, o, set())
         times = [e["time"] for e in self.facts.acks_at.get(_pos(p, o), [])] + \
                 [r.time for r in self.facts.reads_at.get(_pos(p, o), [])]
@@ -761,6 +718,7 @@ class Explainer:
         return st.done()
 
     def read_step(self, name: str, ex: dict) -> dict:
+        """A consumer's step back, or over a known record."""
         p, proc = ex["partition"], ex["process"]
         a, b = ex["prev_offset"], ex["offset"]
         skipped = ex.get("skipped_offset")
@@ -775,7 +733,7 @@ class Explainer:
                 st.add(e["time"], f"process {proc} read {val} at {p}:{off} at {_s(e['time'])}"
                        + (f", from {_state(lead, isr=False)}" if lead else ""), event=e["index"])
         self._window(st, p, t0, t1)
-        if name == "nonmonotonic-poll":
+        if b <= a:  # a step back: a truncation may have moved the log under the reader
             self._cuts(st, p, max(a, b), t0, t1)
         if skipped is not None:
             others = self._others_at(st, p, skipped, set())
@@ -787,9 +745,10 @@ class Explainer:
             st.summary = f"process {proc} went back from {p}:{a} to {p}:{b} at {_s(t1)} without a seek."
         return st.done()
 
-    def send_order(self, ex: dict) -> dict:
+    def send_order(self, name: str, ex: dict) -> dict:
+        """A producer's acknowledgements going back within a partition."""
         p, proc = ex["partition"], ex["process"]
-        st = _Story("nonmonotonic-send", partition=p, offset=ex["offset"], value=ex["value"], process=proc)
+        st = _Story(name, partition=p, offset=ex["offset"], value=ex["value"], process=proc)
         self._send(st, ex["prev_value"], named=True)
         cur = self._send(st, ex["value"], named=True)
         times = [e["time"] for v in (ex["prev_value"], ex["value"]) for e in self.facts.sends.get(v, [])]
@@ -801,20 +760,49 @@ class Explainer:
                       + (f" (at {_s(cur['time'])})" if cur else "") + ".")
         return st.done()
 
-    def explain(self, name: str, ex: dict) -> dict | None:
-        if name in ("lost-acked", "lost-write"):
-            return self.lost(name, ex)
-        if name == "dirty-read":
-            return self.dirty(ex)
-        if name in ("duplicate", "aborted-read"):
-            return self.duplicate(ex, name)
-        if name == "inconsistent-offset":
-            return self.inconsistent(ex)
-        if name in ("poll-skip", "nonmonotonic-poll"):
-            return self.read_step(name, ex)
-        if name == "nonmonotonic-send":
-            return self.send_order(ex)
-        return None
+    def replica(self, name: str, ex: dict) -> dict:
+        """A replica that held another record at an offset of the final log."""
+        p, o, v = ex["partition"], ex["offset"], ex["value"]
+        diverged = [x for x in ex.get("replicas", []) if x.get("diverges")]
+        st = _Story(name, partition=p, offset=o, value=v, nodes=[x["node"] for x in diverged])
+        self._others_at(st, p, o, set())
+        times = [e["time"] for e in self.facts.acks_at.get(_pos(p, o), [])] + \
+                [r.time for r in self.facts.reads_at.get(_pos(p, o), [])]
+        t0 = min(times) if times else None
+        self._cuts(st, p, o, t0)
+        led = []
+        for x in diverged:
+            spans = [line for line in self.tl.parts.get(p, []) if line.get("leader") == x["node"]]
+            if spans:
+                last = spans[-1]
+                led.append(f"{x['node']} last led partition {p} from {_s(last['time'])}"
+                           + (f" (epoch {last['epoch']})" if last.get("epoch") is not None else ""))
+                st.add(last["time"], led[-1], state=last.get("line"))
+        self._on_disk(st, p, o, v)
+        held = _and([f"{x['node']} held {x['value']} (written in epoch {x['epoch']})" for x in diverged]) or "?"
+        st.summary = (f"at the end {held} at {p}:{o}, where the topic holds {v}"
+                      + (f"; {'; '.join(led)}" if led else "") + ".")
+        return st.done()
+
+    def consumer_loss(self, name: str, ex: dict) -> dict:
+        """A record a consumer group committed past that no member handled."""
+        p, o, v, group = ex["partition"], ex["offset"], ex["value"], ex["group"]
+        st = _Story(name, partition=p, offset=o, value=v, group=group)
+        self._send(st, v, (p, o))
+        reads = self.facts.reads.get(v, [])
+        self._reads(st, reads, what="delivered")
+        run = [r for r in reads if not r.final]
+        if run:
+            self._window(st, p, run[0].time, self._end() or run[-1].time)
+        st.add(self._end(), f"group {group}'s final committed offset of partition {p} is "
+                            f"{ex.get('final_committed')}: past {o}, which no member of it handled")
+        first = next((r for r in run if r.index == ex.get("read_index")), run[0] if run else None)
+        st.summary = (f"{v} at {p}:{o} was "
+                      + (f"delivered to process {first.process} at {_s(first.time)}" if first
+                         else "never delivered to a member")
+                      + f", never handled by group {group}, which committed past it "
+                        f"(to offset {ex.get('final_committed')}).")
+        return st.done()
 
 
 def _first_time(got: dict) -> int:
@@ -843,10 +831,12 @@ def _cut_text(x: dict, p: int) -> str:
 # The entry points
 
 
-def wanted(results: dict, limit: int = LIMIT) -> tuple[list[tuple[str, dict]], set[int], set[int], set[int]]:
-    """The examples to explain, and the values, positions and history indexes they need."""
+def wanted(results: dict, stories: dict[str, Callable], limit: int = LIMIT
+           ) -> tuple[list[tuple[str, dict]], set[int], set[int], set[int]]:
+    """The examples to explain (of the anomalies that have a story in
+    `stories`), and the values, positions and history indexes they need."""
     chosen, values, positions, indexes = [], set(), set(), set()
-    for name in EXPLAINED:
+    for name in stories:
         a = results.get("anomalies", {}).get(name) or {}
         for ex in (a.get("examples") or [])[:limit]:
             if not isinstance(ex, dict):
@@ -862,7 +852,7 @@ def wanted(results: dict, limit: int = LIMIT) -> tuple[list[tuple[str, dict]], s
                     positions.add(_pos(x["partition"], x["offset"]))
             if isinstance(ex.get("skipped_offset"), int):
                 positions.add(_pos(ex["partition"], ex["skipped_offset"]))
-            if name in ("poll-skip", "nonmonotonic-poll"):
+            if isinstance(ex.get("prev_offset"), int) and isinstance(ex.get("offset"), int):  # a step
                 positions.add(_pos(ex["partition"], min(ex["prev_offset"], ex["offset"])))
     return chosen, values, positions, indexes
 
@@ -880,9 +870,11 @@ def leaves(x, key=""):
         yield key, x
 
 
-def explain(source: HistorySource, results: dict, states: list[dict] | None = None, disk: Disk | None = None,
-            fault_ends: dict[str, str] | None = None, limit: int = LIMIT) -> list[dict]:
-    """Stories for the first `limit` examples of each anomaly in `results`.
+def explain(source: HistorySource, results: dict, stories: dict[str, Callable], states: list[dict] | None = None,
+            disk: Disk | None = None, fault_ends: dict[str, str] | None = None, limit: int = LIMIT) -> list[dict]:
+    """Stories for the first `limit` examples of each anomaly in `results`
+    that has a story: `stories` maps its name to it (a function of the
+    explainer, the name and an example: the registry's, checkers/registry.py).
 
     `source`: the history; `states`: states.jsonl's lines (`load_states`);
     `disk`: the disk dumps (`load_disk`, kept to the stories' values and
@@ -890,19 +882,19 @@ def explain(source: HistorySource, results: dict, states: list[dict] | None = No
     its stop action (nemesis.registry), to pair the faults in results'
     stats. Without states or disk the stories say what the history says.
     """
-    chosen, values, positions, indexes = wanted(results, limit)
+    chosen, values, positions, indexes = wanted(results, stories, limit)
     if not chosen:
         return []
     facts = scan(source, indexes, values, positions)
     faults = results.get("stats", {}).get("faults", [])
     end = max([e["time"] for e in faults] + [facts.final_start or 0]) + 1
-    # A second past the end of the history is close enough for a fault never healed.
-    intervals = fault_intervals(faults, fault_ends or {}, end)
+    # A fault never healed: to just past the end of the history.
+    intervals = fault_intervals(faults, fault_ends or {}, end).intervals
     ex = Explainer(facts, Timeline(states), disk, intervals)
     out = []
     for name, example in chosen:
         try:
-            story = ex.explain(name, example)
+            story = stories[name](ex, name, example)
         except (KeyError, TypeError, ValueError) as e:  # an example of a shape we do not know
             log.warning("no story for a %s example: %s", name, e)
             continue
@@ -911,22 +903,22 @@ def explain(source: HistorySource, results: dict, states: list[dict] | None = No
     return out
 
 
-def explain_run(source: HistorySource, results: dict, fault_ends: dict[str, str] | None = None,
-                limit: int = LIMIT) -> list[dict]:
+def explain_run(source: HistorySource, results: dict, stories: dict[str, Callable],
+                fault_ends: dict[str, str] | None = None, limit: int = LIMIT) -> list[dict]:
     """`explain` with the states.jsonl and disk/ dumps found beside the history (each optional)."""
-    return evidence_run(source, results, fault_ends, limit)["explanations"]
+    return evidence_run(source, results, stories, fault_ends, limit)["explanations"]
 
 
-def evidence_run(source: HistorySource, results: dict, fault_ends: dict[str, str] | None = None,
-                 limit: int = LIMIT) -> dict:
+def evidence_run(source: HistorySource, results: dict, stories: dict[str, Callable],
+                 fault_ends: dict[str, str] | None = None, limit: int = LIMIT) -> dict:
     """The stories (`explanations`) and, where the run has disk dumps, where its
     missing records are on the replicas' disks (`on_disk`, see `on_disk`),
     reading the dumps once for both."""
-    _, values, positions, _ = wanted(results, limit)
+    _, values, positions, _ = wanted(results, stories, limit)
     missing = results.get("missing") or {}
     states = load_states(source.root / "states.jsonl")
-    disk = load_disk(source.root / "disk", values | {row[0] for rows in missing.values() for row in rows}, positions)
-    out = {"explanations": explain(source, results, states, disk, fault_ends, limit)}
+    disk = load_disk(source.root, values | {row[0] for rows in missing.values() for row in rows}, positions)
+    out = {"explanations": explain(source, results, stories, states, disk, fault_ends, limit)}
     if disk is not None and missing:
         out["on_disk"] = on_disk(missing, disk)
     return out

@@ -48,6 +48,7 @@ import numpy as np
 
 from checkers.compiled import compiled
 from checkers.key_rows import distinct_pairs
+from core.history.faults import fault_intervals
 
 HANG_S = 30.0  # no acknowledgement this long after the final heal: HANG
 LIST_MIN_S = 1.0  # waits at least this long are listed in results.json
@@ -248,63 +249,6 @@ def consumer_overall(parts: dict[int, tuple], reads: np.ndarray, end: int) -> Wa
 
 
 # ---------------------------------------------------------------------------------
-# faults
-# ---------------------------------------------------------------------------------
-
-
-def fault_intervals(nemesis: list[dict], ends: dict[str, str]) -> tuple[list[dict], int | None]:
-    """Faults from the nemesis's events (stats.faults' shape: index, time,
-    type, f, ...) paired by `ends` (start action -> stop action, from the
-    fault registry, which checkers do not import), and the final heal's time.
-
-    A fault: its start's invocation to its stop's completion, or the heal's
-    completion that ended it, or the last event if nothing did. Faults may
-    overlap: a stop ends the open start of its own fault (the registry's
-    pair), not the last start; a stop with no such start is ignored."""
-    events = sorted(nemesis, key=lambda e: e["index"])
-    stops = set(ends.values())
-
-    def completion(i: int) -> int:
-        e = events[i]
-        for later in events[i + 1:]:
-            if later["f"] == e["f"] and later["type"] != "invoke":
-                return later["time"]
-        return e["time"]
-
-    faults: list[dict] = []
-    open_: list[dict] = []
-    heal = None
-    last_stop = None
-    for i, e in enumerate(events):
-        if e["type"] != "invoke":
-            continue
-        if e["f"] in ends:
-            fault = {"fault": e["f"], "start_ns": e["time"], "end_ns": None, "index": e["index"]}
-            if isinstance(e.get("value"), dict) and e["value"].get("mode"):
-                fault["mode"] = e["value"]["mode"]
-            faults.append(fault)
-            open_.append(fault)
-        elif e["f"] in stops:
-            done = completion(i)
-            last_stop = done
-            for fault in open_:
-                if ends[fault["fault"]] == e["f"]:
-                    fault["end_ns"] = done
-                    open_.remove(fault)
-                    break
-        elif e["f"] == "heal":
-            heal = completion(i)
-            for fault in open_:
-                fault["end_ns"] = heal
-            open_ = []
-    final_heal = heal if heal is not None else last_stop
-    last = events[-1]["time"] if events else None
-    for fault in open_:
-        fault["end_ns"] = last
-    return faults, final_heal
-
-
-# ---------------------------------------------------------------------------------
 # the measure
 # ---------------------------------------------------------------------------------
 
@@ -352,7 +296,11 @@ def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float
     producers = producer_waits(inv_t, comp_t, ack_t, end)
     # Of the producers' waits only these are reported: taken now, and the waits
     # (one per acknowledgement at saturation) let go before the sorts below.
-    faults, heal = fault_intervals(nemesis, ends)
+    found = fault_intervals(nemesis, ends)
+    heal = found.final_heal
+    faults = [{"fault": i["f"], "start_ns": i["start"], "end_ns": i["end"], "index": i["index"],
+               **({"mode": i["value"]["mode"]} if isinstance(i["value"], dict) and i["value"].get("mode") else {})}
+              for i in found.intervals]
     producers_over = [producers.overlapping(f["start_ns"], f["end_ns"]) for f in faults]
     producers_longest, producers_listed = producers.longest_ns(), _listed(producers)
     del producers

@@ -154,71 +154,7 @@ def _then(digest: Callable, on_batch: Callable) -> Callable:
     return both
 
 
-def load(spark, prepared: Prepared):
-    """The prepared files as one DataFrame in the checkers' columns."""
-    reader = spark.read
-    schema = spark_schema(prepared.files[0]) if prepared.files else None
-    if schema is not None:
-        reader = reader.schema(schema)
-    df = reader.parquet(*[file_uri(f) for f in prepared.files])
-    return normalise(df)
-
-
-def spark_schema(path: Path):
-    """A Parquet file's schema as Spark's, read from its footer by Arrow on
-    the driver: the schema Spark would infer from one of the files, without
-    Spark opening one, which cost a cold check about 0.4 s
-    (docs/benchmarks.md). None where an Arrow type has no Spark
-    equivalent: Spark infers the schema then, as before."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    try:
-        return from_arrow_schema(pq.read_schema(path), prefer_timestamp_ntz=False)
-    except (TypeError, ValueError, NotImplementedError, OSError, pa.ArrowException):
-        return None
-
-
 def file_uri(path: Path) -> str:
     """`file:` and the absolute path, as Hadoop's paths take it: not `as_uri()`,
     whose percent-escapes (a space as %20) Hadoop would read literally."""
     return "file://" + str(Path(path).absolute())
-
-
-def normalise(df):
-    """Cast to the checkers' column types, adding optional columns as nulls."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    want = {
-        "index": T.LongType(), "time": T.LongType(), "process": T.LongType(),
-        "type": T.StringType(), "f": T.StringType(),
-        "key": T.LongType(), "value": T.LongType(), "partition": T.LongType(),
-        "offset": T.LongType(), "error": T.StringType(),
-        "records": T.ArrayType(T.StructType([
-            T.StructField("partition", T.LongType()), T.StructField("offset", T.LongType()),
-            T.StructField("key", T.LongType()), T.StructField("value", T.LongType())])),
-        "partitions": T.ArrayType(T.LongType()),
-        "offsets": T.ArrayType(T.StructType([
-            T.StructField("partition", T.LongType()), T.StructField("offset", T.LongType())])),
-        "ends": T.ArrayType(T.StructType([
-            T.StructField("partition", T.LongType()), T.StructField("offset", T.LongType())])),
-        "extra": T.StringType(),
-    }
-    cols = []
-    present = set(df.columns)
-    for name, typ in want.items():
-        if name == "records" and name in present and df.schema["records"].dataType != typ:
-            # A user's Parquet may order struct fields differently or lack `key`.
-            fields = {f.name for f in df.schema["records"].dataType.elementType.fields}
-            cols.append(F.transform("records", lambda r: F.struct(
-                r["partition"].cast("long").alias("partition"), r["offset"].cast("long").alias("offset"),
-                (r["key"].cast("long") if "key" in fields else F.lit(None).cast("long")).alias("key"),
-                r["value"].cast("long").alias("value"))).alias(name))
-        elif name in present:
-            cols.append(F.col(name).cast(typ).alias(name))
-        else:
-            cols.append(F.lit(None).cast(typ).alias(name))
-    try:
-        return df.select(*cols)
-    except Exception as e:
-        raise HistoryError(f"history columns do not fit HISTORY.md: {str(e).splitlines()[0]}") from None

@@ -16,7 +16,6 @@ happened.
 
 from __future__ import annotations
 
-from checkers.spark import long_map
 from core.errors import HistoryError
 from core.history.format import FOLD_ROOM, MAX_OFFSET
 
@@ -32,31 +31,6 @@ def folding(big: set[int]) -> dict[int, int]:
                            f"more than the checker can place (at most {MAX_FOLDED})")
     top = MAX_OFFSET - len(big) + 1
     return {true: top + i for i, true in enumerate(sorted(big))}
-
-
-def fold(df, mapping: dict[int, int]):
-    """`df` (load.normalise's columns) with every offset of `mapping` (a
-    `folding`: true -> folded) replaced by its folded value. Unchanged if
-    `mapping` is empty."""
-    from pyspark.sql import functions as F
-
-    if not mapping:
-        return df
-    lookup = long_map(mapping)
-
-    def folded(col):
-        return F.coalesce(F.element_at(lookup, col), col)
-
-    def positions(name: str, fields: tuple[str, ...]):
-        return F.transform(name, lambda r: F.struct(
-            *[(folded(r[f]) if f == "offset" else r[f]).alias(f) for f in fields])).alias(name)
-
-    return df.select(*[
-        folded(F.col("offset")).alias("offset") if c == "offset"
-        else positions(c, ("partition", "offset", "key", "value")) if c == "records"
-        else positions(c, ("partition", "offset")) if c in ("ends", "offsets")
-        else F.col(c)
-        for c in df.columns])
 
 
 def unfold(results, mapping: dict[int, int]):

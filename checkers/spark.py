@@ -15,6 +15,7 @@ import importlib.util
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -140,6 +141,9 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None, m
         # the driver on the loopback address, so it need not listen on any other.
         options.update({"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"})
     options.update(conf or {})
+    # The executors' Python runs the checker's kernel (checkers/engines/spark.py):
+    # this one, with its packages, unless the user named another.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     try:
         with _START:
             if SparkContext._active_spark_context is None:
@@ -290,78 +294,3 @@ def jvm_log_path() -> Path:
     """Where the JVM's own output goes: `JVM_LOG_ENV` if set (a run's or a night's
     check service keeps its own), else one file in the temporary folder."""
     return Path(os.environ.get(JVM_LOG_ENV) or Path(tempfile.gettempdir()) / "harness-spark.log")
-
-
-# A side of a join with at most this many rows is broadcast (sent whole to every task).
-BROADCAST_ROWS = 1_000_000
-
-
-def broadcast_if_small(frame, rows: int):
-    """`frame`, hinted for broadcast if `rows` (known on the driver) is small."""
-    from pyspark.sql import functions as F
-
-    return F.broadcast(frame) if rows <= BROADCAST_ROWS else frame
-
-
-def long_array(values: list[int | None]):
-    """An array literal of longs (None as null), sent to the JVM as SQL text
-    in one call. A literal per element is a round trip to the JVM each: a
-    10M-event history's final-read brackets (processes numbered up to
-    2,206) made about 4,400 of them, 2 s of a check, and the 10,000 offsets
-    a check may fold 40,000, 8 s (docs/benchmarks.md). The expression is
-    the same either way, folded into one literal by Spark's optimiser."""
-    from pyspark.sql import functions as F
-
-    return F.expr("array(" + ", ".join("NULL" if v is None else f"{int(v)}L" for v in values) + ")")
-
-
-def long_map(mapping: dict[int, int]):
-    """A map literal of longs to longs, in two calls (`long_array`)."""
-    from pyspark.sql import functions as F
-
-    return F.map_from_arrays(long_array(list(mapping)), long_array(list(mapping.values())))
-
-
-# Kept frames go to the executors' local disks (the operating system's page
-# cache keeps them in memory while it can): in the JVM's heap they took the
-# memory the aggregations need (a 100M-event history with 4 GB of driver
-# memory: out of memory), and were no faster at 10M events (docs/benchmarks.md).
-KEEP_LEVEL = "DISK_ONLY"
-
-
-def keep(frame):
-    """`frame` computed now and kept for the reads that follow (a local
-    checkpoint: its rows as Spark computed them, on the executors' disks,
-    without the columnar cache's encoding, which cost the checker more than
-    computing the frame again; docs/benchmarks.md). Give it back with
-    `release`."""
-    from pyspark import StorageLevel
-
-    return frame.localCheckpoint(eager=True, storageLevel=getattr(StorageLevel, KEEP_LEVEL))
-
-
-def release(frame) -> None:
-    """Free what `keep` holds (a session checks many histories: the check
-    service, tests)."""
-    frame._jdf.queryExecution().logical().rdd().unpersist(False)
-
-
-def local_frame(spark, rows: list[tuple], schema: str):
-    """A DataFrame of rows the driver holds (a DDL schema of `long` and `int`
-    columns), handed to Spark as Arrow: the JVM reads it, and no Python runs
-    on the executors. `createDataFrame` of Python tuples would start a Python
-    worker on every executor that reads the rows, which a cluster's executors
-    may lack (or have in another version than the driver's)."""
-    import pyarrow as pa
-
-    table = pa.table({field.name: pa.array([r[i] for r in rows], type=field.type)
-                      for i, field in enumerate(arrow_schema(schema))})
-    return spark.createDataFrame(table, schema)
-
-
-def arrow_schema(ddl: str):
-    """A DDL schema of `long` and `int` columns ("a long, b int") as Arrow's."""
-    import pyarrow as pa
-
-    types = {"long": pa.int64(), "int": pa.int32()}
-    return pa.schema([(name, types[kind]) for name, kind in (field.split() for field in ddl.split(", "))])

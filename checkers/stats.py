@@ -1,13 +1,12 @@
-"""Statistics of a history for reports: counts, throughput, latency, faults.
+"""Statistics of a history for reports: throughput and latency.
 
-No pass of its own: the driver's read of the history (checkers/reading.py)
+No pass of its own: the driver's read of the history (checkers/folds/pairs.py)
 pairs every operation with its invocation (sends by value, every other
 operation by order within its process and `f`: the k-th completion answers
 the k-th invocation), counts invocations, and counts completions in
 log-scale latency histograms (buckets 4 % wide) by operation, outcome and
-second; it also keeps the nemesis's events. This module reads quantiles off
-the histograms, per second and overall, and completions per second and in
-all. Quantiles are exact to within a bucket; maxima are exact.
+second. This module reads quantiles off the histograms, per second and
+overall, and completions per second and in all. Quantiles are exact to within a bucket; maxima are exact.
 """
 
 from __future__ import annotations
@@ -16,9 +15,6 @@ from dataclasses import dataclass
 from operator import itemgetter
 
 import numpy as np
-import orjson
-
-from core.history.format import NEMESIS, NEMESIS_PROCESS_ID
 
 QUANTILES = (0.5, 0.95, 0.99)
 BUCKET_GROWTH = 1.04
@@ -98,15 +94,3 @@ def _quantiles(rows: list, keys: list[str]) -> list[dict]:
         row["max_ms"] = round(tops[i] / 1e6, 3)
         out.append(row)
     return out
-
-
-def faults(few: list) -> list[dict]:
-    """The nemesis's events, in order, from `anomalies.FewEvents`' rows."""
-    rows = sorted((r for r in few if r["process"] == NEMESIS_PROCESS_ID), key=lambda r: r["index"])
-    events = []
-    for r in rows:
-        extra = orjson.loads(r["extra"]) if r["extra"] else {}
-        events.append({"index": r["index"], "time": r["time"], "type": r["type"], "f": r["f"],
-                       "process": NEMESIS, **extra})
-    return events
-

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-from checkers.anomalies import ANOMALIES
+from checkers.registry import NAMES as ANOMALIES
 from harness.report import esc
 from harness.store import RunEntry, index_page
 

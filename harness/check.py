@@ -16,9 +16,10 @@ from pathlib import Path
 
 import orjson
 
-from checkers.check import DRIVER_FRAMES_EVENTS, Options, check_history
+from checkers.check import ENGINES, Options, check_history
 from checkers.explain import evidence_run
 from checkers.liveness import verdict_words
+from checkers.registry import STORIES
 from checkers.results import write_results
 from checkers.spark import conf_pairs
 from checkers.summary import render
@@ -40,15 +41,12 @@ def configure(parser) -> None:
     parser.add_argument("--spark-conf", metavar="KEY=VALUE", action="append", default=[],
                         help="extra Spark setting (repeatable)")
     parser.add_argument("--scratch", metavar="DIR",
-                        help="an existing folder for what the check writes for Spark (a JSONL history's Parquet "
-                             "conversion, the read runs, the driver's frames), at a path every Spark executor "
-                             "reads (default: the temporary folder on a local master; on a cluster, beside a "
-                             "JSONL history, and for a Parquet one nothing written: Spark makes them all)")
-    parser.add_argument("--driver-frames-up-to", type=int, default=DRIVER_FRAMES_EVENTS, metavar="EVENTS",
-                        help="histories of up to EVENTS events have their by-value and by-position frames made "
-                             "on the driver, where a scratch folder is written: faster, for up to about 160 bytes an "
-                             f"event more memory in the harness's own process (default {DRIVER_FRAMES_EVENTS:,}; "
-                             "0: always Spark)")
+                        help="an existing folder for a JSONL history's Parquet conversion, at a path every Spark "
+                             "executor reads (default: the temporary folder on a local master; on a cluster, "
+                             "beside the history; a Parquet history is read where it is)")
+    parser.add_argument("--engine", choices=ENGINES, default="spark",
+                        help="spark (default): Spark's executors run the checker's kernel, on --spark-master; "
+                             "local: this process runs it, no JVM (a quick look, a machine without Java)")
     parser.add_argument("--json", action="store_true", help="print results.json instead of the summary")
 
 
@@ -64,7 +62,7 @@ def add_explanations(results: dict, history) -> dict:
     the dumps, results["on_disk"] too: which missing records the replicas still hold. Both
     `harness check` and `harness run` call it; a failure is logged, never fails the check."""
     try:
-        results.update(evidence_run(resolve(history), results, fault_ends()))
+        results.update(evidence_run(resolve(history), results, STORIES, fault_ends()))
     except Exception as e:  # noqa: BLE001 - stories are an aid; the verdict stands without them
         log.warning("no explanations: %s: %s", type(e).__name__, e)
         results["explanations"] = []
@@ -72,11 +70,9 @@ def add_explanations(results: dict, history) -> dict:
 
 
 def run(args) -> int:
-    if args.driver_frames_up_to < 0:
-        raise UserError(f"--driver-frames-up-to {args.driver_frames_up_to}: expected 0 or more events")
     opts = Options(allow=set(args.allow), idempotent=args.idempotent or None,
                    master=args.spark_master, spark_conf=conf_pairs(args.spark_conf), fault_ends=fault_ends(),
-                   scratch=args.scratch, driver_frames_up_to=args.driver_frames_up_to)
+                   scratch=args.scratch, engine=args.engine)
     results = add_explanations(check_history(args.history, opts), args.history)
     out_dir = Path(args.out) if args.out else resolve(args.history).root
     path = write_results(results, out_dir)

@@ -18,11 +18,13 @@ from pathlib import Path
 
 import orjson
 
-from checkers.anomalies import MEANING
+from checkers.anomaly import run_seconds
 from checkers.explain import leaves
-from checkers.summary import describe, run_seconds
+from checkers.registry import MEANING
+from checkers.summary import describe
 from core.errors import HistoryError, UserError
 from core.files import write_whole
+from core.history.faults import fault_intervals as core_fault_intervals
 from core.history.files import HistorySource, iter_source_jsonl, load_run_json, resolve
 from core.history.format import NEMESIS
 from core.history.jsonl import ReadReport
@@ -68,25 +70,9 @@ def run(args) -> int:
 
 
 def fault_intervals(faults: list[dict], end_time: int) -> list[dict]:
-    """Pair each fault's start with its end: [{f, start, end, value}] in ns."""
-    open_: dict[str, list[dict]] = {}
-    intervals = []
-    for e in faults:
-        if e.get("type") != "invoke" and e["f"] in FAULT_ENDS:
-            continue  # a fault begins at its invocation
-        if e.get("type") == "invoke" and e["f"] in FAULT_ENDS:
-            open_.setdefault(e["f"], []).append(e)
-        elif e.get("type") != "invoke":
-            for begin, end in FAULT_ENDS.items():
-                if end == e["f"] and open_.get(begin):
-                    start = open_[begin].pop(0)
-                    intervals.append({"f": begin, "start": start["time"], "end": e["time"],
-                                      "value": start.get("value")})
-                    break
-    for begin, starts in open_.items():
-        for start in starts:
-            intervals.append({"f": begin, "start": start["time"], "end": end_time, "value": start.get("value")})
-    return sorted(intervals, key=lambda i: i["start"])
+    """Each fault's interval (core/history/faults.py's rule, the registry's
+    pairs): [{f, start, end, value, ...}] in ns; one never ended lasts to `end_time`."""
+    return core_fault_intervals(faults, FAULT_ENDS, end_time).intervals
 
 
 # --------------------------------------------------------------------------

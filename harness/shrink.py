@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from checkers.anomalies import ANOMALIES
+from checkers.registry import NAMES as ANOMALIES
 from core.errors import UserError
 from core.files import write_whole
 from harness import calibrate, replay, subrun

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checkers.anomalies import ANOMALIES
+from checkers.registry import NAMES as ANOMALIES
 from core.errors import UserError
 from infra.cluster import FLAG_FIELDS, add_provider_arguments, options_from_values, validate_options
 from infra.faultfs import validate_settings

@@ -53,18 +53,20 @@ from typing import Iterator
 
 import orjson
 
+from checkers.registry import (ABORTED_READ, DIRTY_READ, DUPLICATE, INCONSISTENT_OFFSET, LOST_ACKED, LOST_WRITE,
+                               NAMES, NONMONOTONIC_POLL, NONMONOTONIC_SEND, POLL_SKIP, UNSEEN)
 from core.errors import UserError
 from core.history.format import NEMESIS_PROCESS_ID
 from core.history.parquet import events_to_table, write_parquet
 from nemesis.partition import grudge_for
 from nemesis.registry import FAULTS
 
-PLANTABLE = ("lost", "lost_acked", "dirty_reads", "duplicates", "inconsistent", "aborted", "nonmonotonic_polls",
-             "skips", "nonmonotonic_sends", "unseen")
-ANOMALY_OF = {"lost": "lost-write", "lost_acked": "lost-acked", "dirty_reads": "dirty-read",
-              "duplicates": "duplicate", "inconsistent": "inconsistent-offset",
-              "aborted": "aborted-read", "nonmonotonic_polls": "nonmonotonic-poll", "skips": "poll-skip",
-              "nonmonotonic_sends": "nonmonotonic-send", "unseen": "unseen"}
+# Each plan's field (and --flag) that plants an anomaly -> the anomaly (checkers/registry.py).
+ANOMALY_OF = {"lost": LOST_WRITE.name, "lost_acked": LOST_ACKED.name, "dirty_reads": DIRTY_READ.name,
+              "duplicates": DUPLICATE.name, "inconsistent": INCONSISTENT_OFFSET.name,
+              "aborted": ABORTED_READ.name, "nonmonotonic_polls": NONMONOTONIC_POLL.name, "skips": POLL_SKIP.name,
+              "nonmonotonic_sends": NONMONOTONIC_SEND.name, UNSEEN.name: UNSEEN.name}
+PLANTABLE = tuple(ANOMALY_OF)
 MS = 1_000_000
 
 
@@ -134,7 +136,7 @@ class _Sim:
         self.now = 0
         self.next_value = plan.first_value
         self.next_process = 0
-        self.expected = {name: 0 for name in ANOMALY_OF.values()}
+        self.expected = dict.fromkeys(NAMES, 0)
         self.outcome: dict[int, str] = {}  # value -> ok/fail/info/unfinished
         self.read_values: set[int] = set()
         self.info_values: set[int] = set()
@@ -246,9 +248,9 @@ class _Consumer:
                     continue
                 if last is not None and at != last + 1:
                     if at <= last:
-                        expected["nonmonotonic-poll"] += 1
+                        expected[NONMONOTONIC_POLL.name] += 1
                     elif any(log[x] is not None for x in range(last + 1, at)):
-                        expected["poll-skip"] += 1
+                        expected[POLL_SKIP.name] += 1
                 last = at
                 read(value)
                 records.append({"partition": p, "offset": at, "key": value % 97, "value": value})
@@ -257,7 +259,7 @@ class _Consumer:
                     if readable(log[back]):
                         # A planted rewind: deliver an earlier record again, then go on from there.
                         self.rewind_next = False
-                        expected["nonmonotonic-poll"] += 1
+                        expected[NONMONOTONIC_POLL.name] += 1
                         last = back
                         read(log[back])
                         records.append({"partition": p, "offset": back, "key": log[back] % 97, "value": log[back]})
@@ -393,7 +395,7 @@ def _simulate(plan: Plan) -> Synthetic:
     unseen_part = parts[-1] if plan.unseen else None
     known = [p for p in parts if p != unseen_part] if plan.final_reads else []
     _plant_tails(sim, producers, known)
-    sim.expected["dirty-read"] += sum(1 for p in planted_at if p in known)
+    sim.expected[DIRTY_READ.name] += sum(1 for p in planted_at if p in known)
     # Unseen: acknowledged records at the end of a partition that no read reaches.
     limit = {p: len(sim.logs[p]) for p in parts}
     for i in range(plan.unseen):
@@ -404,7 +406,7 @@ def _simulate(plan: Plan) -> Synthetic:
         sim.now += MS
         sim.emit(pid, "ok", "send", value=value, partition=unseen_part, offset=offset)
         sim.outcome[value] = "ok"
-        sim.expected["unseen"] += 1
+        sim.expected[UNSEEN.name] += 1
     # Final reads by a fresh process, up to where the unseen tail begins.
     final = _Consumer(sim, parts)
     if plan.final_reads:
@@ -435,11 +437,11 @@ def _plant_tails(sim: _Sim, producers: list[int], known: list[int]) -> None:
         sim.now += MS
         if kind == "ok":
             sim.emit(pid, "ok", "send", value=value, partition=p, offset=offset)
-            sim.expected["lost-acked"] += 1
+            sim.expected[LOST_ACKED.name] += 1
         else:
             sim.emit(pid, "info", "send", value=value, error="_MSG_TIMED_OUT")
             sim.info_values.add(value)
-            sim.expected["dirty-read"] += 1
+            sim.expected[DIRTY_READ.name] += 1
         sim.outcome[value] = kind
         _read_once(sim, p, offset, value)
     for p, length in keep.items():
@@ -491,13 +493,13 @@ def _send(sim: _Sim, pid: int) -> None:
         sim.append(partition, value)
         sim.later(delay, pid, "ok", "send", value=value, partition=partition, offset=offset)
         sim.outcome[value] = "ok"
-        sim.expected["duplicate"] += 1
+        sim.expected[DUPLICATE.name] += 1
         acked = True
     elif plant == "aborted":
         sim.append(partition, value)
         sim.later(delay, pid, "fail", "send", value=value, error="NOT_ENOUGH_REPLICAS")
         sim.outcome[value] = "fail"
-        sim.expected["aborted-read"] += 1
+        sim.expected[ABORTED_READ.name] += 1
     else:
         if rng.random() < sim.p.hole_rate:
             log.append(None)
@@ -520,7 +522,7 @@ def _send(sim: _Sim, pid: int) -> None:
     if acked and sim.held and (pid, partition) in sim.held:
         # The held send lands after this one: acks in invocation order go backwards once.
         _append_held(sim, pid, partition)
-        sim.expected["nonmonotonic-send"] += 1
+        sim.expected[NONMONOTONIC_SEND.name] += 1
 
 
 def _append_held(sim: _Sim, pid: int, partition: int) -> None:
@@ -574,7 +576,7 @@ def _plant_inconsistent(sim: _Sim, producer: int, used: set) -> int:
     sim.outcome[value] = "info"
     sim.info_values.add(value)
     _read_once(sim, p, o, value)
-    sim.expected["inconsistent-offset"] += 1
+    sim.expected[INCONSISTENT_OFFSET.name] += 1
     return p
 
 
@@ -593,7 +595,7 @@ def _count_lost(sim: _Sim, limit: dict[int, int], known: set[int]) -> None:
     lost-acked where its partition's final log is known, unseen where not."""
     for p, o in sim.lost:
         read_after = any(readable(e) for e in sim.logs[p][o + 1:limit[p]])
-        sim.expected["lost-write" if read_after else "lost-acked" if p in known else "unseen"] += 1
+        sim.expected[LOST_WRITE.name if read_after else LOST_ACKED.name if p in known else UNSEEN.name] += 1
 
 
 def _finish(sim: _Sim) -> Synthetic:
@@ -614,7 +616,7 @@ class Tally:
     added up part by part for a history in parts."""
 
     events: int = 0
-    expected: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ANOMALY_OF.values(), 0))
+    expected: dict[str, int] = field(default_factory=lambda: dict.fromkeys(NAMES, 0))
     sends: dict[str, int] = field(default_factory=lambda: {"ok": 0, "fail": 0, "info": 0})
     info_read: int = 0
     info_unread: int = 0

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from checkers import check as check_module
 from checkers.check import Options, check_history
-from checkers.driver_by_value import ValueRows
 from tests.checkers.reference import reference_counts
+
+
+# The warning every history without replica dumps beside it gets.
+NO_DUMPS = "replica-divergence was not checked: no replica dumps (disk/NODE.jsonl.gz) beside the history"
 
 
 class Hist:
@@ -40,9 +42,35 @@ class Hist:
         return self.add(process, "ok", "poll", records=[
             {"partition": p, "offset": o, "key": 0, "value": v} for p, o, v in records])
 
-    def assign(self, process, partitions) -> None:
-        self.add(process, "invoke", "assign", partitions=partitions)
-        self.add(process, "ok", "assign", partitions=partitions)
+    def assign(self, process, partitions, group=None, generation=None) -> None:
+        fields = {"group": group, "generation": generation} if group is not None else {}
+        self.add(process, "invoke", "assign", partitions=partitions, **fields)
+        self.add(process, "ok", "assign", partitions=partitions, **fields)
+
+    def process(self, process, *records, outcome="ok") -> int:
+        """A `process` of delivered records ((partition, offset, value) each);
+        `outcome` None: never completed. Returns the invocation's index."""
+        items = [{"partition": p, "offset": o, "value": v} for p, o, v in records]
+        at = self.add(process, "invoke", "process", records=items)
+        if outcome is not None:
+            self.add(process, outcome, "process", records=items)
+        return at
+
+    def commit(self, process, group, offsets: dict[int, int], outcome="ok") -> int:
+        """A commit of `group`'s offsets (partition -> the next offset); `outcome`
+        None: never completed. Returns the completion's index (or the invocation's)."""
+        items = [{"partition": p, "offset": o} for p, o in sorted(offsets.items())]
+        at = self.add(process, "invoke", "commit", group=group, offsets=items)
+        if outcome is not None:
+            at = self.add(process, outcome, "commit", group=group, offsets=items)
+        return at
+
+    def committed(self, process, group, returned: dict[int, int], final=False) -> int:
+        """A read of `group`'s committed offsets (partition -> offset, -1: none); its completion's index."""
+        self.add(process, "invoke", "committed", group=group, partitions=sorted(returned),
+                 **({"final": True} if final else {}))
+        return self.add(process, "ok", "committed",
+                        offsets=[{"partition": p, "offset": o} for p, o in sorted(returned.items())])
 
     def seek(self, process, partition, offset) -> None:
         self.add(process, "invoke", "seek", partition=partition, offset=offset)
@@ -109,22 +137,6 @@ def every_role() -> Hist:
     return h
 
 
-@pytest.fixture
-def driver_frames(monkeypatch) -> list:
-    """The by-value frames a check makes on the driver (checkers/driver_by_value.py),
-    by their number of values, in the order made: empty where Spark made them."""
-    written: list = []
-
-    class Counting(ValueRows):
-        def aggregate(self, logs):
-            columns = super().aggregate(logs)
-            written.append(len(columns["value"]))
-            return columns
-
-    monkeypatch.setattr(check_module, "ValueRows", Counting)
-    return written
-
-
 def without_timing(results: dict) -> dict:
     """results.json but the checker's own facts (time, stages, engine): what
     two ways of checking one history must agree on."""
@@ -138,21 +150,32 @@ def hist():
 
 @pytest.fixture
 def check(spark, tmp_path):
-    """Check a Hist with the Spark checker; also compare the reference's
-    counts, and the whole results of the check with its by-value and
-    by-position passes in Spark rather than on the driver (a history over
-    `--driver-frames-up-to`)."""
+    """Check a Hist with Spark's engine; also compare the reference's counts,
+    and the whole results of the in-process engine (`--engine local`)."""
 
-    def run(h: Hist, run_json: dict | None = None, parquet: bool = False, **options) -> dict:
+    def run(h: Hist, run_json: dict | None = None, parquet: bool = False, dumps: dict | None = None,
+            **options) -> dict:
         path = h.write(tmp_path, run_json, parquet)
+        if dumps is not None:
+            write_dumps(tmp_path, dumps)
         results = check_history(path, Options(**options), spark=spark)
         counts = {k: v["count"] for k, v in results["anomalies"].items()}
-        reference = reference_counts(h.events)
+        reference = reference_counts(h.events, dumps)
         assert counts == {k: reference[k] for k in counts}, "Spark and the reference disagree"
-        if "driver_frames_up_to" not in options:
-            in_spark = check_history(path, Options(**options, driver_frames_up_to=0), spark=spark)
-            assert without_timing(in_spark) == without_timing(results), "the driver's passes and Spark's disagree"
+        if options.get("engine") != "local":
+            local = check_history(path, Options(**{**options, "engine": "local"}))
+            assert without_timing(local) == without_timing(results), "the in-process engine and Spark's disagree"
         results["counts_by_anomaly"] = counts
         return results
 
     return run
+
+
+def write_dumps(folder: Path, dumps: dict[str, list[list[int]]]) -> None:
+    """Replica dumps (docs/history.md, "Replica logs at the end") beside a history."""
+    import gzip
+
+    (folder / "disk").mkdir(exist_ok=True)
+    for node, records in dumps.items():
+        with gzip.open(folder / "disk" / f"{node}.jsonl.gz", "wb") as f:
+            f.write(b"".join(json.dumps(r).encode() + b"\n" for r in records))

@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 
-def reference_counts(events: list[dict]) -> dict[str, int]:
+def reference_counts(events: list[dict], dumps: dict[str, list[list[int]]] | None = None) -> dict[str, int]:
+    """Every anomaly's count; `dumps`: each node's replica records at the end,
+    [partition, offset, epoch, key, value] (docs/history.md)."""
     client = [e for e in events if e["process"] != "nemesis"]
 
     # Sends by value.
@@ -132,6 +134,108 @@ def reference_counts(events: list[dict]) -> dict[str, int]:
     counts["nonmonotonic-send"] = sum(
         1 for sends in by_proc.values() for (_, a), (_, b) in zip(sorted(sends), sorted(sends)[1:]) if b < a)
 
+    counts.update(_groups(client, reads, final_read, ends))
+
+    # Replicas: at an offset below the final end that the final reads returned
+    # values at, a node's record with another value.
+    final_values: dict[tuple[int, int], set] = defaultdict(set)
+    for (_, _, p, o, v), fin in zip(reads, final_read):
+        if fin and p in ends and o < ends[p]:
+            final_values[(p, o)].add(v)
+    diverged = set()
+    for records in (dumps or {}).values():
+        for p, o, _epoch, _key, v in records:
+            if (p, o) in final_values and v not in final_values[(p, o)]:
+                diverged.add((p, o))
+    counts["replica-divergence"] = len(diverged)
+
     counts["_info_read"] = sum(1 for v, oc in outcome.items() if oc == "info" and v in read_values)
     counts["_info_unread"] = sum(1 for v, oc in outcome.items() if oc == "info" and v not in read_values)
+    return counts
+
+
+def _paired(client: list[dict], f: str) -> list[tuple[dict, dict | None]]:
+    """Each invocation of `f` with its completion (the k-th of its process answers the k-th), None if none."""
+    pending: dict[int, list[dict]] = defaultdict(list)
+    pairs: list[list] = []
+    for e in client:
+        if e["f"] != f:
+            continue
+        if e["type"] == "invoke":
+            pairs.append([e, None])
+            pending[e["process"]].append(pairs[-1])
+        elif pending[e["process"]]:
+            pending[e["process"]].pop(0)[1] = e
+    return [(inv, comp) for inv, comp in pairs]
+
+
+def _groups(client: list[dict], reads: list, final_read: list, ends: dict) -> dict[str, int]:
+    """consumer-loss, redelivery and lost-commit, as docs/history.md's "Consumer groups" reads."""
+    member: dict[int, str] = {}
+    for e in client:
+        if e["f"] in ("assign", "commit", "committed") and isinstance(e.get("group"), str):
+            member.setdefault(e["process"], e["group"])
+    processed = _paired(client, "process")
+    processing = {member[inv["process"]] for inv, _ in processed if inv["process"] in member}
+    # Each group's final committed offsets: its last final read's.
+    final_committed: dict[tuple[str, int], int] = {}
+    last_at: dict[tuple[str, int], int] = {}
+    committed = _paired(client, "committed")
+    for inv, comp in committed:
+        if comp is None or comp["type"] != "ok" or not inv.get("final"):
+            continue
+        for item in comp["offsets"]:
+            key = (inv["group"], item["partition"])
+            if key not in last_at or last_at[key] < comp["index"]:
+                last_at[key], final_committed[key] = comp["index"], item["offset"]
+    lowest: dict[tuple[str, int], int] = {}
+    for process, _, p, o, _ in reads:
+        if process in member:
+            key = (member[process], p)
+            lowest[key] = min(lowest.get(key, o), o)
+    handled: set = set()
+    processed_ok: dict[tuple[str, int], int] = defaultdict(int)
+    for inv, comp in processed:
+        g = member.get(inv["process"])
+        if g is None:
+            continue
+        if comp is None or comp["type"] in ("ok", "info"):
+            for rec in (comp or inv)["records"]:
+                handled.add((g, rec["value"]))
+        if comp is not None and comp["type"] == "ok":
+            for rec in comp["records"]:
+                processed_ok[(g, rec["value"])] += 1
+    loss = set()
+    for (_, _, p, o, v), fin in zip(reads, final_read):
+        if not (fin and p in ends and o < ends[p]):
+            continue
+        for g in processing:
+            c = final_committed.get((g, p), -1)
+            d = lowest.get((g, p))
+            if c >= 0 and d is not None and d <= o < c and (g, v) not in handled:
+                loss.add((g, v))
+    counts = {"consumer-loss": len(loss),
+              "redelivery": sum(1 for (g, _), n in processed_ok.items() if n >= 2 and g in processing)}
+    # lost-commit: a committed read below an acknowledged commit no lower commit took back.
+    commits = [e for e in client if e["f"] == "commit" and isinstance(e.get("group"), str)]
+    lost = 0
+    for inv, comp in committed:
+        if comp is None or comp["type"] != "ok":
+            continue
+        for item in comp["offsets"]:
+            g, p, returned = inv["group"], item["partition"], item["offset"]
+            for c in commits:
+                if c["type"] != "ok" or c["group"] != g or c["index"] >= inv["index"]:
+                    continue
+                for off in (x["offset"] for x in c["offsets"] if x["partition"] == p):
+                    taken_back = any(j["type"] == "invoke" and j["group"] == g and c["index"] < j["index"] < comp["index"]
+                                     and any(x["partition"] == p and x["offset"] < off for x in j["offsets"])
+                                     for j in commits)
+                    if off > returned and not taken_back:
+                        break
+                else:
+                    continue
+                lost += 1
+                break
+    counts["lost-commit"] = lost
     return counts

@@ -184,8 +184,7 @@ def test_unreadable_run_json(tmp_path, capsys):
     (["--allow", "lost-writes"], ["lost-writes", "not an anomaly"]),
     (["--spark-conf", "novalue"], ["KEY=VALUE"]),
     (["--no-such-flag"], ["unrecognized arguments"]),
-    (["--driver-frames-up-to", "-1"], ["--driver-frames-up-to -1", "0 or more"]),
-    (["--driver-frames-up-to", "lots"], ["--driver-frames-up-to", "invalid int"]),
+    (["--engine", "duckdb"], ["--engine", "invalid choice"]),
 ])
 def test_bad_options(tmp_path, capsys, argv, words):
     (tmp_path / "history.jsonl").write_text(lines(GOOD))

@@ -7,6 +7,7 @@ import gzip
 import json
 
 from checkers.explain import evidence_run, explain, explain_run, load_disk, load_states, scan, wanted
+from checkers.registry import STORIES
 from core.history.files import resolve
 from core.history.parquet import write_parquet
 from harness.check import add_explanations
@@ -72,7 +73,7 @@ def test_lost_acked_story_names_the_truncation_the_replacement_and_the_disks(his
     assert results["counts_by_anomaly"]["lost-acked"] == 1
     _states(tmp_path / "states.jsonl", STATES)
     _disk(tmp_path / "disk", DISK)
-    stories = explain_run(resolve(tmp_path), results, ENDS)
+    stories = explain_run(resolve(tmp_path), results, STORIES, ENDS)
     [story] = _by(stories, "lost-acked")
     assert story["summary"] == ("10, acknowledged at 0:0 by n1 (epoch 0) at 0.1 s and read at 0.3 s, is not in "
                                 "the topic at the end: n1 truncated partition 0 to 0 at 0.9 s following n2 "
@@ -82,7 +83,7 @@ def test_lost_acked_story_names_the_truncation_the_replacement_and_the_disks(his
         (0.1, "acknowledged at 0:0 by n1 (epoch 0, ISR n1,n2,n3) at 0.1 s", 1, None, None),
         (0.2, "committed: the HW of partition 0 was 1 at 0.2 s (leader n1)", None, 3, None),
         (0.3, "read at 0:0 by process 2 at 0.3 s, from n1 (epoch 0)", 3, None, None),
-        (0.4, "fault start-partition n1 | n2 n3 from 0.4 s to 0.8 s", 4, None, None),
+        (0.4, "fault start-partition n1 | n2 n3 from 0.4 s to 0.9 s", 4, None, None),
         (0.5, "n2 (epoch 1, ISR n2,n3) leads partition 0 from 0.5 s", None, 4, None),
         (0.7, "20 written at 0:0 by n2 (epoch 1) at 0.7 s", 7, None, None),
         (0.9, "n1 truncated 0:0.. at 0.9 s (log end 1), following n2 (epoch 1): leader epoch", None, 6, None),
@@ -94,18 +95,18 @@ def test_lost_acked_story_names_the_truncation_the_replacement_and_the_disks(his
     assert other["summary"] == ("partition 0 offset 0 held 10 and 20: n1 truncated it at 0.9 s following n2 "
                                 "(epoch 1).")
     assert [s["text"] for s in other["steps"]][:2] == ["10 written at 0:0 by n1 (epoch 0) at 0.1 s",
-                                                      "fault start-partition n1 | n2 n3 from 0.4 s to 0.8 s"]
+                                                      "fault start-partition n1 | n2 n3 from 0.4 s to 0.9 s"]
 
 
 def test_a_bare_history_still_gets_its_stories(hist, check, tmp_path):
     _lost_history(hist)
     results = check(hist)
-    stories = explain(resolve(tmp_path), results, fault_ends=ENDS)
+    stories = explain(resolve(tmp_path), results, STORIES, fault_ends=ENDS)
     [story] = _by(stories, "lost-acked")
     assert story["summary"] == "10, acknowledged at 0:0 at 0.1 s and read at 0.3 s, is not in the topic at the end: 20 took offset 0."
     assert [s["text"] for s in story["steps"]] == [
         "10 sent by process 1 at 0.0 s", "acknowledged at 0:0 at 0.1 s", "read at 0:0 by process 2 at 0.3 s",
-        "fault start-partition n1 | n2 n3 from 0.4 s to 0.8 s", "20 written at 0:0 at 0.7 s",
+        "fault start-partition n1 | n2 n3 from 0.4 s to 0.9 s", "20 written at 0:0 at 0.7 s",
         "the final reads of partition 0 (to offset 1) do not hold it"]
     # The report's section links every step to its event and escapes what it shows.
     results["explanations"] = stories
@@ -129,7 +130,7 @@ def test_dirty_read_story(hist, check, tmp_path):
         {"time": 4 * S // 10, "kind": "truncation", "node": "n3", "partition": 0, "offset": 0, "log_end": 1,
          "epoch": 3, "leader": "n1", "reason": "leader epoch"}])
     _disk(tmp_path / "disk", {"n1": [[0, 0, 3, 0, 20]], "n3": [[0, 0, 3, 0, 20]]})
-    [story] = _by(explain_run(resolve(tmp_path), results, ENDS), "dirty-read")
+    [story] = _by(explain_run(resolve(tmp_path), results, STORIES, ENDS), "dirty-read")
     assert story["summary"] == ("10 was read at 0:0 from n3 (epoch 2) at 0.3 s, its send's outcome unknown (info), "
                                 "and the topic did not keep it: n3 truncated partition 0 to 0 at 0.4 s; "
                                 "20 took offset 0.")
@@ -152,7 +153,7 @@ def test_duplicate_and_poll_skip_stories(hist, check, tmp_path):
     _tenths(hist)
     results = check(hist)
     _disk(tmp_path / "disk", {"n1": [[0, 0, 0, None, 10], [0, 1, 0, None, 10], [0, 2, 0, None, 25]]})
-    stories = explain_run(resolve(tmp_path), results, ENDS)
+    stories = explain_run(resolve(tmp_path), results, STORIES, ENDS)
     [dup] = _by(stories, "duplicate")
     assert dup["summary"] == "10 is at 2 positions, 0:0, 0:1 (sent once, acknowledged at 0:1 at 0.1 s)."
     assert [s["text"] for s in dup["steps"]] == [
@@ -180,8 +181,8 @@ def test_loading_states_and_disk_keeps_only_what_the_stories_need(tmp_path):
     assert load_states(tmp_path / "nope.jsonl") is None
     _disk(tmp_path / "disk", {"n1": [[0, 0, 0, 1, 10], [0, 1, 0, 1, 11], [1, 0, 2, None, "text"]]})
     _, values, positions, _ = wanted({"anomalies": {"lost-acked": {"examples": [
-        {"value": 11, "partition": 1, "offset": 0, "invoke_index": 0, "ack_index": 1}]}}})
-    disk = load_disk(tmp_path / "disk", values, positions)
+        {"value": 11, "partition": 1, "offset": 0, "invoke_index": 0, "ack_index": 1}]}}}, STORIES)
+    disk = load_disk(tmp_path, values, positions)
     assert disk.at == {"n1": {1 << 40: (2, "text")}} and disk.where == {"n1": {11: [(0, 1, 0)]}}
     assert disk.ends == {"n1": {0: 2, 1: 1}}
     assert load_disk(tmp_path / "none", values, positions) is None
@@ -211,7 +212,7 @@ def test_a_fact_two_values_share_is_told_once(hist, check, tmp_path):
         {"time": 0, "kind": "partition", "partition": 0, "leader": "n1", "epoch": 0, "isr": ["n1", "n2"], "hw": 0},
         {"time": 4 * S // 10, "kind": "partition", "partition": 0, "leader": "n1", "epoch": 0,
          "isr": ["n1", "n2"], "hw": 2}])
-    [story] = _by(explain_run(resolve(tmp_path), results, ENDS), "nonmonotonic-send")
+    [story] = _by(explain_run(resolve(tmp_path), results, STORIES, ENDS), "nonmonotonic-send")
     texts = [s["text"] for s in story["steps"]]
     assert texts.count("committed: the HW of partition 0 was 2 at 0.4 s (leader n1)") == 1, texts
 
@@ -224,11 +225,11 @@ def test_missing_records_are_looked_up_on_every_replicas_disk(hist, check, tmp_p
         (tmp_path / name).mkdir()
         hist.write(tmp_path / name)
     _disk(tmp_path / "gone" / "disk", DISK)  # no replica holds 10
-    gone = evidence_run(resolve(tmp_path / "gone"), results, ENDS)
+    gone = evidence_run(resolve(tmp_path / "gone"), results, STORIES, ENDS)
     assert gone["on_disk"] == {"lost-acked": {"checked": 1, "on_no_disk": 1, "on_disk": 0,
                                               "nodes": ["n1", "n2", "n3"], "examples": []}}
     _disk(tmp_path / "kept" / "disk", {**DISK, "n3": [[0, 1, 0, 0, 10]]})  # n3 still has it, elsewhere
-    kept = evidence_run(resolve(tmp_path / "kept"), results, ENDS)
+    kept = evidence_run(resolve(tmp_path / "kept"), results, STORIES, ENDS)
     assert kept["on_disk"]["lost-acked"] == {
         "checked": 1, "on_no_disk": 0, "on_disk": 1, "nodes": ["n1", "n2", "n3"],
         "examples": [{"value": 10, "partition": 0, "offset": 0,
@@ -237,7 +238,7 @@ def test_missing_records_are_looked_up_on_every_replicas_disk(hist, check, tmp_p
         "<p>On disk at the end: of 1 lost-acked records, 0 are on no replica&#x27;s disk (lost from the log) "
         "and 1 are still on a replica (the log has them; reads missed them), e.g. 10 on n3 at 0:1.</p>")
     # Without dumps there is nothing to say, and the stories stand alone.
-    assert "on_disk" not in evidence_run(resolve(tmp_path / "bare"), results, ENDS)
+    assert "on_disk" not in evidence_run(resolve(tmp_path / "bare"), results, STORIES, ENDS)
 
 
 def test_a_history_in_parts_is_scanned_part_by_part_with_the_same_facts(hist, tmp_path):

@@ -256,18 +256,26 @@ def test_columns_read_in_small_batches_are_the_columns_read_at_once(tmp_path):
     # nor the pairing of completions with invocations that came batches before.
     import numpy as np
 
+    from checkers.history_read import HistoryRead
     from checkers.liveness import Columns
-    from checkers.reading import read_files
+    from core.history.batches import file_tables
     from core.history.parquet import write_parquet
     from harness.synthetic import Plan, generate
 
-    path = tmp_path / "history.parquet"
-    write_parquet(generate(Plan(events=5_000, seed=5, lost=1, dirty_reads=1)).events, path)
-    whole, batched = read_files([path], batch_rows=1_000_000), read_files([path], batch_rows=333)
-    rows = lambda r: sorted(tuple(x.values()) for x in r.histogram_rows())  # noqa: E731
-    assert rows(whole) == rows(batched) and whole.invokes == batched.invokes
+    events = generate(Plan(events=5_000, seed=5, lost=1, dirty_reads=1)).events
+    reads = []
+    for rows in (1_000_000, 333):
+        path = tmp_path / f"history-{rows}.parquet"
+        write_parquet(events, path, batch_rows=rows)
+        read = HistoryRead()
+        for table in file_tables(path):
+            read.add(table)
+        reads.append(read)
+    whole, batched = reads
+    histogram = lambda r: sorted(tuple(x.values()) for x in r.pairs.histogram_rows())  # noqa: E731
+    assert histogram(whole) == histogram(batched) and whole.pairs.invokes == batched.pairs.invokes
     assert whole.few == batched.few
-    whole, batched = whole.columns(), batched.columns()
+    whole, batched = whole.liveness.columns(), batched.liveness.columns()
     for name in Columns.__dataclass_fields__:
         a, b = getattr(whole, name), getattr(batched, name)
         assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b, name

@@ -141,25 +141,3 @@ def test_the_events_ahead_of_a_read_are_exact_for_parquet_and_guessed_for_jsonl(
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(b"PAR1 not a parquet file PAR1")
     assert load.events_ahead(resolve(broken)) == 0
-
-
-def test_the_schema_spark_is_given_is_the_one_it_would_infer_and_odd_types_leave_it_to_spark(spark, tmp_path):
-    """`load` hands Spark a history file's schema read by Arrow on the
-    driver (a cold check then starts sooner): for the contract's Parquet it
-    is the schema Spark infers itself. A type Spark has no match for (an
-    unsigned integer) gives no schema: Spark infers it then, as before."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    history = tmp_path / "history.parquet"
-    write_parquet(iter(GOOD), history)
-    inferred = spark.read.parquet(file_uri(history)).schema
-    assert load.spark_schema(history) is not None
-    given = spark.read.schema(load.spark_schema(history)).parquet(file_uri(history)).schema
-    assert given == inferred
-    odd = tmp_path / "odd.parquet"
-    pq.write_table(pa.table({"index": pa.array([0], pa.uint64()), "time": pa.array([1], pa.int64())}), odd)
-    assert load.spark_schema(odd) is None
-    assert load.spark_schema(tmp_path / "missing.parquet") is None
-    prepared = load.Prepared([odd], 1, "parquet")
-    assert load.load(spark, prepared).columns[:2] == ["index", "time"]

@@ -11,8 +11,10 @@ each test below says the right intervals, so each fails on that pairing.
 
 from __future__ import annotations
 
-from checkers import explain, liveness
+from checkers import liveness
 from checkers.explain import explain_run
+from checkers.registry import STORIES
+from core.history.faults import fault_intervals
 from core.history.files import resolve
 from harness import report, shrink
 from harness.check import fault_ends
@@ -46,24 +48,22 @@ def test_the_registry_pairs_every_stop_with_its_own_start():
     assert fault_ends() == ENDS and ENDS["start-partition"] == "stop-partition" and ENDS["pause"] == "resume"
 
 
-def test_liveness_fault_intervals_pair_each_stop_with_its_own_fault():
-    faults, heal = liveness.fault_intervals(nemesis_events(), ENDS)
-    got = [(f["fault"], f["start_ns"] / S, f["end_ns"] / S) for f in faults]
+def test_the_one_rule_pairs_each_stop_with_its_own_fault():
+    found = fault_intervals(nemesis_events(), ENDS)
+    got = [(i["f"], i["start"] / S, i["end"] / S) for i in found.intervals]
+    # From the start's invocation to the completion of what ended it.
     assert got == [("start-partition", 1.0, 3.1), ("pause", 2.0, 4.1), ("kill", 5.0, 6.6),
                    ("start-partition", 5.5, 6.1)]
-    assert heal == int(7.1 * S)
-
-
-def test_explain_fault_intervals_pair_each_stop_with_its_own_fault():
-    got = [(i["f"], i["start"] / S, i["end"] / S) for i in explain.fault_intervals(nemesis_events(), ENDS, 10 * S)]
-    # explain's intervals end at the stop's invocation.
-    assert got == [("start-partition", 1.0, 3.0), ("pause", 2.0, 4.0), ("kill", 5.0, 6.5),
-                   ("start-partition", 5.5, 6.0)]
+    assert found.final_heal == int(7.1 * S)
+    # A fault never ended lasts to the end given, else to the nemesis's last event.
+    open_ = nemesis_events()[:2]
+    assert [i["end"] for i in fault_intervals(open_, ENDS, 10 * S).intervals] == [10 * S]
+    assert [i["end"] for i in fault_intervals(open_, ENDS).intervals] == [int(1.1 * S)]
 
 
 def test_report_fault_intervals_pair_each_stop_with_its_own_fault():
     got = [(i["f"], i["start"] / S, i["end"] / S) for i in report.fault_intervals(nemesis_events(), 10 * S)]
-    # The report's shading ends at the stop's completion.
+    # The report's shading is the one rule's.
     assert got == [("start-partition", 1.0, 3.1), ("pause", 2.0, 4.1), ("kill", 5.0, 6.6),
                    ("start-partition", 5.5, 6.1)]
 
@@ -108,6 +108,6 @@ def test_the_whole_checker_measures_overlapping_faults_and_the_stories_name_both
     assert rows == [("start-partition", 1.0, 3.1, ["pause"]), ("pause", 2.0, 4.1, ["start-partition"]),
                     ("kill", 5.0, 6.6, ["start-partition"]), ("start-partition", 5.5, 6.1, ["kill"])]
     assert results["liveness"]["heal"] == 7.1
-    [story] = [s for s in explain_run(resolve(tmp_path), results, ENDS) if s["anomaly"] == "lost-acked"]
+    [story] = [s for s in explain_run(resolve(tmp_path), results, STORIES, ENDS) if s["anomaly"] == "lost-acked"]
     faults = [s["text"] for s in story["steps"] if s["text"].startswith("fault ")]
-    assert "fault start-partition from 1.0 s to 3.0 s" in faults and "fault pause from 2.0 s to 4.0 s" in faults
+    assert "fault start-partition from 1.0 s to 3.1 s" in faults and "fault pause from 2.0 s to 4.1 s" in faults

@@ -11,6 +11,7 @@ import pytest
 
 from checkers import check
 from checkers import spark as spark_module
+from checkers.engines import spark as spark_engine
 from checkers.spark import QUICK_START_JAVA, Beside, SessionStart, on_loopback
 from tests.checkers.test_bad_input import changed, lines
 from tests.support import fresh_python
@@ -47,7 +48,7 @@ def test_a_session_started_for_one_small_check_gets_the_quick_start_jvm(monkeypa
         raise _Started
 
     monkeypatch.setattr(spark_module, "get_session", started)
-    monkeypatch.setattr(check, "SMALL_EVENTS", small_events)
+    monkeypatch.setattr(spark_engine, "SMALL_EVENTS", small_events)
     for v in range(3):
         hist.send(0, v, 0, v)
     with pytest.raises(_Started):
@@ -131,10 +132,10 @@ def test_work_beside_runs_in_the_callers_job_group_and_hands_back_its_result_or_
 
 def test_the_driver_s_read_begins_its_threads_while_a_session_is_still_starting(spark, monkeypatch, tmp_path):
     # A check from the shell starts its session in a thread while the driver
-    # reads the history (SessionStart); liveness and the latencies begin in
-    # threads of their own at the read's end. A context half made then (no
-    # JVM handle yet) must not fail them: they run no Spark job and take
-    # none of its job group. A stand-in for that context, during the read.
+    # reads the history (SessionStart); liveness begins in a thread of its own
+    # at the read's end. A context half made then (no JVM handle yet) must not
+    # fail it: it runs no Spark job and takes none of its job group. A
+    # stand-in for that context, from the read's end until liveness began.
     from pyspark import SparkContext
 
     from tests.checkers.conftest import Hist
@@ -144,16 +145,23 @@ def test_the_driver_s_read_begins_its_threads_while_a_session_is_still_starting(
         h.send(0, v, 0, v)
     h.poll(1, (0, 0, 0), (0, 1, 1))
     path = h.write(tmp_path, parquet=True)
-    read = check._read_on_driver
+    started = SparkContext._active_spark_context
+    faults = check.HistoryRead.faults
 
-    def while_starting(*args, **kwargs):
-        started = SparkContext._active_spark_context
+    def while_starting(self):
         SparkContext._active_spark_context = object.__new__(SparkContext)  # no _jsc: still starting
-        try:
-            return read(*args, **kwargs)
-        finally:
-            SparkContext._active_spark_context = started
+        return faults(self)
 
-    monkeypatch.setattr(check, "_read_on_driver", while_starting)
-    results = check.check_history(path, check.Options(), spark=spark)
+    unfinished = check._unfinished_processing
+
+    def started_now(*args):  # the next step after liveness began
+        SparkContext._active_spark_context = started
+        return unfinished(*args)
+
+    monkeypatch.setattr(check.HistoryRead, "faults", while_starting)
+    monkeypatch.setattr(check, "_unfinished_processing", started_now)
+    try:
+        results = check.check_history(path, check.Options(), spark=spark)
+    finally:
+        SparkContext._active_spark_context = started
     assert results["counts"]["sends"]["ok"] == 4 and results["liveness"]["verdict"] == "ok"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from checkers.anomalies import ANOMALIES
+from checkers.registry import NAMES as ANOMALIES
 from harness.cli import main
 from harness.spec import build, expect_words, expectation, load_file
 from core.errors import UserError

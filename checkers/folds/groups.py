@@ -1,0 +1,44 @@
+"""Consumer groups' members (docs/history.md, "Consumer groups"): a process
+is a member of group G when it records an `assign`, `commit` or `committed`
+carrying G, and belongs to one group at most (a process in two refuses the
+history); the groups whose members record processing (`process`
+operations) are the ones whose handling is checked.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from core.errors import HistoryError
+from core.history.batches import Events
+
+GROUP_OPS = ("assign", "commit", "committed")
+
+
+class Groups:
+    """The fold (checkers/folds/__init__.py): `member` (process -> group id,
+    `Names.groups`' ids) and the processes that recorded a `process`."""
+
+    def __init__(self) -> None:
+        self.member: dict[int, int] = {}
+        self.processing: set[int] = set()  # processes
+
+    def add(self, ev: Events) -> None:
+        ops = [i for i in (ev.names.op(name) for name in GROUP_OPS) if i >= 0]
+        carrying = np.isin(ev.f, ops) & (ev.group >= 0) & (ev.process >= 0) if ops else None
+        if carrying is not None and carrying.any():
+            pairs = np.unique(np.stack((ev.process[carrying], ev.group[carrying])), axis=1)
+            for process, group in zip(pairs[0].tolist(), pairs[1].tolist()):
+                known = self.member.setdefault(process, group)
+                if known != group:
+                    names = {i: name for name, i in ev.names.groups.items()}
+                    at = int(ev.index[carrying & (ev.process == process) & (ev.group == group)][0])
+                    raise HistoryError(f"index {at}: process {process} is a member of group {names[group]!r}, "
+                                       f"after {names[known]!r} (a process belongs to one group at most)")
+        processing = ev.is_op("process")
+        if processing.any():
+            self.processing.update(np.unique(ev.process[processing]).tolist())
+
+    def processing_groups(self) -> set[int]:
+        """The groups a member of which recorded a `process`."""
+        return {self.member[p] for p in self.processing if p in self.member}

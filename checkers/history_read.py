@@ -1,0 +1,98 @@
+"""The driver's one read of a history, while it is validated.
+
+`checkers.load.prepare` validates the history batch by batch and hands each
+batch, in order, to `HistoryRead`: `digest` decodes it (its columns as
+NumPy arrays, core/history/batches.py) and, for the in-process engine,
+makes the kernel's rows of it (checkers/kernel/extract.py), in a thread of
+its own; `absorb` hands it to every fold (checkers/folds/), in order. Once
+the history is read, `facts` gathers what the kernel's shards need of the
+whole history.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from checkers.folds import FOLDS, Few, Groups, LivenessColumns, Pairs, Reads, Restarts
+from checkers.folds.few import committed_reads, faults, final_committed, final_logs
+from checkers.kernel import rows as r
+from checkers.kernel.extract import extract
+from checkers.kernel.facts import Facts
+from core.history.batches import Events, Names, decode
+
+
+class HistoryRead:
+    """What the driver takes from the history as it validates it (module
+    docstring); `rows`: the kernel's rows of every batch, where kept."""
+
+    def __init__(self, keep_rows: bool = False) -> None:
+        self.names = Names()
+        self.folds = [fold() for fold in FOLDS]
+        self.rows: list[r.Rows] | None = [] if keep_rows else None
+
+    def fold(self, kind):
+        return next(f for f in self.folds if isinstance(f, kind))
+
+    def digest(self, table) -> Events | None:
+        """The first half of a batch's read (any thread, in order): decoded,
+        and its rows made where they are kept. None for an empty batch."""
+        if not table.num_rows:
+            return None
+        ev = decode(table, self.names)
+        if self.rows is not None:
+            self.rows.append(extract(ev))
+        return ev
+
+    def absorb(self, ev: Events | None) -> None:
+        """The second half (in order): the batch to every fold."""
+        if ev is None:
+            return
+        for fold in self.folds:
+            fold.add(ev)
+
+    def add(self, table) -> None:
+        """Both halves of one batch."""
+        self.absorb(self.digest(table))
+
+    @property
+    def few(self) -> list[dict]:
+        return self.fold(Few).rows
+
+    def faults(self) -> list[dict]:
+        return faults(self.few)
+
+    def facts(self, fold: dict[int, int], replica_nodes: list[str]) -> Facts:
+        """What the kernel's shards need of the whole history; offsets folded by `fold` (checkers/offsets.py)."""
+        reads, groups = self.fold(Reads), self.fold(Groups)
+        committed = committed_reads(self.few, self.names, fold)
+        first_delivered: dict[tuple[int, int], int] = {}
+        for (process, partition), low in reads.lowest_of.items():
+            group = groups.member.get(process)
+            if group is not None:
+                key = (group, partition)
+                first_delivered[key] = min(first_delivered.get(key, low), low)
+        return Facts(logs=final_logs(self.few, fold),
+                     max_read={p: fold.get(o, o) for p, o in reads.highest.items()},
+                     restarts=self.fold(Restarts).restarts,
+                     groups=sorted(self.names.groups, key=self.names.groups.get),
+                     member=dict(groups.member), processing=groups.processing_groups(), committed=committed,
+                     final_committed=final_committed(committed),
+                     first_delivered={key: fold.get(o, o) for key, o in first_delivered.items()},
+                     replica_nodes=list(replica_nodes))
+
+    def unanswered(self, op: str) -> np.ndarray:
+        """The indexes of the invocations of `op` no completion answered."""
+        i = self.names.op(op)
+        return self.fold(Pairs).unanswered(i) if i >= 0 else np.empty(0, np.int64)
+
+    @property
+    def liveness(self) -> LivenessColumns:
+        return self.fold(LivenessColumns)
+
+    @property
+    def pairs(self) -> Pairs:
+        return self.fold(Pairs)
+
+    @property
+    def reads(self) -> Reads:
+        return self.fold(Reads)

@@ -1,0 +1,262 @@
+"""The by-value frame: a row per value a shard's sends or reads hold.
+
+Every row of a value is in its shard (the first stage's shards are sets of
+values), so whatever a definition asks of one value is decided here: its
+send's invocation and completion, every position it was acknowledged or
+read at, which of its reads are final reads, and whether the final log of
+each partition it was read from holds it. Each column is a minimum, a
+maximum or an "any" over the value's rows of one role, -1 where the value
+has none; the rows are each reduced into their value's row in one
+compiled pass (checkers/compiled.py).
+
+What the second stage needs of the values, handed on as rows
+(checkers/kernel/rows.py): each acknowledged send with its invocation
+(ACK: send order, and the positions acknowledged), each position a value
+was read at that is not its acknowledged one (EXTRA: with the
+acknowledgements, every position known to hold a value), and, where
+asked, the final logs' records (FINAL).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from checkers.compiled import compiled, lower_at, raise_at
+from checkers.kernel import rows as r
+from checkers.kernel.facts import Facts, in_brackets, lookup
+from checkers.key_rows import key_rows
+from core.history.format import MAX_OFFSET, MAX_PARTITION
+
+NONE = r.NONE
+OK, FAIL, INFO = r.SEND_OK, r.SEND_FAIL, r.SEND_INFO  # a send's outcome: the kind of its completion's row
+_INVOKE = r.SEND_INVOKE
+_POS_BITS = r.POS_BITS
+_PART_BITS = MAX_PARTITION.bit_length()
+
+
+@dataclass
+class ByValue:
+    """The by-value frame (module docstring): NumPy columns, a row per value."""
+
+    value: np.ndarray
+    inv_index: np.ndarray  # the send's invocation (its first, and last: two are refused)
+    inv_last: np.ndarray
+    comp_index: np.ndarray  # its completion (first and last)
+    comp_last: np.ndarray
+    process: np.ndarray  # the least and greatest process of its send's events
+    process_max: np.ndarray
+    outcome: np.ndarray  # OK, FAIL, INFO, or -1: no completion
+    ack_pos: np.ndarray  # where an ok completion put it
+    read_index: np.ndarray  # its first read, any
+    first_pos: np.ndarray  # the least and greatest of its acknowledged and read positions
+    last_pos: np.ndarray
+    ack_read_index: np.ndarray  # its first read at its acknowledged position
+    ack_in_final: np.ndarray  # bool: the final log of its acknowledged partition holds it
+    dirty_index: np.ndarray  # its first read during the run from a partition whose final log is known and
+    dirty_partition: np.ndarray  # does not hold it, and that partition
+    # From the facts, by partition: the highest offset read of its acknowledged partition, where that
+    # partition's final log ends, and where the final log of `dirty_partition` ends.
+    max_read_offset: np.ndarray = field(default=None)
+    final_end: np.ndarray = field(default=None)
+    dirty_final_end: np.ndarray = field(default=None)
+    reads: r.Rows = field(default_factory=r.Rows.empty, repr=False)  # the shard's reads, for examples
+    read_row: np.ndarray = field(default=None, repr=False)  # each read's row
+
+    def __post_init__(self) -> None:
+        self.ack_partition = np.where(self.ack_pos >= 0, self.ack_pos >> r.POS_BITS, NONE)
+        self.ack_offset = np.where(self.ack_pos >= 0, self.ack_pos & MAX_OFFSET, NONE)
+        self.ok, self.fail, self.info = self.outcome == OK, self.outcome == FAIL, self.outcome == INFO
+        self.invoked, self.completed = self.inv_index >= 0, self.comp_index >= 0
+        self.read = self.read_index >= 0
+        self.unfinished = self.invoked & ~self.completed
+        self.unsettled = (self.outcome == NONE) | self.info  # no send of it completed ok or fail
+        self.first_seen = np.where((self.read_index >= 0) & ((self.comp_index < 0) | (self.read_index < self.comp_index)),
+                                   self.read_index, self.comp_index)
+
+    def with_facts(self, facts: Facts) -> "ByValue":
+        self.max_read_offset = lookup(facts.max_read, self.ack_partition)
+        self.final_end = lookup(facts.logs.ends, self.ack_partition)
+        self.dirty_final_end = lookup(facts.logs.ends, self.dirty_partition)
+        self.read_past = self.ok & (self.ack_offset < self.max_read_offset)
+        return self
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+    def positions(self, at: np.ndarray) -> list[list[dict]]:
+        """The distinct positions of rows `at` (acknowledged, and read, each
+        with its first read there), each value's in order of position."""
+        found: list[dict[tuple[int, int], dict]] = [{} for _ in range(len(at))]
+        place = {int(row): i for i, row in enumerate(at.tolist())}
+        for i, row in enumerate(at.tolist()):
+            if self.outcome[row] == OK:
+                p = int(self.ack_pos[row])
+                found[i][(p >> r.POS_BITS, p & MAX_OFFSET)] = {"ack_index": int(self.comp_index[row])}
+        hit = np.flatnonzero(np.isin(self.read_row, at))
+        order = hit[np.lexsort((self.reads.index[hit], self.reads.pos[hit], self.read_row[hit]))]
+        for row, pos, index in zip(self.read_row[order].tolist(), self.reads.pos[order].tolist(),
+                                   self.reads.index[order].tolist()):
+            refs = found[place[row]].setdefault((pos >> r.POS_BITS, pos & MAX_OFFSET), {})
+            refs.setdefault("read_index", index)
+        return [[{"partition": p, "offset": o, **refs[(p, o)]} for p, o in sorted(refs)] for refs in found]
+
+
+def by_value(rows: r.Rows, facts: Facts) -> tuple[ByValue, r.Rows]:
+    """The frame of a shard's sends and reads, and the rows it hands on to
+    the second stage (ACK, EXTRA, and FINAL where `facts` asks for them)."""
+    sends = rows.of_kinds((r.SEND_INVOKE, r.SEND_OK, r.SEND_FAIL, r.SEND_INFO))
+    reads = rows.of_kinds((r.READ,))
+    values, row_of = key_rows([sends.value, reads.value])
+    n = len(values)
+    send_row, read_row = row_of(sends.value), row_of(reads.value)
+    inv_min, inv_max, comp_min, comp_max, proc_min, proc_max, ack_pos = (np.full(n, NONE, np.int64)
+                                                                         for _ in range(7))
+    outcome = np.full(n, NONE, np.int8)
+    _reduce_sends(send_row, sends.kind, sends.index, sends.process, sends.pos, inv_min, inv_max, comp_min,
+                  comp_max, proc_min, proc_max, outcome, ack_pos)
+    # Each read is final (in a final-reads bracket of its process), in its
+    # partition's final log (final, and below the log's known end), or read
+    # during the run from a partition whose final log is known.
+    logs = facts.logs
+    partition = reads.pos >> r.POS_BITS
+    end = lookup(logs.ends, partition)
+    final = in_brackets(reads.process, reads.index, logs.brackets)
+    in_final = final & (end >= 0) & ((reads.pos & MAX_OFFSET) < end)
+    in_run = ~final & (end >= 0)
+    read_index, ack_read_index = np.full(n, NONE, np.int64), np.full(n, NONE, np.int64)
+    first_pos, last_pos = ack_pos.copy(), ack_pos.copy()
+    ack_in_final = np.zeros(n, bool)
+    _reduce_reads(read_row, reads.pos, reads.index, in_final, ack_pos, read_index, first_pos, last_pos,
+                  ack_read_index, ack_in_final)
+    dirty_index, dirty_partition = _dirty(read_row, partition, reads.index, in_final, in_run, outcome, n)
+    frame = ByValue(values, inv_min, inv_max, comp_min, comp_max, proc_min, proc_max, outcome, ack_pos, read_index,
+                    first_pos, last_pos, ack_read_index, ack_in_final, dirty_index, dirty_partition,
+                    reads=reads, read_row=read_row).with_facts(facts)
+    handed = [_acks(frame), _extra(frame, read_row, reads)]
+    if facts.final_records_wanted:
+        handed.append(_distinct(r.FINAL, read_row[in_final], reads.pos[in_final], reads.index[in_final], values))
+    return frame, r.Rows.joined(handed)
+
+
+@compiled
+def _reduce_sends(rows, kind, index, process, pos, inv_min, inv_max, comp_min, comp_max, proc_min, proc_max,
+                  outcome, ack_pos):
+    """Each send event into its value's row (`rows`), in one pass."""
+    for i in range(len(rows)):
+        row, x = rows[i], index[i]
+        if kind[i] == _INVOKE:
+            lower_at(inv_min, row, x)
+            raise_at(inv_max, row, x)
+        else:
+            lower_at(comp_min, row, x)
+            raise_at(comp_max, row, x)
+            raise_at(outcome, row, kind[i])
+            if kind[i] == OK:
+                raise_at(ack_pos, row, pos[i])
+        lower_at(proc_min, row, process[i])
+        raise_at(proc_max, row, process[i])
+
+
+@compiled
+def _reduce_reads(rows, pos, index, in_final, ack_pos, read_index, first_pos, last_pos, ack_read_index,
+                  ack_in_final):
+    """Each read into its value's row, in one pass: its first read, its
+    least and greatest position (`first_pos` and `last_pos` begin as the
+    acknowledged one), its first read at its acknowledged position, and
+    whether the final log of its acknowledged partition holds it."""
+    for i in range(len(rows)):
+        row, p = rows[i], pos[i]
+        lower_at(read_index, row, index[i])
+        lower_at(first_pos, row, p)
+        raise_at(last_pos, row, p)
+        a = ack_pos[row]
+        if a >= 0:
+            if p == a:
+                lower_at(ack_read_index, row, index[i])
+            if in_final[i] and (p >> _POS_BITS) == (a >> _POS_BITS):
+                ack_in_final[row] = True
+
+
+def _dirty(read_row: np.ndarray, partition: np.ndarray, index: np.ndarray, in_final: np.ndarray,
+           in_run: np.ndarray, outcome: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per value whose send never settled (no ok or fail completion): its
+    first read during the run from a partition whose final log does not
+    hold it, and that partition (-1, -1: none). Such reads are few (the
+    reads of sends that timed out), so they are looked at one by one, per
+    (value, partition) pair."""
+    first, part = np.full(n, NONE, np.int64), np.full(n, NONE, np.int64)
+    unsettled = (outcome == NONE) | (outcome == INFO)
+    mine = unsettled[read_row]
+    candidates = np.flatnonzero(in_run & mine)
+    if not len(candidates):
+        return first, part
+    held = np.flatnonzero(in_final & mine)
+    kept = np.unique((read_row[held] << _PART_BITS) | partition[held])
+    pair = (read_row[candidates] << _PART_BITS) | partition[candidates]
+    dirty = candidates[~np.isin(pair, kept)]
+    dirty = dirty[np.lexsort((index[dirty], read_row[dirty]))]
+    take = np.concatenate(([True], read_row[dirty][1:] != read_row[dirty][:-1])) if len(dirty) else dirty.astype(bool)
+    dirty = dirty[take]
+    first[read_row[dirty]], part[read_row[dirty]] = index[dirty], partition[dirty]
+    return first, part
+
+
+def _acks(v: ByValue) -> r.Rows:
+    """Every acknowledged send, with its invocation and the first read there (ACK rows)."""
+    at = np.flatnonzero(v.ok & (v.ack_pos >= 0))
+    return r.Rows.of(r.ACK, len(at), value=v.value[at], pos=v.ack_pos[at], index=v.comp_index[at],
+                     process=v.process[at], x=v.inv_index[at], y=v.ack_read_index[at])
+
+
+def _extra(v: ByValue, read_row: np.ndarray, reads: r.Rows) -> r.Rows:
+    """Each position a value was read at that is not its acknowledged one,
+    with its first read there (EXTRA rows): few, in a history without
+    anomalies (the reads of sends that did not complete ok, and of foreign
+    values)."""
+    away = np.flatnonzero(reads.pos != v.ack_pos[read_row])
+    return _distinct(r.EXTRA, read_row[away], reads.pos[away], reads.index[away], v.value)
+
+
+def _distinct(kind: int, row: np.ndarray, pos: np.ndarray, index: np.ndarray, values: np.ndarray) -> r.Rows:
+    """Rows of `kind`, one per distinct (value's row, position), with the least index."""
+    if not len(row):
+        return r.Rows.empty()
+    order = np.lexsort((index, pos, row))
+    row, pos, index = row[order], pos[order], index[order]
+    first = np.concatenate(([True], (row[1:] != row[:-1]) | (pos[1:] != pos[:-1])))
+    return r.Rows.of(kind, int(first.sum()), value=values[row[first]], pos=pos[first], index=index[first])
+
+
+def counts(v: ByValue) -> dict[str, int]:
+    """The sends by outcome, and what the results' statistics say of them."""
+    unsure = v.info | v.unfinished
+    return {"ok": int(v.ok.sum()), "fail": int(v.fail.sum()), "info": int(v.info.sum()),
+            "unfinished": int(v.unfinished.sum()), "info_read": int((unsure & v.read).sum()),
+            "info_unread": int((unsure & ~v.read).sum()), "unknown_values": int((~v.invoked & v.read).sum()),
+            "send_invokes": int(v.invoked.sum())}
+
+
+# The contract's checks across a value's send events (docs/history.md), in
+# the order a history is refused by them: what is wrong, and the first event
+# of each found (its index).
+SEND_PROBLEMS = (
+    ("value sent twice (values must be unique across the history)", lambda v: v.inv_index != v.inv_last,
+     "inv_last"),
+    ("a send completion without an invocation of its value", lambda v: v.completed & ~v.invoked, "comp_index"),
+    ("a second completion of the same send", lambda v: v.comp_index != v.comp_last, "comp_last"),
+    ("a send completion before its invocation", lambda v: v.completed & v.invoked & (v.comp_index < v.inv_index),
+     "comp_index"),
+    ("a send completion by another process than its invocation's", lambda v: v.completed & (v.process_max != v.process),
+     "comp_index"),
+)
+
+
+def send_problems(v: ByValue) -> list[int]:
+    """The first index of each of SEND_PROBLEMS in the shard (-1: none)."""
+    found = []
+    for _, broken, column in SEND_PROBLEMS:
+        at = getattr(v, column)[broken(v)]
+        found.append(int(at.min()) if len(at) else NONE)
+    return found

@@ -1,0 +1,106 @@
+"""A batch of a history as the kernel's rows (checkers/kernel/rows.py).
+
+Every client event the anomalies read becomes rows, whatever the batch's
+place in the history: a send event one row, an ok poll a row per record
+(READ) and per run of them (RUN), a `process` completion a row per record,
+a commit a row per offset. Nothing here needs the rest of the history, so
+the in-process engine makes a batch's rows as it reads the batch, and
+Spark's executors make them from the row groups they read. The only fact
+taken from the whole history is which offsets to fold (`fold`,
+checkers/offsets.py), known once it is validated.
+
+A read run is records of one poll from one partition next to each other in
+the poll, their offsets rising by one (`offset - slot` the same): read
+order (checkers/kernel/read_order.py) looks only at the step into each run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from checkers.kernel import rows as r
+from core.history.batches import Events, flatten
+from core.history.format import FOLD_ABOVE, TYPES
+
+
+def extract(ev: Events, fold: dict[int, int] | None = None) -> r.Rows:
+    """The kernel's rows of one decoded batch, offsets folded by `fold` (true -> folded)."""
+    if not len(ev):
+        return r.Rows.empty()
+    fold = fold or {}
+    parts = [_sends(ev, fold)]
+    recs = ev.polled()
+    if len(recs):
+        offset = _folded(recs.offset, fold)
+        pos = r.packed(recs.partition, offset)
+        parts.append(r.Rows.of(r.READ, len(recs), value=recs.value, pos=pos, index=ev.index[recs.parent],
+                               process=ev.process[recs.parent]))
+        parts.append(_runs(ev, recs.parent, recs.slot, recs.partition, offset, recs.value))
+    for kind, type_ in ((r.PROCESSED_OK, "ok"), (r.PROCESSED_FAIL, "fail"), (r.PROCESSED_INFO, "info")):
+        done = ev.is_op("process") & ev.is_type(type_)
+        if done.any():
+            recs = flatten(ev.table, "records", done)
+            parts.append(r.Rows.of(kind, len(recs), value=recs.value,
+                                   pos=r.packed(recs.partition, _folded(recs.offset, fold)),
+                                   index=ev.index[recs.parent], process=ev.process[recs.parent]))
+    for kind, type_ in ((r.COMMIT_INVOKE, "invoke"), (r.COMMIT_OK, "ok"), (r.COMMIT_FAIL, "fail"),
+                        (r.COMMIT_INFO, "info")):
+        commits = ev.is_op("commit") & ev.is_type(type_)
+        if commits.any():
+            items = flatten(ev.table, "offsets", commits)
+            parts.append(r.Rows.of(kind, len(items), pos=r.packed(items.partition, _folded(items.offset, fold)),
+                                   index=ev.index[items.parent], process=ev.process[items.parent],
+                                   x=ev.group[items.parent]))
+    return r.Rows.joined(parts)
+
+
+# A send event's kind of row by its type (TYPES' index).
+_SEND_KIND = np.array([r.SEND_INVOKE, r.SEND_OK, r.SEND_FAIL, r.SEND_INFO], np.int8)
+assert TYPES == ("invoke", "ok", "fail", "info")
+
+
+def _sends(ev: Events, fold: dict[int, int]) -> r.Rows:
+    send = np.flatnonzero(ev.is_op("send"))
+    if not len(send):
+        return r.Rows.empty()
+    kind = _SEND_KIND[ev.typ[send]]  # every event's type is one of TYPES: validation refuses others
+    ok = kind == r.SEND_OK
+    pos = np.where(ok, r.packed(ev.partition[send], _folded(ev.offset[send], fold)), r.NONE)
+    key = np.where(kind == r.SEND_INVOKE, ev.key[send], r.NONE)
+    return r.Rows(kind, ev.value[send], pos, ev.index[send], ev.process[send], np.full(len(send), r.NONE), key)
+
+
+def _folded(offset: np.ndarray, fold: dict[int, int]) -> np.ndarray:
+    """Offsets with those of `fold` replaced by their folded values."""
+    if not fold or not len(offset) or int(offset.max()) <= FOLD_ABOVE:
+        return offset
+    out = offset.copy()
+    for true, folded in fold.items():
+        out[offset == true] = folded
+    return out
+
+
+def _runs(ev: Events, parent: np.ndarray, slot: np.ndarray, partition: np.ndarray, offset: np.ndarray,
+          value: np.ndarray) -> r.Rows:
+    """The read runs of a batch's ok polls' records (each with its poll's row, `parent`, in order)."""
+    n = len(parent)
+    if not n:
+        return r.Rows.empty()
+    shift = offset - slot
+    new = np.ones(n, bool)
+    new[1:] = (parent[1:] != parent[:-1]) | (partition[1:] != partition[:-1]) | (shift[1:] != shift[:-1])
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], n) - 1
+    poll = parent[starts]
+    return r.Rows.of(r.RUN, len(starts), value=value[starts], pos=r.packed(partition[starts], offset[starts]),
+                     index=ev.index[poll], process=ev.process[poll], x=value[ends],
+                     y=(slot[starts] << 32) | (ends - starts + 1))
+
+
+def replica_rows(node: int, partition: np.ndarray, offset: np.ndarray, epoch: np.ndarray, value: np.ndarray,
+                 numeric: np.ndarray, fold: dict[int, int] | None = None) -> r.Rows:
+    """A chunk of node number `node`'s disk dump (core/history/dumps.py's
+    columns) as REPLICA rows: y 1 where the record's value is no integer
+    (none the run wrote)."""
+    return r.Rows.of(r.REPLICA, len(partition), value=value, pos=r.packed(partition, _folded(offset, fold or {})),
+                     process=np.full(len(partition), node), x=epoch, y=(~numeric).astype(np.int64))
