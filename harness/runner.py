@@ -9,8 +9,8 @@ reverse order, also on Ctrl-C, SIGTERM or an error:
   workload + nemesis for --time-limit -> heal -> await recovery -> stop clients -> settle ->
   final reads -> stop the observer -> close history -> collect logs (and
   their truncations into states.jsonl) -> history.parquet ->
-  check (in the check service) -> results.json -> report.html
-  beside the check: disk dumps -> tear down (the stories wait for it)
+  disk dumps -> check (in the check service) -> results.json -> report.html
+  beside the check: tear down (the stories wait for it)
 
 After an interruption the history recorded so far is still checked and
 reported, and the exit status is 2 (the run was not carried out), with the
@@ -84,6 +84,9 @@ class Run:
     check_service: object = None  # where the history is checked (checkers/service.py), if one answers
     reads_ended: float | None = None  # time.monotonic() at the final reads' end: the check phase's start
     teardown: threading.Thread | None = None  # the teardown under way beside the check (_finish)
+    # Set by the teardown once the replicas' disks are dumped (or that step was passed):
+    # the check reads the dumps (replica-divergence), the rest of the teardown goes on beside it.
+    dumped: threading.Event = field(default_factory=threading.Event)
     follower: Follower | None = None  # converting the history to Parquet while it is written
 
 
@@ -481,6 +484,7 @@ def _finish(r: Run) -> None:
         r.teardown = threading.Thread(name="teardown", target=_undo, args=(r, (
             ("the observer's last samples", r.observer, lambda: r.observer.join()),
             ("dump the logs on disk", r.system, lambda: _dump_disk(r)),
+            ("hand the dumps to the check", r, r.dumped.set),
             ("stop the system", r.system, lambda: r.system.teardown(r.cluster)),
             ("unmount the faultfs", r.faultfs, lambda: _unmount_faultfs(r)),
             ("stop ZooKeeper", r.zookeeper, lambda: r.zookeeper.teardown(r.cluster)),
@@ -582,6 +586,8 @@ def _conclude(r: Run) -> int:
                 # SSH and dump parsing would take turns with it for the GIL (2 to 3
                 # times as long, measured); the check runs in the service's process.
                 _tear_down_beside(r)
+            if r.teardown is not None:
+                r.dumped.wait()  # the check reads the replicas' dumps; the rest of the teardown goes on
             checked = _check(r, Options(idempotent=r.spec.idempotent or None, fault_ends=fault_ends()))
             _torn_down(r)  # the stories read the disk dumps
             results = add_explanations(checked, r.dir.path)
