@@ -104,7 +104,7 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
             # JVM starts while the driver reads the history.
             starting = SessionStart(master=opts.master, conf=opts.spark_conf,
                                     java_options=QUICK_START_JAVA if ahead <= spark_engine.SMALL_EVENTS else "")
-        read = HistoryRead(keep_rows=not in_spark)
+        read = HistoryRead(keep_rows=not in_spark, shards=local_engine.SHARDS)
         t = time.monotonic()
         try:
             prepared = prepare(source, scratch, read.absorb, digest=read.digest)
@@ -134,10 +134,10 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
             with _sized(spark, opts.spark_conf):
                 partials = spark_engine.run(spark, prepared.files, facts, read.names, dumps, fold, extra, shards)
         else:
-            rows = r.Rows.joined(read.rows if not fold else _rows_again(prepared.files, fold))
+            batches = read.rows if not fold else _rows_again(prepared.files, fold, local_engine.SHARDS)
             read.rows = None
-            partials = local_engine.run(r.Rows.joined([rows, extra]), facts, dumps, fold)
-            del rows
+            partials = local_engine.run(batches + [extra.split(local_engine.SHARDS)], facts, dumps, fold)
+            del batches
         seconds["kernel"] = round(time.monotonic() - t, 3)
         found = merge(partials)
         problem = problem_message(found.problems)
@@ -200,20 +200,22 @@ def _sized(spark, user_conf: dict[str, str]):
 READ_COLUMNS = spark_engine.COLUMNS
 
 
-def _rows_again(files: list[Path], fold: dict[int, int]) -> list[r.Rows]:
+def _rows_again(files: list[Path], fold: dict[int, int], shards: int) -> list[list[r.Shard]]:
     """The kernel's rows of the history read again, offsets folded (a history
-    with offsets to fold is known only once it is read: rare)."""
+    with offsets to fold is known only once it is read: rare), each batch's
+    cut in `shards`."""
     read = HistoryRead()
-    return [extract(decode(table, read.names), fold) for file in files for table in file_tables(file, READ_COLUMNS)]
+    return [extract(decode(table, read.names), fold, shards)
+            for file in files for table in file_tables(file, READ_COLUMNS)]
 
 
-def _unfinished_processing(read: HistoryRead, files: list[Path], fold: dict[int, int]) -> r.Rows:
+def _unfinished_processing(read: HistoryRead, files: list[Path], fold: dict[int, int]) -> r.Shard:
     """The records of `process` invocations never completed (PROCESSED_OPEN
     rows): they may have been handled. Few: at most one per process, read
     from the history by their indexes."""
     indexes = read.unanswered("process")
     if not len(indexes):
-        return r.Rows.empty()
+        return r.Shard()
     events = events_at(files, indexes.tolist(), ("process", "records"))
     parts = []
     for index, e in sorted(events.items()):
@@ -223,7 +225,7 @@ def _unfinished_processing(read: HistoryRead, files: list[Path], fold: dict[int,
                                             np.array([fold.get(x["offset"], x["offset"]) for x in records],
                                                      np.int64)),
                                index=np.full(len(records), index), process=np.full(len(records), e["process"])))
-    return r.Rows.joined(parts)
+    return r.Shard({r.PROCESSED: r.Rows.joined(parts)})
 
 
 def _results(found: Found, read: HistoryRead, facts, faults: list[dict], promised: dict, opts: Options,

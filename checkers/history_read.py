@@ -25,10 +25,12 @@ class HistoryRead:
     """What the driver takes from the history as it validates it (module
     docstring); `rows`: the kernel's rows of every batch, where kept."""
 
-    def __init__(self, keep_rows: bool = False) -> None:
+    def __init__(self, keep_rows: bool = False, shards: int = 1) -> None:
         self.names = Names()
         self.folds = [fold() for fold in FOLDS]
-        self.rows: list[r.Rows] | None = [] if keep_rows else None
+        self.shards = shards
+        # Each batch's rows, cut in `shards` shards (checkers/kernel/rows.py: `Shard.split`).
+        self.rows: list[list[r.Shard]] | None = [] if keep_rows else None
 
     def fold(self, kind):
         return next(f for f in self.folds if isinstance(f, kind))
@@ -40,7 +42,7 @@ class HistoryRead:
             return None
         ev = decode(table, self.names)
         if self.rows is not None:
-            self.rows.append(extract(ev))
+            self.rows.append(extract(ev, shards=self.shards))
         return ev
 
     def absorb(self, ev: Events | None) -> None:

@@ -1,12 +1,16 @@
-"""The in-process engine: the kernel's two stages on one shard each, in this
-process, with no JVM (`harness check --engine local`): a quick look, a
-machine without Java, and fast tests. The rows come from the driver's read
-of the history (checkers/history_read.py keeps them), so the history is
-read once; the replicas' dumps are read here.
+"""The in-process engine: the kernel's two stages in this process, with no
+JVM (`harness check --engine local`): a quick look, a machine without Java,
+and fast tests. The rows come from the driver's read of the history
+(checkers/history_read.py keeps them, a batch's cut into `SHARDS` shards as
+it is read), so the history is read once; the replicas' dumps are read
+here. Each stage runs its shards in threads, one per core: the kernel's
+loops are compiled without Python's lock and NumPy's let it go.
 """
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from checkers.kernel import rows as r
@@ -16,10 +20,22 @@ from checkers.kernel.stages import first_stage, second_stage
 from core.history.dumps import columns, read_dump
 
 
-def run(rows: r.Rows, facts: Facts, dumps: dict[str, Path], fold: dict[int, int]) -> list[dict]:
-    """The partial results of the two stages over `rows` (every row of the
-    history) and the nodes' `dumps` (those of `facts.replica_nodes`)."""
-    handed, first = first_stage(rows, facts)
-    on_disk = [replica_rows(node, *columns(chunk), fold)
-               for node, name in enumerate(facts.replica_nodes) for chunk in read_dump(dumps[name])]
-    return [first, second_stage(r.Rows.joined([handed, *on_disk]), facts)]
+SHARDS = max(1, os.cpu_count() or 1)
+
+
+def run(batches: list[list[r.Shard]], facts: Facts, dumps: dict[str, Path], fold: dict[int, int]) -> list[dict]:
+    """The partial results of the two stages over `batches` (every batch of
+    the history, each cut in the same number of shards) and the nodes'
+    `dumps` (those of `facts.replica_nodes`)."""
+    k = len(batches[0]) if batches else 1
+    shards = [r.Shard.joined([batch[i] for batch in batches]) for i in range(k)]
+    del batches
+    with ThreadPoolExecutor(k, thread_name_prefix="kernel") as pool:
+        firsts = list(pool.map(lambda shard: first_stage(shard, facts), shards))
+        del shards
+        on_disk = r.Shard({r.REPLICAS: r.Rows.joined([replica_rows(node, *columns(chunk), fold)
+                                                      for node, name in enumerate(facts.replica_nodes)
+                                                      for chunk in read_dump(dumps[name])])})
+        handed = [shard.split(k) for shard, _ in firsts] + [on_disk.split(k)]
+        seconds = list(pool.map(lambda i: second_stage(r.Shard.joined([h[i] for h in handed]), facts), range(k)))
+    return [found for _, found in firsts] + seconds

@@ -35,8 +35,6 @@ from core.history.dumps import columns, read_dump
 # The history's columns the kernel's rows are made of.
 COLUMNS = ("index", "time", "process", "type", "f", "key", "value", "partition", "offset", "records", "offsets",
            "group")
-# Values go to the first stage's shards in blocks of 2**VALUE_BLOCK_BITS.
-VALUE_BLOCK_BITS = 16
 # Rows handed from one stage to the next at most in one Arrow batch.
 BATCH_ROWS = 1 << 20
 _HISTORY, _DUMP = 0, 1
@@ -65,8 +63,9 @@ def run(spark, files: list[Path], facts: Facts, names: Names, dumps: dict[str, P
     read = spark.createDataFrame(table).repartition(max(1, len(work))).mapInArrow(
         partial(_read, names=Names(names.ops, names.groups), fold=fold), r.SPARK_SCHEMA)
     if len(extra):
-        read = read.unionByName(spark.createDataFrame(pa.Table.from_batches([r.to_arrow(extra)]), r.SPARK_SCHEMA))
-    handed = read.repartition(shards, F.shiftright("value", VALUE_BLOCK_BITS)).mapInArrow(
+        read = read.unionByName(spark.createDataFrame(pa.Table.from_batches([r.to_arrow(extra.rows())]),
+                                                      r.SPARK_SCHEMA))
+    handed = read.repartition(shards, F.shiftright("value", r.VALUE_BLOCK_BITS)).mapInArrow(
         partial(_first, facts=facts), r.SPARK_SCHEMA_KEYED)
     results = handed.repartition(shards, "partition").mapInArrow(partial(_second, facts=facts), "result binary")
     return [orjson.loads(row["result"]) for row in results.collect()]
@@ -78,7 +77,7 @@ def _read(batches, names: Names, fold: dict[int, int]):
         for kind, path, part in zip(*(batch.column(i).to_pylist() for i in range(3))):
             if kind == _HISTORY:
                 for table in file_tables(Path(path), COLUMNS, [part]):
-                    yield from _batches(extract(decode(table, names), fold))
+                    yield from _batches(extract(decode(table, names), fold)[0].rows())
             else:
                 for chunk in read_dump(Path(path)):
                     yield from _batches(replica_rows(part, *columns(chunk), fold))
@@ -90,17 +89,18 @@ def _batches(rows: r.Rows, keyed: bool = False):
 
 
 def _first(batches, facts: Facts):
-    rows, _ = r.from_arrow(batches)
-    handed, found = first_stage(rows, facts)
-    yield from _batches(handed, keyed=True)
+    shard, _ = r.from_arrow(batches)
+    handed, found = first_stage(shard, facts)
+    del shard
+    yield from _batches(handed.rows(), keyed=True)
     yield r.to_arrow(r.Rows.empty(), keyed=True, results=[orjson.dumps(found)])
 
 
 def _second(batches, facts: Facts):
     import pyarrow as pa
 
-    rows, results = r.from_arrow(batches)
-    results.append(orjson.dumps(second_stage(rows, facts)))
+    shard, results = r.from_arrow(batches)
+    results.append(orjson.dumps(second_stage(shard, facts)))
     yield pa.RecordBatch.from_arrays([pa.array(results, pa.binary())], names=["result"])
 
 

@@ -61,8 +61,9 @@ class ByValue:
     max_read_offset: np.ndarray = field(default=None)
     final_end: np.ndarray = field(default=None)
     dirty_final_end: np.ndarray = field(default=None)
-    reads: r.Rows = field(default_factory=r.Rows.empty, repr=False)  # the shard's reads, for examples
-    read_row: np.ndarray = field(default=None, repr=False)  # each read's row
+    # The shard's reads, as the parts they came in, and each one's row: for examples and the groups.
+    reads: list[r.Rows] = field(default_factory=list, repr=False)
+    read_rows: list[np.ndarray] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         self.ack_partition = np.where(self.ack_pos >= 0, self.ack_pos >> r.POS_BITS, NONE)
@@ -94,50 +95,87 @@ class ByValue:
             if self.outcome[row] == OK:
                 p = int(self.ack_pos[row])
                 found[i][(p >> r.POS_BITS, p & MAX_OFFSET)] = {"ack_index": int(self.comp_index[row])}
-        hit = np.flatnonzero(np.isin(self.read_row, at))
-        order = hit[np.lexsort((self.reads.index[hit], self.reads.pos[hit], self.read_row[hit]))]
-        for row, pos, index in zip(self.read_row[order].tolist(), self.reads.pos[order].tolist(),
-                                   self.reads.index[order].tolist()):
+        reads, read_row = self.reads_joined(at)
+        order = np.lexsort((reads.index, reads.pos, read_row))
+        for row, pos, index in zip(read_row[order].tolist(), reads.pos[order].tolist(), reads.index[order].tolist()):
             refs = found[place[row]].setdefault((pos >> r.POS_BITS, pos & MAX_OFFSET), {})
             refs.setdefault("read_index", index)
         return [[{"partition": p, "offset": o, **refs[(p, o)]} for p, o in sorted(refs)] for refs in found]
 
+    def reads_joined(self, of: np.ndarray | None = None) -> tuple[r.Rows, np.ndarray]:
+        """The reads (of rows `of`, default all) in one block, and each one's row."""
+        taken, rows = [], []
+        for part, row in zip(self.reads, self.read_rows):
+            if of is not None:
+                at = np.flatnonzero(np.isin(row, of))
+                part, row = part.take(at), row[at]
+            taken.append(part)
+            rows.append(row)
+        return r.Rows.joined(taken), (np.concatenate(rows) if rows else np.empty(0, np.int64))
 
-def by_value(rows: r.Rows, facts: Facts) -> tuple[ByValue, r.Rows]:
+
+def by_value(shard: r.Shard, facts: Facts) -> tuple[ByValue, r.Shard]:
     """The frame of a shard's sends and reads, and the rows it hands on to
-    the second stage (ACK, EXTRA, and FINAL where `facts` asks for them)."""
-    sends = rows.of_kinds((r.SEND_INVOKE, r.SEND_OK, r.SEND_FAIL, r.SEND_INFO))
-    reads = rows.of_kinds((r.READ,))
-    values, row_of = key_rows([sends.value, reads.value])
+    the second stage (ACK, EXTRA, and FINAL where `facts` asks for them).
+    The rows are taken a part at a time (a batch's, as they were read), so
+    the shard's rows are never copied whole."""
+    sends, reads = shard.parts(r.SENDS), shard.parts(r.READS)
+    values, row_of = key_rows([p.value for p in sends] + [p.value for p in reads])
     n = len(values)
-    send_row, read_row = row_of(sends.value), row_of(reads.value)
     inv_min, inv_max, comp_min, comp_max, proc_min, proc_max, ack_pos = (np.full(n, NONE, np.int64)
                                                                          for _ in range(7))
     outcome = np.full(n, NONE, np.int8)
-    _reduce_sends(send_row, sends.kind, sends.index, sends.process, sends.pos, inv_min, inv_max, comp_min,
-                  comp_max, proc_min, proc_max, outcome, ack_pos)
-    # Each read is final (in a final-reads bracket of its process), in its
-    # partition's final log (final, and below the log's known end), or read
-    # during the run from a partition whose final log is known.
-    logs = facts.logs
-    partition = reads.pos >> r.POS_BITS
-    end = lookup(logs.ends, partition)
-    final = in_brackets(reads.process, reads.index, logs.brackets)
-    in_final = final & (end >= 0) & ((reads.pos & MAX_OFFSET) < end)
-    in_run = ~final & (end >= 0)
+    for part in sends:
+        _reduce_sends(row_of(part.value), part.kind, part.index, part.process, part.pos, inv_min, inv_max, comp_min,
+                      comp_max, proc_min, proc_max, outcome, ack_pos)
     read_index, ack_read_index = np.full(n, NONE, np.int64), np.full(n, NONE, np.int64)
     first_pos, last_pos = ack_pos.copy(), ack_pos.copy()
     ack_in_final = np.zeros(n, bool)
-    _reduce_reads(read_row, reads.pos, reads.index, in_final, ack_pos, read_index, first_pos, last_pos,
-                  ack_read_index, ack_in_final)
-    dirty_index, dirty_partition = _dirty(read_row, partition, reads.index, in_final, in_run, outcome, n)
+    unsettled = (outcome == NONE) | (outcome == INFO)
+    want_final = facts.final_records_wanted
+    read_rows = []
+    # What is gathered of the reads, a part at a time: few rows each (but the final logs', where asked).
+    dirty: list[list[np.ndarray]] = [[], [], []]  # row, partition, index of reads during the run of unsettled values
+    held: list[np.ndarray] = []  # (row, partition) of those values in a final log
+    extra: list[list[np.ndarray]] = [[], [], []]  # row, position, index of reads away from the acknowledged one
+    finals: list[list[np.ndarray]] = [[], [], []]  # row, position, index of the final logs' records
+    for part in reads:
+        row = row_of(part.value)
+        read_rows.append(row)
+        # Each read is final (in a final-reads bracket of its process), in its
+        # partition's final log (final, and below the log's known end), or read
+        # during the run from a partition whose final log is known.
+        partition = part.pos >> r.POS_BITS
+        end = lookup(facts.logs.ends, partition)
+        final = in_brackets(part.process, part.index, facts.logs.brackets)
+        in_final = final & (end >= 0) & ((part.pos & MAX_OFFSET) < end)
+        _reduce_reads(row, part.pos, part.index, in_final, ack_pos, read_index, first_pos, last_pos,
+                      ack_read_index, ack_in_final)
+        mine = unsettled[row]
+        at = np.flatnonzero(~final & (end >= 0) & mine)
+        for kept, column in zip(dirty, (row, partition, part.index)):
+            kept.append(column[at])
+        at = np.flatnonzero(in_final & mine)
+        held.append((row[at] << _PART_BITS) | partition[at])
+        at = np.flatnonzero(part.pos != ack_pos[row])
+        for kept, column in zip(extra, (row, part.pos, part.index)):
+            kept.append(column[at])
+        if want_final:
+            at = np.flatnonzero(in_final)
+            for kept, column in zip(finals, (row, part.pos, part.index)):
+                kept.append(column[at])
+    dirty_index, dirty_partition = _dirty(*(_joined(c) for c in dirty), _joined(held), n)
     frame = ByValue(values, inv_min, inv_max, comp_min, comp_max, proc_min, proc_max, outcome, ack_pos, read_index,
                     first_pos, last_pos, ack_read_index, ack_in_final, dirty_index, dirty_partition,
-                    reads=reads, read_row=read_row).with_facts(facts)
-    handed = [_acks(frame), _extra(frame, read_row, reads)]
-    if facts.final_records_wanted:
-        handed.append(_distinct(r.FINAL, read_row[in_final], reads.pos[in_final], reads.index[in_final], values))
-    return frame, r.Rows.joined(handed)
+                    reads=reads, read_rows=read_rows).with_facts(facts)
+    handed = {r.ACKS: _acks(frame), r.EXTRAS: _distinct(r.EXTRA, *(_joined(c) for c in extra), values)}
+    if want_final:
+        handed[r.FINALS] = _distinct(r.FINAL, *(_joined(c) for c in finals), values)
+    return frame, r.Shard(handed)
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
 
 @compiled
@@ -179,27 +217,21 @@ def _reduce_reads(rows, pos, index, in_final, ack_pos, read_index, first_pos, la
                 ack_in_final[row] = True
 
 
-def _dirty(read_row: np.ndarray, partition: np.ndarray, index: np.ndarray, in_final: np.ndarray,
-           in_run: np.ndarray, outcome: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _dirty(row: np.ndarray, partition: np.ndarray, index: np.ndarray, held: np.ndarray,
+           n: int) -> tuple[np.ndarray, np.ndarray]:
     """Per value whose send never settled (no ok or fail completion): its
-    first read during the run from a partition whose final log does not
-    hold it, and that partition (-1, -1: none). Such reads are few (the
-    reads of sends that timed out), so they are looked at one by one, per
-    (value, partition) pair."""
+    first read during the run (`row`, `partition`, `index`: those reads) from
+    a partition whose final log does not hold it (`held`: the (row,
+    partition) pairs of a final log), and that partition (-1, -1: none).
+    Such reads are few (the reads of sends that timed out)."""
     first, part = np.full(n, NONE, np.int64), np.full(n, NONE, np.int64)
-    unsettled = (outcome == NONE) | (outcome == INFO)
-    mine = unsettled[read_row]
-    candidates = np.flatnonzero(in_run & mine)
-    if not len(candidates):
+    if not len(row):
         return first, part
-    held = np.flatnonzero(in_final & mine)
-    kept = np.unique((read_row[held] << _PART_BITS) | partition[held])
-    pair = (read_row[candidates] << _PART_BITS) | partition[candidates]
-    dirty = candidates[~np.isin(pair, kept)]
-    dirty = dirty[np.lexsort((index[dirty], read_row[dirty]))]
-    take = np.concatenate(([True], read_row[dirty][1:] != read_row[dirty][:-1])) if len(dirty) else dirty.astype(bool)
+    dirty = np.flatnonzero(~np.isin((row << _PART_BITS) | partition, np.unique(held)))
+    dirty = dirty[np.lexsort((index[dirty], row[dirty]))]
+    take = np.concatenate(([True], row[dirty][1:] != row[dirty][:-1])) if len(dirty) else dirty.astype(bool)
     dirty = dirty[take]
-    first[read_row[dirty]], part[read_row[dirty]] = index[dirty], partition[dirty]
+    first[row[dirty]], part[row[dirty]] = index[dirty], partition[dirty]
     return first, part
 
 
@@ -208,15 +240,6 @@ def _acks(v: ByValue) -> r.Rows:
     at = np.flatnonzero(v.ok & (v.ack_pos >= 0))
     return r.Rows.of(r.ACK, len(at), value=v.value[at], pos=v.ack_pos[at], index=v.comp_index[at],
                      process=v.process[at], x=v.inv_index[at], y=v.ack_read_index[at])
-
-
-def _extra(v: ByValue, read_row: np.ndarray, reads: r.Rows) -> r.Rows:
-    """Each position a value was read at that is not its acknowledged one,
-    with its first read there (EXTRA rows): few, in a history without
-    anomalies (the reads of sends that did not complete ok, and of foreign
-    values)."""
-    away = np.flatnonzero(reads.pos != v.ack_pos[read_row])
-    return _distinct(r.EXTRA, read_row[away], reads.pos[away], reads.index[away], v.value)
 
 
 def _distinct(kind: int, row: np.ndarray, pos: np.ndarray, index: np.ndarray, values: np.ndarray) -> r.Rows:

@@ -23,51 +23,70 @@ from core.history.batches import Events, flatten
 from core.history.format import FOLD_ABOVE, TYPES
 
 
-def extract(ev: Events, fold: dict[int, int] | None = None) -> r.Rows:
-    """The kernel's rows of one decoded batch, offsets folded by `fold` (true -> folded)."""
+def extract(ev: Events, fold: dict[int, int] | None = None, shards: int = 1) -> list[r.Shard]:
+    """The kernel's rows of one decoded batch, offsets folded by `fold` (true
+    -> folded), cut in `shards` shards as `Shard.split` cuts them (each cut
+    made as the rows are: a batch's sends and reads are most of its rows)."""
     if not len(ev):
-        return r.Rows.empty()
+        return [r.Shard() for _ in range(shards)]
     fold = fold or {}
-    parts = [_sends(ev, fold)]
+    out = [r.Shard() for _ in range(shards)]
+
+    def add(family: int, parts: list[r.Rows]) -> None:
+        for shard, rows in zip(out, parts):
+            if len(rows):
+                shard.blocks[family] = [rows]
+
+    send = np.flatnonzero(ev.is_op("send"))
+    if len(send):
+        kind = _SEND_KIND[ev.typ[send]]  # every event's type is one of TYPES: validation refuses others
+        pos = np.where(kind == r.SEND_OK, r.packed(ev.partition[send], _folded(ev.offset[send], fold)), r.NONE)
+        value = ev.value[send]
+        add(r.SENDS, [r.Rows(kind[at], value[at], pos[at], ev.index[send[at]], ev.process[send[at]],
+                             r.constant(r.NONE, len(kind[at])), r.constant(r.NONE, len(kind[at])))
+                      for at in _cut(value, shards)])
     recs = ev.polled()
     if len(recs):
         offset = _folded(recs.offset, fold)
         pos = r.packed(recs.partition, offset)
-        parts.append(r.Rows.of(r.READ, len(recs), value=recs.value, pos=pos, index=ev.index[recs.parent],
-                               process=ev.process[recs.parent]))
-        parts.append(_runs(ev, recs.parent, recs.slot, recs.partition, offset, recs.value))
+        add(r.READS, [r.Rows.of(r.READ, len(recs.value[at]), value=recs.value[at], pos=pos[at],
+                                index=ev.index[recs.parent[at]], process=ev.process[recs.parent[at]])
+                      for at in _cut(recs.value, shards)])
+        add(r.RUNS, _runs(ev, recs.parent, recs.slot, recs.partition, offset, recs.value).split_rows(
+            r.RUNS, shards))
+    processed = []
     for kind, type_ in ((r.PROCESSED_OK, "ok"), (r.PROCESSED_FAIL, "fail"), (r.PROCESSED_INFO, "info")):
         done = ev.is_op("process") & ev.is_type(type_)
         if done.any():
-            recs = flatten(ev.table, "records", done)
-            parts.append(r.Rows.of(kind, len(recs), value=recs.value,
-                                   pos=r.packed(recs.partition, _folded(recs.offset, fold)),
-                                   index=ev.index[recs.parent], process=ev.process[recs.parent]))
+            items = flatten(ev.table, "records", done)
+            processed.append(r.Rows.of(kind, len(items), value=items.value,
+                                       pos=r.packed(items.partition, _folded(items.offset, fold)),
+                                       index=ev.index[items.parent], process=ev.process[items.parent]))
+    add(r.PROCESSED, r.Rows.joined(processed).split_rows(r.PROCESSED, shards))
+    commits = []
     for kind, type_ in ((r.COMMIT_INVOKE, "invoke"), (r.COMMIT_OK, "ok"), (r.COMMIT_FAIL, "fail"),
                         (r.COMMIT_INFO, "info")):
-        commits = ev.is_op("commit") & ev.is_type(type_)
-        if commits.any():
-            items = flatten(ev.table, "offsets", commits)
-            parts.append(r.Rows.of(kind, len(items), pos=r.packed(items.partition, _folded(items.offset, fold)),
-                                   index=ev.index[items.parent], process=ev.process[items.parent],
-                                   x=ev.group[items.parent]))
-    return r.Rows.joined(parts)
+        commit = ev.is_op("commit") & ev.is_type(type_)
+        if commit.any():
+            items = flatten(ev.table, "offsets", commit)
+            commits.append(r.Rows.of(kind, len(items), pos=r.packed(items.partition, _folded(items.offset, fold)),
+                                     index=ev.index[items.parent], process=ev.process[items.parent],
+                                     x=ev.group[items.parent]))
+    add(r.COMMITS, r.Rows.joined(commits).split_rows(r.COMMITS, shards))
+    return out
+
+
+def _cut(value: np.ndarray, shards: int) -> list:
+    """Where each shard's rows are among rows of these values (`Shard.split`'s cut of the value families)."""
+    if shards == 1:
+        return [slice(None)]
+    key = r.shard_of_values(value, shards)
+    return [np.flatnonzero(key == i) for i in range(shards)]
 
 
 # A send event's kind of row by its type (TYPES' index).
 _SEND_KIND = np.array([r.SEND_INVOKE, r.SEND_OK, r.SEND_FAIL, r.SEND_INFO], np.int8)
 assert TYPES == ("invoke", "ok", "fail", "info")
-
-
-def _sends(ev: Events, fold: dict[int, int]) -> r.Rows:
-    send = np.flatnonzero(ev.is_op("send"))
-    if not len(send):
-        return r.Rows.empty()
-    kind = _SEND_KIND[ev.typ[send]]  # every event's type is one of TYPES: validation refuses others
-    ok = kind == r.SEND_OK
-    pos = np.where(ok, r.packed(ev.partition[send], _folded(ev.offset[send], fold)), r.NONE)
-    key = np.where(kind == r.SEND_INVOKE, ev.key[send], r.NONE)
-    return r.Rows(kind, ev.value[send], pos, ev.index[send], ev.process[send], np.full(len(send), r.NONE), key)
 
 
 def _folded(offset: np.ndarray, fold: dict[int, int]) -> np.ndarray:
@@ -103,4 +122,4 @@ def replica_rows(node: int, partition: np.ndarray, offset: np.ndarray, epoch: np
     columns) as REPLICA rows: y 1 where the record's value is no integer
     (none the run wrote)."""
     return r.Rows.of(r.REPLICA, len(partition), value=value, pos=r.packed(partition, _folded(offset, fold or {})),
-                     process=np.full(len(partition), node), x=epoch, y=(~numeric).astype(np.int64))
+                     process=r.constant(node, len(partition)), x=epoch, y=(~numeric).astype(np.int64))

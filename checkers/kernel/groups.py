@@ -151,7 +151,8 @@ class Commits:
 
 
 def commits(rows: r.Rows, facts: Facts, partitions: set[int]) -> Commits:
-    """The frame of a shard's commit rows and the committed reads of its `partitions`."""
+    """The frame of a shard's commit rows and the committed reads of
+    `partitions` (those its commit rows are of)."""
     reads = [c for c in facts.committed if c.partition in partitions]
     out = {name: np.full(len(reads), NONE, np.int64) for name in ("acked", "acked_index")}
     by_pair: dict[tuple[int, int], list[int]] = {}

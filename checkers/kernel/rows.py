@@ -3,7 +3,7 @@
 A history becomes rows of a few kinds (`extract`): a send event, a record
 read, a record processed, a read run, a commit's offset, a record on a
 replica's disk. The first stage takes the rows of a shard of values (every
-row of a value together: `BY_VALUE`), the second the rows of a shard of
+row of a value together), the second the rows of a shard of
 partitions (`BY_PARTITION`): what the first hands on (each acknowledged
 send with its invocation, the positions reads found that no
 acknowledgement holds, the final logs' records) and the rows it passes
@@ -28,7 +28,7 @@ POS_BITS = 40
 NONE = -1
 
 # The kinds of rows. What each column holds, by kind (x and y: see each):
-SEND_INVOKE = 0  # value, index, process (y: the send's key)
+SEND_INVOKE = 0  # value, index, process
 SEND_OK = 1  # value, pos (acknowledged), index, process
 SEND_FAIL = 2  # value, index, process
 SEND_INFO = 3  # value, index, process
@@ -51,10 +51,19 @@ EXTRA = 16  # (stage 1 ->) a position a value was read at that is not its acknow
 FINAL = 17  # (stage 1 ->) a record of a final log: value, pos
 RESULT = 18  # a shard's partial results (Spark's engine: their bytes in a column of their own)
 
-BY_VALUE = frozenset({SEND_INVOKE, SEND_OK, SEND_FAIL, SEND_INFO, READ, PROCESSED_OK, PROCESSED_FAIL,
-                      PROCESSED_INFO, PROCESSED_OPEN})
+# Rows of one family go together (a `Shard` holds each family's as one block).
+SENDS, READS, PROCESSED, RUNS, COMMITS, REPLICAS, ACKS, EXTRAS, FINALS = range(9)
+FAMILY = np.array([SENDS] * 4 + [READS] + [PROCESSED] * 4 + [RUNS] + [COMMITS] * 4 + [REPLICAS, ACKS, EXTRAS, FINALS,
+                                                                                      -1], np.int8)
+assert len(FAMILY) == RESULT + 1
 # Passed through the first stage, to the second.
-PASSED = frozenset({RUN, COMMIT_INVOKE, COMMIT_OK, COMMIT_FAIL, COMMIT_INFO, REPLICA})
+PASSED = (RUNS, COMMITS, REPLICAS)
+# The families the first stage's shards take, all of a value's rows in one
+# shard; the rest go to the second stage's, all of a partition's in one.
+BY_VALUE = (SENDS, READS, PROCESSED)
+# Values go to the first stage's shards in blocks of 2**VALUE_BLOCK_BITS, so
+# that a shard's values stay dense for checkers/key_rows.py.
+VALUE_BLOCK_BITS = 16
 
 COLUMNS = ("kind", "value", "pos", "index", "process", "x", "y")
 
@@ -80,10 +89,11 @@ class Rows:
 
     @staticmethod
     def of(kind: int, n: int, **columns: np.ndarray) -> "Rows":
-        """`n` rows of `kind`, each column given or -1."""
-        full = {name: np.asarray(columns[name], np.int64) if name in columns else np.full(n, NONE, np.int64)
+        """`n` rows of `kind`, each column given or -1 (a column of one
+        number takes no memory: `constant`)."""
+        full = {name: np.asarray(columns[name], np.int64) if name in columns else constant(NONE, n)
                 for name in COLUMNS[1:]}
-        return Rows(np.full(n, kind, np.int8), **full)
+        return Rows(constant(kind, n, np.int8), **full)
 
     @staticmethod
     def joined(parts: list["Rows"]) -> "Rows":
@@ -92,18 +102,115 @@ class Rows:
             return Rows.empty()
         if len(parts) == 1:
             return parts[0]
-        return Rows(*(np.concatenate([getattr(p, name) for p in parts]) for name in COLUMNS))
+        return Rows(*(_joined([getattr(p, name) for p in parts]) for name in COLUMNS))
 
-    def take(self, at: np.ndarray) -> "Rows":
-        return Rows(*(getattr(self, name)[at] for name in COLUMNS))
+    def take(self, at) -> "Rows":
+        return Rows(*(_taken(getattr(self, name), at) for name in COLUMNS))
 
-    def of_kinds(self, kinds) -> "Rows":
-        """The rows of these kinds, in order."""
-        if not len(self):
-            return self
-        wanted = np.zeros(max(max(kinds), int(self.kind.max())) + 1, bool)
-        wanted[list(kinds)] = True
-        return self.take(np.flatnonzero(wanted[self.kind]))
+    def split_rows(self, family: int, k: int) -> list["Rows"]:
+        """These rows (of `family`) in `k` parts, as `Shard.split` cuts them."""
+        if k == 1:
+            return [self]
+        key = shard_of_values(self.value, k) if family in BY_VALUE else (self.pos >> POS_BITS) % k
+        return [self.take(np.flatnonzero(key == i)) for i in range(k)]
+
+
+
+class Shard:
+    """Rows by family: what a stage takes and gives. A family's rows are
+    kept in the parts they came in (a batch's each, in order), joined only
+    when a stage asks for them whole (`shard[family]`); `parts` gives them
+    as they are, for the passes that go a part at a time. A family no row
+    has is empty."""
+
+    def __init__(self, blocks: dict[int, Rows | list[Rows]] | None = None) -> None:
+        self.blocks: dict[int, list[Rows]] = {}
+        for family, rows in (blocks or {}).items():
+            parts = [p for p in (rows if isinstance(rows, list) else [rows]) if len(p)]
+            if parts:
+                self.blocks[family] = parts
+
+    def __getitem__(self, family: int) -> Rows:
+        parts = self.blocks.get(family)
+        if not parts:
+            return Rows.empty()
+        if len(parts) > 1:
+            self.blocks[family] = parts = [Rows.joined(parts)]
+        return parts[0]
+
+    def parts(self, family: int) -> list[Rows]:
+        return self.blocks.get(family, [])
+
+    def __len__(self) -> int:
+        return sum(len(p) for parts in self.blocks.values() for p in parts)
+
+    @staticmethod
+    def of(rows: Rows) -> "Shard":
+        """Rows of any families as a shard: each family's in their order."""
+        if not len(rows):
+            return Shard()
+        family = FAMILY[rows.kind]
+        if (family[1:] == family[:-1]).all():
+            return Shard({int(family[0]): rows})
+        order = np.argsort(family, kind="stable")
+        edges = np.searchsorted(family[order], np.arange(len(FAMILY) + 1))
+        return Shard({f: rows.take(order[edges[f]:edges[f + 1]]) for f in range(len(FAMILY) - 1)
+                      if edges[f + 1] > edges[f]})
+
+    @staticmethod
+    def joined(shards: list["Shard"]) -> "Shard":
+        """The shards' rows, each family's in the shards' order (their parts, not copied)."""
+        out = Shard()
+        for s in shards:
+            for family, parts in s.blocks.items():
+                out.blocks.setdefault(family, []).extend(parts)
+        return out
+
+    def split(self, k: int) -> list["Shard"]:
+        """The rows in `k` shards: all of a value's rows of the BY_VALUE
+        families in one, all of a partition's of the others in one."""
+        if k == 1:
+            return [self]
+        out = [Shard() for _ in range(k)]
+        for family, parts in self.blocks.items():
+            for rows in parts:
+                for shard, taken in zip(out, rows.split_rows(family, k)):
+                    if len(taken):
+                        shard.blocks.setdefault(family, []).append(taken)
+        return out
+
+    def only(self, *families: int) -> "Shard":
+        return Shard({f: list(self.blocks[f]) for f in families if f in self.blocks})
+
+    def rows(self) -> Rows:
+        """Every row, one block."""
+        return Rows.joined([p for parts in self.blocks.values() for p in parts])
+
+
+def shard_of_values(value: np.ndarray, k: int) -> np.ndarray:
+    """Each value's shard of `k`: by its block of 2**VALUE_BLOCK_BITS values."""
+    return (value >> VALUE_BLOCK_BITS) % k
+
+
+def constant(x: int, n: int, dtype=np.int64) -> np.ndarray:
+    """A read-only column of `n` times `x`, in no memory (every element is the one number)."""
+    return np.broadcast_to(np.array(x, dtype), (n,))
+
+
+def _is_constant(column: np.ndarray) -> bool:
+    return column.strides == (0,) and len(column) > 0
+
+
+def _joined(columns: list[np.ndarray]) -> np.ndarray:
+    if all(_is_constant(c) for c in columns) and len({int(c[0]) for c in columns}) == 1:
+        return constant(columns[0][0], sum(len(c) for c in columns), columns[0].dtype)
+    return np.concatenate(columns)
+
+
+def _taken(column: np.ndarray, at) -> np.ndarray:
+    if _is_constant(column):
+        return constant(column[0], len(range(len(column))[at]) if isinstance(at, slice) else len(at), column.dtype)
+    return column[at]
 
 
 def partition_of(pos: np.ndarray) -> np.ndarray:
@@ -144,8 +251,8 @@ def to_arrow(rows: Rows, keyed: bool = False, results: list[bytes] = ()):
     return pa.RecordBatch.from_arrays(columns, names=list(COLUMNS) + ["partition", "result"])
 
 
-def from_arrow(batches) -> tuple[Rows, list[bytes]]:
-    """Record batches (either layout) as Rows, and the results they carry."""
+def from_arrow(batches) -> tuple[Shard, list[bytes]]:
+    """Record batches (either layout) as a shard, and the results they carry."""
     import pyarrow as pa
 
     parts, results = [], []
@@ -160,4 +267,4 @@ def from_arrow(batches) -> tuple[Rows, list[bytes]]:
             kind = batch.column(0).to_numpy(zero_copy_only=False)
         parts.append(Rows(kind.astype(np.int8, copy=False),
                           *(batch.column(name).to_numpy(zero_copy_only=False) for name in COLUMNS[1:])))
-    return Rows.joined(parts), results
+    return Shard.of(Rows.joined(parts)), results

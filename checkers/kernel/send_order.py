@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from checkers.kernel import rows as r
+from checkers.key_rows import PARTITION_BITS, fits_above_partition
 from core.history.format import MAX_OFFSET
 
 
@@ -40,10 +41,24 @@ class SendOrder:
 def send_order(acks: r.Rows) -> SendOrder:
     """The frame of a shard's ACK rows."""
     partition = acks.pos >> r.POS_BITS
-    order = np.lexsort((acks.x, partition, acks.process))
+    order = _by_group_then_invocation(acks.process, partition, acks.x)
     process, partition = acks.process[order], partition[order]
     after = np.flatnonzero((process[1:] == process[:-1]) & (partition[1:] == partition[:-1])) + 1
     this, before = order[after], order[after - 1]
     offset = acks.pos & MAX_OFFSET
     return SendOrder(acks.process[this], partition[after], acks.value[this], offset[this], acks.x[this],
                      acks.index[this], acks.value[before], offset[before], acks.x[before])
+
+
+def _by_group_then_invocation(process: np.ndarray, partition: np.ndarray, invoke_index: np.ndarray) -> np.ndarray:
+    """The order of acknowledgements by (process, partition), then by
+    invocation. They come in the order of their values, which each
+    producer sends rising: a stable sort by the pair alone then leaves each
+    pair's in invocation order, which is checked; else a sort by all three."""
+    if len(process) and fits_above_partition(process):
+        group = (process << PARTITION_BITS) | partition
+        order = np.argsort(group, kind="stable")
+        g, inv = group[order], invoke_index[order]
+        if not ((g[1:] == g[:-1]) & (inv[1:] < inv[:-1])).any():
+            return order
+    return np.lexsort((invoke_index, partition, process))

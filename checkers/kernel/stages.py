@@ -37,7 +37,6 @@ from checkers.kernel.replicas import replicas
 from checkers.kernel.send_order import send_order
 
 NONE = r.NONE
-PROCESSED = (r.PROCESSED_OK, r.PROCESSED_FAIL, r.PROCESSED_INFO, r.PROCESSED_OPEN)
 # The sends' counts a shard keeps (checkers/kernel/by_value.py's `counts`).
 COUNTS = ("ok", "fail", "info", "unfinished", "info_read", "info_unread", "unknown_values", "send_invokes")
 
@@ -100,26 +99,26 @@ def _keys(frame, rows: np.ndarray, order: tuple[str, ...]) -> list[list[int]]:
     return np.stack([getattr(frame, c)[rows].astype(np.int64) for c in order], axis=1).tolist() if len(rows) else []
 
 
-def first_stage(rows: r.Rows, facts: Facts) -> tuple[r.Rows, dict]:
+def first_stage(shard: r.Shard, facts: Facts) -> tuple[r.Shard, dict]:
     """A shard of values: its frames' anomalies, and the rows for the second stage."""
     partial = Partial()
-    v, handed = by_value(rows, facts)
+    v, handed = by_value(shard, facts)
     partial.decide("by-value", v, facts)
     partial.counts = counts(v)
     partial.problems = send_problems(v)
-    processed = rows.of_kinds(PROCESSED)
+    processed = shard[r.PROCESSED]
     if facts.processing and len(processed):
         processed = processed.take(np.flatnonzero(_held(v.value, processed.value)))  # a value no poll delivered: none
         processed_row = np.searchsorted(v.value, processed.value)
-        final = handed.of_kinds((r.FINAL,))
+        final = handed[r.FINALS]
         final_row = np.searchsorted(v.value, final.value)
         partial.decide("group-records", group_records(v.value, final_row, final.pos, processed, processed_row,
-                                                      v.reads, v.read_row, facts), facts)
+                                                      *v.reads_joined(), facts), facts)
         partial.decide("group-values", group_values(v.value, processed, processed_row, facts), facts)
     else:
         for name in ("group-records", "group-values"):
             partial.decide(name, (), facts)
-    return r.Rows.joined([handed, rows.of_kinds(r.PASSED)]), partial.as_dict()
+    return r.Shard({**handed.blocks, **shard.only(*r.PASSED).blocks}), partial.as_dict()
 
 
 def _held(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -130,19 +129,20 @@ def _held(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
     return sorted_values[at] == values
 
 
-def second_stage(rows: r.Rows, facts: Facts) -> dict:
+def second_stage(shard: r.Shard, facts: Facts) -> dict:
     """A shard of partitions: its frames' anomalies."""
     partial = Partial()
-    acks = rows.of_kinds((r.ACK,))
-    known = by_position(acks, rows.of_kinds((r.EXTRA,)))
+    acks = shard[r.ACKS]
+    known = by_position(acks, shard[r.EXTRAS])
     partial.decide("by-position", known, facts)
-    partial.decide("read-order", read_order(rows.of_kinds((r.RUN,)), facts.restarts, known), facts)
+    partial.decide("read-order", read_order(shard[r.RUNS], facts.restarts, known), facts)
     partial.decide("send-order", send_order(acks), facts)
-    on_disk = rows.of_kinds((r.REPLICA,))
-    partial.decide("replicas", replicas(on_disk, rows.of_kinds((r.FINAL,)), facts.logs.ends)
-                   if len(on_disk) else (), facts)
-    commit_rows = rows.of_kinds((r.COMMIT_INVOKE, r.COMMIT_OK, r.COMMIT_FAIL, r.COMMIT_INFO))
-    partitions = set(np.unique(rows.pos[rows.pos >= 0] >> r.POS_BITS).tolist())
+    on_disk = shard[r.REPLICAS]
+    partial.decide("replicas", replicas(on_disk, shard[r.FINALS], facts.logs.ends) if len(on_disk) else (), facts)
+    # A committed read is decided where the commits of its partition are: all of them are in one shard,
+    # and a read of a partition nobody committed to has nothing acknowledged to lose.
+    commit_rows = shard[r.COMMITS]
+    partitions = set(np.unique(commit_rows.pos >> r.POS_BITS).tolist())
     partial.decide("commits", commits(commit_rows, facts, partitions) if facts.committed else (), facts)
     return partial.as_dict()
 
