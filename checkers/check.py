@@ -36,6 +36,7 @@ from checkers.history_read import HistoryRead
 from checkers.kernel import rows as r
 from checkers.kernel.extract import extract
 from checkers.kernel.facts import ranges
+from checkers.kernel import series
 from checkers.kernel.stages import Found, merge, problem_message
 from checkers.load import events_ahead, prepare, scratch_for
 from checkers.spark import QUICK_START_JAVA, Beside, SessionStart, default_master
@@ -46,6 +47,7 @@ from core.history.files import load_run_json, resolve
 from core.history.format import FINAL_READS
 from core.history.jsonl import iter_jsonl
 from core.history.parquet import events_at, write_parquet
+from core.history.states import read_states
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +116,7 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
             raise
         seconds["validate"] = round(time.monotonic() - t, 3)
         fold = offsets.folding(prepared.to_fold)
-        facts = read.facts(fold, sorted(dumps))
+        facts = read.facts(fold, sorted(dumps), read_states(source.root / "states.jsonl"))
         faults = read.faults()
         columns = read.liveness.columns()
 
@@ -291,6 +293,7 @@ def _results(found: Found, read: HistoryRead, facts, faults: list[dict], promise
             "faults": faults,
         },
         "missing": found.missing,
+        "series": series.as_results(found.series, facts.clock),
         "warnings": warnings,
     }
 
@@ -338,8 +341,8 @@ def _enriched(found: Found, files: list[Path]) -> dict[str, list[dict]]:
 
 
 def _ordered(results: dict) -> dict:
-    keys = ("valid", "checker", "promises", "counts", "anomalies", "missing", "liveness", "stats", "node_logs",
-            "warnings")
+    keys = ("valid", "checker", "promises", "counts", "anomalies", "missing", "liveness", "stats", "series",
+            "node_logs", "warnings")
     return {k: results[k] for k in keys if k in results}
 
 

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import orjson
 
 from checkers.anomaly import MAX_EXAMPLES
 from checkers.kernel.rows import POS_BITS
@@ -45,6 +44,7 @@ from core.history.faults import fault_intervals
 from core.history.files import HistorySource
 from core.history.format import FINAL_READS
 from core.history.parquet import table_to_events
+from core.history.states import read_states
 
 log = logging.getLogger(__name__)
 
@@ -82,22 +82,8 @@ def _and(xs: list[str]) -> str:
 
 
 def load_states(path: str | Path) -> list[dict] | None:
-    """states.jsonl as a list of lines, each with `line` (1-based); None if absent.
-    Lines that are not JSON objects with an int `time` are skipped."""
-    path = Path(path)
-    if not path.is_file():
-        return None
-    out = []
-    with open(path, "rb") as f:
-        for n, raw in enumerate(f, start=1):
-            try:
-                x = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(x, dict) and isinstance(x.get("time"), int):
-                x["line"] = n
-                out.append(x)
-    return out
+    """states.jsonl's lines, each with `line` (core/history/states.py); None if absent."""
+    return read_states(Path(path))
 
 
 @dataclass

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from checkers.folds import FOLDS, Few, Groups, LivenessColumns, Pairs, Reads, Restarts
+from checkers.folds import FOLDS, Clock, Few, Groups, LivenessColumns, Pairs, Reads, Restarts
 from checkers.folds.few import committed_reads, faults, final_committed, final_logs
 from checkers.kernel import rows as r
 from checkers.kernel.extract import extract
 from checkers.kernel.facts import Facts
+from checkers.kernel.series import POINTS
 from core.history.batches import Events, Names, decode
+from core.history.states import high_watermarks
 
 
 class HistoryRead:
@@ -63,8 +65,10 @@ class HistoryRead:
     def faults(self) -> list[dict]:
         return faults(self.few)
 
-    def facts(self, fold: dict[int, int], replica_nodes: list[str]) -> Facts:
-        """What the kernel's shards need of the whole history; offsets folded by `fold` (checkers/offsets.py)."""
+    def facts(self, fold: dict[int, int], replica_nodes: list[str], states: list[dict] | None = None) -> Facts:
+        """What the kernel's shards need of the whole history; offsets folded
+        by `fold` (checkers/offsets.py); `states`: states.jsonl's lines, if any
+        (the leaders' high watermarks)."""
         reads, groups = self.fold(Reads), self.fold(Groups)
         committed = committed_reads(self.few, self.names, fold)
         first_delivered: dict[tuple[int, int], int] = {}
@@ -73,6 +77,8 @@ class HistoryRead:
             if group is not None:
                 key = (group, partition)
                 first_delivered[key] = min(first_delivered.get(key, low), low)
+        clock = self.fold(Clock).series(POINTS)
+        hw = {p: [(clock.index_at(t), h - 1) for t, h in marks] for p, marks in high_watermarks(states or []).items()}
         return Facts(logs=final_logs(self.few, fold),
                      max_read={p: fold.get(o, o) for p, o in reads.highest.items()},
                      restarts=self.fold(Restarts).restarts,
@@ -80,7 +86,7 @@ class HistoryRead:
                      member=dict(groups.member), processing=groups.processing_groups(), committed=committed,
                      final_committed=final_committed(committed),
                      first_delivered={key: fold.get(o, o) for key, o in first_delivered.items()},
-                     replica_nodes=list(replica_nodes))
+                     replica_nodes=list(replica_nodes), clock=clock, hw=hw)
 
     def unanswered(self, op: str) -> np.ndarray:
         """The indexes of the invocations of `op` no completion answered."""

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from core.history.files import HistorySource, iter_source_jsonl
 from core.history.jsonl import ReadReport
 from core.history.parquet import validate_parquet, write_parquet
-from core.errors import HistoryError, UserError
+from core.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,6 @@ from checkers.registry import STORIES
 from checkers.results import write_results
 from checkers.spark import conf_pairs
 from checkers.summary import render
-from core.errors import UserError
 from core.history.files import resolve
 from nemesis.registry import BY_START_ACTION
 

@@ -10,8 +10,8 @@ page fetches anything.
   lane per node (down, unreachable, controller), then per partition its
   leader, epoch and ISR over time, with fault bands, truncations and the
   checker's examples marked (no states.jsonl: no chart);
-- consumers' realtime lag and the count of unseen values over time
-  (`lag_series`, `unseen_series`: data, tested apart from the drawing);
+- consumers' realtime lag and the count of unseen values over time, from
+  results.json's `series` (the checker counts them: checkers/kernel/series.py);
 - `timeline.html` beside the report: one lane per process, operations as
   bars from invocation to completion, a fixed budget of them drawn so that a
   10M-event run's page stays small.
@@ -34,9 +34,10 @@ from checkers.liveness import verdict_words
 from core.errors import HistoryError
 from core.files import write_whole
 from core.history.files import HistorySource, iter_source_jsonl
-from core.history.format import FINAL_READS, NEMESIS, NEMESIS_PROCESS_ID
+from core.history.format import NEMESIS, NEMESIS_PROCESS_ID
 from core.history.jsonl import ReadReport
 from core.history.parquet import events_to_table
+from core.history.states import read_states as read_states_file
 from nemesis.registry import BY_START_ACTION
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,6 @@ MAX_SCATTER = 20_000
 # page stays under a few MB whatever the run's length.
 TIMELINE_BUDGET = 5_000
 MAX_LANES = 40  # partitions drawn in the lane chart
-PLOT_POINTS = 4_000  # points per line of the lag and unseen plots, at most
 # Columns of the history the figures read (one read for all of them).
 COLUMNS = ["index", "time", "process", "type", "f", "value", "partition", "offset", "error", "records"]
 COLORS = {"ok": "#2b8a3e", "info": "#e67700", "fail": "#c92a2a"}
@@ -142,142 +142,12 @@ def history_table(source: HistorySource):
 
 
 # --------------------------------------------------------------------------
-# Data: realtime lag and unseen values (no drawing here)
-
-
-def _sends_ok(table):
-    """(time, partition, offset, value) of every acknowledged send (an Arrow table)."""
-    import pyarrow.compute as pc
-
-    mask = pc.and_(pc.and_(pc.equal(table["f"], "send"), pc.equal(table["type"], "ok")),
-                   pc.not_equal(table["process"], NEMESIS_PROCESS_ID))
-    return table.filter(mask).select(["time", "partition", "offset", "value"]).drop_null()
-
-
-def _polled_records(table):
-    """One row per record of every ok poll, an Arrow table: (time, process,
-    partition, offset, value, poll), `time` the poll's completion and `poll`
-    its event index. Group-bys over it run in Arrow (multi-threaded C++)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    polls = table.filter(pc.and_(pc.equal(table["f"], "poll"), pc.equal(table["type"], "ok")))
-    records = polls["records"].combine_chunks() if polls.num_rows else pa.array([], table.schema.field("records").type)
-    parent = pc.list_parent_indices(records)
-    flat = pc.list_flatten(records)
-    return pa.table({"time": pc.take(polls["time"], parent), "process": pc.take(polls["process"], parent),
-                     "partition": flat.field("partition"), "offset": flat.field("offset"),
-                     "value": flat.field("value"), "poll": pc.take(polls["index"], parent)})
-
-
-def lag_series(table, states: list[dict] | None = None, recs=None):
-    """How far behind the log head each consumer's polls were, in offsets.
-
-    One row per (ok poll, partition it returned records of): `time` (the
-    poll's completion, ns), `process`, `partition`, `offset` (the highest
-    offset that poll returned of the partition), `head` and `lag`. The log
-    head at that moment is the highest offset known to exist by then: the
-    highest acknowledged send offset so far, the states' high watermark less
-    one (the HW is the next offset), and what the poll itself returned; lag =
-    head - offset. (Jepsen's realtime lag is the same question in time rather
-    than offsets.) A poll that returned nothing of a partition says nothing
-    of it, and is not a row. (`recs`: `_polled_records(table)`, if already made.)
-    """
-    import pandas as pd
-
-    recs = _polled_records(table) if recs is None else recs
-    cols = ["time", "process", "partition", "offset", "head", "lag"]
-    if recs.num_rows == 0:
-        return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
-    polls = (recs.group_by(["poll", "partition"])
-             .aggregate([("offset", "max"), ("time", "min"), ("process", "min")]).to_pandas()
-             .rename(columns={"offset_max": "offset", "time_min": "time", "process_min": "process"})
-             .sort_values(["time", "poll", "partition"], kind="stable"))
-    acked = _sends_ok(table).select(["time", "partition", "offset"]).to_pandas()
-    hws = pd.DataFrame([(s["time"], s["partition"], s["hw"] - 1) for s in states or ()
-                        if s.get("kind") == "partition" and isinstance(s.get("hw"), int)
-                        and isinstance(s.get("partition"), int) and isinstance(s.get("time"), int)],
-                       columns=["time", "partition", "offset"], dtype="int64")
-    known = pd.concat([acked, hws]).sort_values("time", kind="stable")
-    known["head"] = known.groupby("partition")["offset"].cummax()
-    out = pd.merge_asof(polls, known[["time", "partition", "head"]], on="time", by="partition",
-                        direction="backward")
-    out["head"] = out["head"].fillna(-1).astype("int64").clip(lower=out["offset"])
-    out["lag"] = out["head"] - out["offset"]
-    return out[cols].reset_index(drop=True)
-
-
-def unseen_series(table, recs=None):
-    """Jepsen's unseen count over time: at each moment, how many acknowledged
-    values no ok poll (of any consumer, final reads included) had returned yet.
-
-    Rows (`time` ns, `partition`, `unseen`): each partition's count after the
-    changes at that time, one row per time it changes. A value counts from its
-    send's acknowledgement until the first poll that returned it (a value read
-    before its acknowledgement arrived never counts).
-    """
-    import numpy as np
-    import pandas as pd
-
-    acked = _sends_ok(table)
-    cols = ["time", "partition", "unseen"]
-    if acked.num_rows == 0:
-        return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
-    recs = _polled_records(table) if recs is None else recs
-    first_seen = recs.select(["value", "time"]).group_by("value").aggregate([("time", "min")])
-    joined = acked.select(["time", "partition", "value"]).join(first_seen, keys="value", join_type="left outer")
-    acked = joined.select(["time", "partition"]).to_pandas()
-    seen = joined["time_min"].to_pandas()
-    gone = acked.loc[seen.notna()].copy()
-    gone["time"] = np.maximum(gone["time"].to_numpy(), seen.dropna().astype("int64").to_numpy())
-    deltas = pd.concat([acked[["time", "partition"]].assign(d=1), gone[["time", "partition"]].assign(d=-1)])
-    steps = deltas.groupby(["partition", "time"])["d"].sum().reset_index()
-    steps["unseen"] = steps.groupby("partition")["d"].cumsum()
-    # A time whose changes cancel out is no change.
-    steps = steps[steps["d"] != 0]
-    return steps.sort_values(["time", "partition"], kind="stable")[cols].reset_index(drop=True)
-
-
-def unseen_total(steps, times):
-    """The unseen count summed over partitions at each of `times` (ns, sorted)."""
-    import numpy as np
-
-    total = np.zeros(len(times), dtype="int64")
-    for _, g in steps.groupby("partition"):
-        i = np.searchsorted(g["time"].to_numpy(), times, side="right") - 1
-        vals = g["unseen"].to_numpy()
-        total += np.where(i >= 0, vals[np.clip(i, 0, None)], 0)
-    return total
-
-
-# --------------------------------------------------------------------------
 # Data: the cluster-state timeline (states.jsonl)
 
 
 def read_states(run_dir: Path) -> list[dict]:
-    """The lines of run_dir/states.jsonl, sorted by time; [] without the file.
-    A line that is not a JSON object with an integer time is skipped with a
-    warning (the observer may have been cut off mid-line)."""
-    path = Path(run_dir) / "states.jsonl"
-    if not path.is_file():
-        return []
-    out, bad = [], 0
-    with open(path, "rb") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                s = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                bad += 1
-                continue
-            if isinstance(s, dict) and isinstance(s.get("time"), int) and isinstance(s.get("kind"), str):
-                out.append(s)
-            else:
-                bad += 1
-    if bad:
-        log.warning("%s: %d unreadable line(s) skipped", path, bad)
-    return sorted(out, key=lambda s: s["time"])
+    """The lines of run_dir/states.jsonl (core/history/states.py), sorted by time; [] without the file."""
+    return sorted(read_states_file(Path(run_dir) / "states.jsonl") or [], key=lambda s: s["time"])
 
 
 def partition_lanes(states: list[dict], end_time: int) -> dict[int, list[dict]]:
@@ -447,21 +317,11 @@ def lanes_png(lanes: dict[int, list[dict]], truncations: list[dict], intervals: 
     return out
 
 
-def _without_final_reads(lag, table):
-    """The lag rows less the final reads' polls (they read every partition
-    from the start by design: their lag would dwarf the run's)."""
-    import pyarrow.compute as pc
-
-    fr = table.filter(pc.and_(pc.equal(table["f"], FINAL_READS), pc.equal(table["type"], "invoke")))
-    for process, start in zip(fr["process"].to_pylist(), fr["time"].to_pylist()):
-        lag = lag[~((lag["process"] == process) & (lag["time"] >= start))]
-    return lag
-
-
-def lag_png(lag, intervals: list[dict]) -> str:
-    """Lag of each consumer process over time: per poll, its largest lag over
-    the partitions it returned; one step line per process, all in one
-    LineCollection (a long run has thousands of consumer processes)."""
+def lag_png(lag: dict[str, list[list]], intervals: list[dict]) -> str:
+    """Realtime lag of each consumer process over time (results.json's
+    `series.lag`: per process, its polls' worst lag in each stretch of time);
+    one step line per process, all in one LineCollection (a long run has
+    thousands of consumer processes)."""
     import numpy as np
     import matplotlib.pyplot as plt
     from matplotlib.collections import LineCollection
@@ -469,18 +329,10 @@ def lag_png(lag, intervals: list[dict]) -> str:
 
     fig, ax = plt.subplots(figsize=(11, 3.4))
     _shade(ax, intervals)
-    per_poll = lag.groupby(["process", "time"])["lag"].max().reset_index()
-    processes = per_poll["process"].unique()
-    budget = max(50, PLOT_POINTS // max(1, len(processes)))
-    # Thin every process's line at once: its polls in stretches of `step`, the largest lag of each.
-    rank = per_poll.groupby("process").cumcount()
-    step = -(-per_poll.groupby("process")["lag"].transform("size") // budget)
-    per_poll = per_poll.loc[per_poll.groupby([per_poll["process"], rank // step])["lag"].idxmax()]
-    per_poll = per_poll.sort_values(["process", "time"])
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     lines, colours, legend = [], [], []
-    for k, (proc, g) in enumerate(per_poll.groupby("process", sort=True)):
-        x, y = g["time"].to_numpy() / 1e9, g["lag"].to_numpy()
+    for k, (proc, points) in enumerate(sorted(lag.items(), key=lambda kv: int(kv[0]))):
+        x, y = np.array([p[0] for p in points], float), np.array([p[1] for p in points], float)
         # Steps: each value holds until the next poll.
         xs, ys = np.repeat(x, 2)[1:], np.repeat(y, 2)[:-1]
         lines.append(np.column_stack([xs, ys]) if len(x) > 1 else np.array([[x[0], y[0]], [x[0], y[0]]]))
@@ -493,38 +345,37 @@ def lag_png(lag, intervals: list[dict]) -> str:
     ax.set_xlabel("time (s)")
     ax.set_ylabel("offsets behind the head")
     ax.set_title("Realtime lag of consumers (per poll: its worst partition)")
-    if len(processes):
+    if lag:
         handles, _ = ax.get_legend_handles_labels()
         ax.legend(handles=handles + legend, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7,
-                  title=f"{len(processes)} processes" if len(processes) > 12 else None)
+                  title=f"{len(lag)} processes" if len(lag) > 12 else None)
     out = _png(fig)
     plt.close(fig)
     return out
 
 
-def unseen_png(steps, intervals: list[dict], end: int = 0) -> str:
-    """Unseen values over time, stacked by partition, drawn to `end` (ns)."""
+def unread_png(unread: dict[str, list[list]], intervals: list[dict], end_s: float = 0) -> str:
+    """Acknowledged values not yet read over time (results.json's
+    `series.unread`: per partition, its count where it changes), stacked by
+    partition (twelve at most; more: their total), drawn to `end_s`."""
     import numpy as np
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(11, 3.4))
     _shade(ax, intervals)
-    if len(steps):
-        t = np.unique(np.append(steps["time"].to_numpy(), max(end, int(steps["time"].max()))))
-        if len(t) > PLOT_POINTS:
-            # Sample on a grid, then add each stretch's peak time so a peak is drawn.
-            grid = np.linspace(t[0], t[-1], PLOT_POINTS).astype("int64")
-            t = np.unique(np.concatenate([grid, t[np.argsort(-unseen_total(steps, t))[:PLOT_POINTS // 10]]]))
-        partitions = sorted(steps["partition"].unique())
-        if len(partitions) <= 12:
-            layers = []
-            for p in partitions:
-                g = steps[steps["partition"] == p]
-                i = np.searchsorted(g["time"].to_numpy(), t, side="right") - 1
-                layers.append(np.where(i >= 0, g["unseen"].to_numpy()[np.clip(i, 0, None)], 0))
-            ax.stackplot(t / 1e9, layers, labels=[f"p{p}" for p in partitions], step="post", alpha=0.8)
+    if unread:
+        t = np.unique(np.array([x[0] for points in unread.values() for x in points] + [end_s], float))
+        t = t[t <= max(end_s, t[-2] if len(t) > 1 else t[-1])]
+        layers = []
+        for points in unread.values():
+            times = np.array([x[0] for x in points], float)
+            counts = np.array([x[1] for x in points])
+            i = np.searchsorted(times, t, side="right") - 1
+            layers.append(np.where(i >= 0, counts[np.clip(i, 0, None)], 0))
+        if len(unread) <= 12:
+            ax.stackplot(t, layers, labels=[f"p{p}" for p in unread], step="post", alpha=0.8)
         else:
-            ax.step(t / 1e9, unseen_total(steps, t), where="post", color="#1971c2", label="all partitions")
+            ax.step(t, np.sum(layers, axis=0), where="post", color="#1971c2", label="all partitions")
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
     ax.set_xlabel("time (s)")
     ax.set_ylabel("acknowledged, not yet read")
@@ -611,23 +462,19 @@ def plots(results: dict, source: HistorySource | None, intervals: list[dict],
                                      node_lanes(states, until))
     except (KeyError, TypeError, ValueError) as e:
         log.warning("no lane chart (states.jsonl: %s)", e)
-    if table is not None:
+    series = results.get("series") or {}
+    try:
+        if series.get("lag"):
+            out["lag"] = lag_png(series["lag"], intervals)
+        if series.get("unread"):
+            out["unseen"] = unread_png(series["unread"], intervals, end_time / 1e9)
+    except (KeyError, TypeError, ValueError) as e:
+        log.warning("no lag or unseen plot: %s", e)
+    if table is not None and run_dir is not None:
         try:
-            recs = _polled_records(table)
-            lag = _without_final_reads(lag_series(table, states, recs), table)
-            if len(lag):
-                out["lag"] = lag_png(lag, intervals)
-            steps = unseen_series(table, recs)
-            del recs, lag
-            if len(steps):
-                out["unseen"] = unseen_png(steps, intervals, end_time)
-        except (KeyError, TypeError, ValueError) as e:
-            log.warning("no lag or unseen plot: %s", e)
-        if run_dir is not None:
-            try:
-                out["timeline"] = write_timeline(run_dir, table, intervals).name
-            except (OSError, KeyError, TypeError, ValueError) as e:
-                log.warning("no timeline.html: %s", e)
+            out["timeline"] = write_timeline(run_dir, table, intervals).name
+        except (OSError, KeyError, TypeError, ValueError) as e:
+            log.warning("no timeline.html: %s", e)
     return out
 
 

@@ -93,14 +93,14 @@ def _first(batches, facts: Facts):
     handed, found = first_stage(shard, facts)
     del shard
     yield from _batches(handed.rows(), keyed=True)
-    yield r.to_arrow(r.Rows.empty(), keyed=True, results=[orjson.dumps(found)])
+    yield r.to_arrow(r.Rows.empty(), keyed=True, results=[orjson.dumps(found, option=orjson.OPT_NON_STR_KEYS)])
 
 
 def _second(batches, facts: Facts):
     import pyarrow as pa
 
     shard, results = r.from_arrow(batches)
-    results.append(orjson.dumps(second_stage(shard, facts)))
+    results.append(orjson.dumps(second_stage(shard, facts), option=orjson.OPT_NON_STR_KEYS))
     yield pa.RecordBatch.from_arrays([pa.array(results, pa.binary())], names=["result"])
 
 

@@ -18,7 +18,9 @@ so the driver's memory follows the history's few events, not its length:
   read, and per (process, partition) the lowest offset read;
 - `groups.Groups`: which process belongs to which consumer group, and
   which groups record processing;
-- `checkers.liveness.LivenessColumns`: the columns liveness measures.
+- `liveness.LivenessColumns`: the columns liveness measures;
+- `clock.Clock`: the first index of each stretch of the history's time
+  (the buckets of the results' series).
 
 Folds run in that order on each batch: `Pairs` leaves each batch's sends'
 pairs on it (`Events.send_pairs`) for the folds after it. A new analysis of
@@ -26,6 +28,7 @@ every event is a new fold here and a line in `FOLDS`, not an edit of
 another.
 """
 
+from checkers.folds.clock import Clock
 from checkers.folds.few import Few
 from checkers.folds.groups import Groups
 from checkers.folds.liveness import LivenessColumns
@@ -34,4 +37,4 @@ from checkers.folds.reads import Reads
 from checkers.folds.restarts import Restarts
 
 # The folds, in the order each batch is handed to them.
-FOLDS = (Few, Restarts, Pairs, Reads, Groups, LivenessColumns)
+FOLDS = (Few, Restarts, Pairs, Reads, Groups, LivenessColumns, Clock)

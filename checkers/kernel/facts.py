@@ -89,6 +89,10 @@ class Facts:
     first_delivered: dict[tuple[int, int], int] = field(default_factory=dict)
     # The nodes whose replicas' disk dumps take part, by number (the final logs' records are then handed on).
     replica_nodes: list[str] = field(default_factory=list)
+    # The series' buckets of the history's clock (checkers/folds/clock.py), and each partition's
+    # high watermarks less one (the highest offset they say exists), from the index on which they hold.
+    clock: object = None
+    hw: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
 
     @property
     def replicas(self) -> bool:

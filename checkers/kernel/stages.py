@@ -28,6 +28,7 @@ import numpy as np
 from checkers import registry
 from checkers.anomaly import MAX_EXAMPLES, MISSING_SAMPLE
 from checkers.kernel import rows as r
+from checkers.kernel import series
 from checkers.kernel.by_position import by_position
 from checkers.kernel.by_value import SEND_PROBLEMS, by_value, counts, send_problems
 from checkers.kernel.facts import Facts
@@ -52,6 +53,7 @@ class Partial:
     missing: dict[str, list] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     problems: list[int] = field(default_factory=list)
+    series: dict[str, dict] = field(default_factory=dict)  # checkers/kernel/series.py
 
     def decide(self, frame_name: str, frame, facts: Facts) -> None:
         """Every anomaly of `frame_name` over `frame`."""
@@ -74,7 +76,8 @@ class Partial:
                                                                a.missing(frame, sampled).tolist())]
 
     def as_dict(self) -> dict:
-        return {"found": self.found, "missing": self.missing, "counts": self.counts, "problems": self.problems}
+        return {"found": self.found, "missing": self.missing, "counts": self.counts, "problems": self.problems,
+                "series": self.series}
 
 
 def _ordered(frame, rows: np.ndarray, order: tuple[str, ...]) -> np.ndarray:
@@ -106,6 +109,7 @@ def first_stage(shard: r.Shard, facts: Facts) -> tuple[r.Shard, dict]:
     partial.decide("by-value", v, facts)
     partial.counts = counts(v)
     partial.problems = send_problems(v)
+    partial.series["unread"] = series.unread(v, facts)
     processed = shard[r.PROCESSED]
     if facts.processing and len(processed):
         processed = processed.take(np.flatnonzero(_held(v.value, processed.value)))  # a value no poll delivered: none
@@ -137,6 +141,7 @@ def second_stage(shard: r.Shard, facts: Facts) -> dict:
     partial.decide("by-position", known, facts)
     partial.decide("read-order", read_order(shard[r.RUNS], facts.restarts, known), facts)
     partial.decide("send-order", send_order(acks), facts)
+    partial.series["lag"] = series.lag(shard[r.RUNS], acks, facts)
     on_disk = shard[r.REPLICAS]
     partial.decide("replicas", replicas(on_disk, shard[r.FINALS], facts.logs.ends) if len(on_disk) else (), facts)
     # A committed read is decided where the commits of its partition are: all of them are in one shard,
@@ -156,6 +161,7 @@ class Found:
     missing: dict[str, list[list[int]]]
     counts: dict[str, int]
     problems: list[int]
+    series: dict
 
 
 def merge(partials: list[dict]) -> Found:
@@ -181,7 +187,7 @@ def merge(partials: list[dict]) -> Found:
         for i, at in enumerate(p["problems"]):
             if at != NONE and (problems[i] == NONE or at < problems[i]):
                 problems[i] = at
-    return Found(anomalies, missing, totals, problems)
+    return Found(anomalies, missing, totals, problems, series.merged([p["series"] for p in partials]))
 
 
 def problem_message(problems: list[int]) -> str | None:

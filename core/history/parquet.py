@@ -295,7 +295,7 @@ def _read_batches(files: list[Path], passed_on: bool) -> Iterator:
             if name not in schema.names:
                 raise HistoryError(f"{file.name}: missing column '{name}'")
             if not _is_kind(schema.field(name).type, kind, pa):
-                raise HistoryError(f"{file.name}: column '{name}' must be {kind}, not {t}")
+                raise HistoryError(f"{file.name}: column '{name}' must be {kind}, not {schema.field(name).type}")
         for name, kind in GROUP_COLUMNS.items():
             if name in schema.names and not _is_kind(schema.field(name).type, kind, pa):
                 raise HistoryError(f"{file.name}: column '{name}' must be {kind}, not {schema.field(name).type}")

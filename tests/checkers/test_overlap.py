@@ -11,7 +11,6 @@ each test below says the right intervals, so each fails on that pairing.
 
 from __future__ import annotations
 
-from checkers import liveness
 from checkers.explain import explain_run
 from checkers.registry import STORIES
 from core.history.faults import fault_intervals

@@ -1,6 +1,7 @@
-"""The report's figures as data: realtime lag and unseen counts on a
-hand-made history, the partition lanes from a hand-made states.jsonl, and
-timeline.html (pairing, sampling that bounds its size, escaping)."""
+"""The report's figures: the partition lanes from a hand-made states.jsonl,
+the lag and unseen figures from results.json's series (the checker's:
+tests/checkers/test_series.py), and timeline.html (pairing, sampling that
+bounds its size, escaping)."""
 
 from __future__ import annotations
 
@@ -59,36 +60,6 @@ ROWS = [
 ]
 
 
-def test_lag_is_the_head_minus_the_offset_each_poll_returned(tmp_path):
-    table = _history(tmp_path, ROWS)
-    lag = P.lag_series(table)
-    assert [tuple(r) for r in lag[["time", "process", "partition", "offset", "head", "lag"]].itertuples(index=False)] == [
-        (25 * MS, 2, 0, 0, 1, 1),
-        (35 * MS, 3, 0, 1, 1, 0), (35 * MS, 3, 1, 0, 0, 0),
-        (50 * MS, 2, 0, 1, 2, 1),
-        (55 * MS, 3, 1, 1, 1, 0),  # no ack yet: the poll itself shows offset 1 exists
-    ]
-    # The states' high watermark (the next offset) raises the head where it is ahead of the acks.
-    states = [{"time": 48 * MS, "kind": "partition", "partition": 0, "leader": "n1", "epoch": 0,
-               "isr": ["n1"], "hw": 6},
-              {"time": 49 * MS, "kind": "partition", "partition": 1, "leader": "n1", "epoch": 0,
-               "isr": ["n1"], "hw": None}]
-    lag = P.lag_series(table, states)
-    assert lag["lag"].tolist() == [1, 0, 0, 4, 0]
-
-
-def test_unseen_counts_acknowledged_values_no_poll_returned_yet(tmp_path):
-    table = _history(tmp_path, ROWS)
-    steps = P.unseen_series(table)
-    assert [tuple(r) for r in steps.itertuples(index=False)] == [
-        (10 * MS, 0, 1), (20 * MS, 0, 2), (25 * MS, 0, 1), (30 * MS, 1, 1),
-        (35 * MS, 0, 0), (35 * MS, 1, 0), (40 * MS, 0, 1),
-        # value 14, read at 55 ms before its ack at 60 ms, never counts
-    ]
-    times = [t * MS for t in (0, 10, 20, 30, 35, 40, 60)]
-    assert P.unseen_total(steps, times).tolist() == [0, 1, 2, 2, 0, 1, 1]
-
-
 def test_timeline_pairs_each_invocation_with_its_completion(tmp_path):
     ops, said = P.timeline_ops(_history(tmp_path, ROWS))
     assert said.startswith("All ")
@@ -143,15 +114,18 @@ def test_partition_lanes_from_states(tmp_path):
         (4500 * MS, 5 * 10**9, True, True, False)]
     assert [(s["start"], s["end"], s["controller"]) for s in nodes["n2"]] == [(0, 5 * 10**9, False)]
     assert [(s["start"], s["alive"], s["controller"]) for s in nodes["n3"]] == [(4 * 10**9 + 5, None, True)]
-    # The report draws the chart where states.jsonl is, and not where it is not.
+    # The report draws the chart where states.jsonl is, and not where it is not;
+    # the lag and unseen figures from results.json's series.
     table = _history(tmp_path, ROWS)
-    images = P.plots({"anomalies": {}}, resolve(tmp_path), [], tmp_path)
+    series = {"bucket_s": 0.001, "unread": {"0": [[0.01, 1], [0.02, 0]], "1": [[0.03, 1]]},
+              "lag": {"2": [[0.025, 1], [0.05, 1]], "3": [[0.035, 0]]}}
+    images = P.plots({"anomalies": {}, "series": series}, resolve(tmp_path), [], tmp_path)
     assert {"lanes", "lag", "unseen", "latency", "throughput"} <= set(images)
     assert images["timeline"] == "timeline.html" and (tmp_path / "timeline.html").is_file()
     assert "Cluster state" in P.figures_html(images)
     # A states.jsonl the chart cannot use costs the chart, not the report.
     (tmp_path / "states.jsonl").write_text('{"time": 1, "kind": "partition", "partition": 0, "isr": 5}\n')
-    images = P.plots({"anomalies": {}}, resolve(tmp_path), [], tmp_path)
+    images = P.plots({"anomalies": {}, "series": series}, resolve(tmp_path), [], tmp_path)
     assert "lanes" not in images and "lag" in images
     (tmp_path / "states.jsonl").unlink()
     assert "lanes" not in P.plots({"anomalies": {}}, resolve(tmp_path), [], tmp_path)
@@ -207,7 +181,8 @@ def test_timeline_escapes_errors_titles_and_fault_values(tmp_path):
 def test_report_places_the_figures_and_links_the_timeline(tmp_path):
     _history(tmp_path, ROWS)
     (tmp_path / "states.jsonl").write_text("".join(json.dumps(s) + "\n" for s in STATES))
-    page = render(tmp_path, {"valid": True, "anomalies": {}}).read_text()
+    series = {"bucket_s": 0.001, "unread": {"0": [[0.01, 1], [0.02, 0]]}, "lag": {"2": [[0.025, 1]]}}
+    page = render(tmp_path, {"valid": True, "anomalies": {}, "series": series}).read_text()
     assert "<h2>Cluster state</h2>" in page and "<h2>Consumers</h2>" in page
     assert "href='timeline.html'" in page and (tmp_path / "timeline.html").is_file()
     assert page.count("data:image/png;base64,") == 5

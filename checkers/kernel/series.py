@@ -1,0 +1,144 @@
+"""The results' series over time, counted per bucket of the history's clock
+(checkers/folds/clock.py), which the report draws:
+
+- `unread`: per partition, how many acknowledged values no poll (final reads
+  included) had returned yet, Jepsen's unseen count: a value counts from
+  its acknowledgement until the first poll that returned it (one read before
+  its acknowledgement arrived never counts). From the by-value frame: each
+  shard gives each (partition, bucket)'s change, the merge adds them;
+- `lag`: per consumer process, its polls' realtime lag, the highest offset
+  known to exist in a partition when a poll returned records of it (an
+  acknowledgement before the poll, a high watermark the leader reported
+  less one, what the poll itself returned) less the highest offset it
+  returned, its worst partition's; per bucket the worst of its polls. The
+  final reads' polls are left out: they read from the start by design. From
+  the read runs and acknowledgements of a shard of partitions; the merge
+  takes the worst of the shards'.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from checkers.kernel import rows as r
+from checkers.kernel.by_value import ByValue
+from checkers.kernel.facts import Facts, in_brackets
+from core.history.format import MAX_OFFSET, MAX_PARTITION
+
+# Buckets of the history's clock the series count in, at most.
+POINTS = 4_000
+_PART_BITS = MAX_PARTITION.bit_length()
+_GROUP_SHIFT = 41  # a partition's number above an offset or index below 2**41
+
+
+def unread(v: ByValue, facts: Facts) -> dict[int, dict[int, int]]:
+    """partition -> bucket -> the change of its count of acknowledged values not yet read."""
+    clock = facts.clock
+    at = np.flatnonzero(v.ok & (v.comp_index >= 0))
+    at = at[~((v.read_index[at] >= 0) & (v.read_index[at] < v.comp_index[at]))]
+    partition, read = v.ack_partition[at], v.read_index[at]
+    ack = clock.bucket(v.comp_index[at])
+    seen = read >= 0
+    gone = np.maximum(ack[seen], clock.bucket(read[seen]))
+    keys = np.concatenate(((partition << 32) | ack, (partition[seen] << 32) | gone))
+    change = np.concatenate((np.ones(len(ack), np.int64), np.full(len(gone), -1, np.int64)))
+    return _summed(keys, change)
+
+
+def lag(runs: r.Rows, acks: r.Rows, facts: Facts) -> dict[int, dict[int, int]]:
+    """process -> bucket -> the worst lag of its polls in it, of this shard's partitions."""
+    keep = ~in_brackets(runs.process, runs.index, facts.logs.brackets)
+    partition = runs.pos[keep] >> r.POS_BITS
+    last = (runs.pos[keep] & MAX_OFFSET) + (runs.y[keep] & 0xFFFFFFFF) - 1
+    index, process = runs.index[keep], runs.process[keep]
+    if not len(index):
+        return {}
+    # Each poll's highest offset of each partition (its runs of it, maxed).
+    poll = (index << _PART_BITS) | partition
+    polls, where = np.unique(poll, return_inverse=True)
+    offset = np.full(len(polls), -1, np.int64)
+    np.maximum.at(offset, where.reshape(-1), last)
+    first = np.full(len(polls), 0, np.int64)
+    first[where.reshape(-1)] = np.arange(len(where))
+    process = process[first]
+    index, partition = polls >> _PART_BITS, polls & MAX_PARTITION
+    head = np.maximum(offset, _known_before(acks.pos >> r.POS_BITS, acks.index, acks.pos & MAX_OFFSET, partition,
+                                             index))
+    for p, marks in facts.hw.items():
+        if marks:
+            at = np.flatnonzero(partition == p)
+            hw_index, hw_offset = (np.array(x, np.int64) for x in zip(*marks))
+            seen = np.searchsorted(hw_index, index[at], "right") - 1
+            head[at] = np.maximum(head[at], np.where(seen >= 0, np.maximum.accumulate(hw_offset)[seen], -1))
+    keys = (process << 32) | facts.clock.bucket(index)
+    return _worst(keys, head - offset)
+
+
+def _known_before(partition: np.ndarray, index: np.ndarray, offset: np.ndarray, q_partition: np.ndarray,
+                  q_index: np.ndarray) -> np.ndarray:
+    """For each query (partition, index), the highest `offset` of that
+    partition at an index below it (-1: none)."""
+    if not len(partition):
+        return np.full(len(q_partition), -1, np.int64)
+    key = (partition << _GROUP_SHIFT) | index
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    # A running maximum within each partition: its offsets lifted above every lower partition's.
+    lifted = np.maximum.accumulate((partition[order] << _GROUP_SHIFT) | offset[order])
+    at = np.searchsorted(key, (q_partition << _GROUP_SHIFT) | q_index, "left") - 1
+    found = (at >= 0) & ((key[np.maximum(at, 0)] >> _GROUP_SHIFT) == q_partition)
+    return np.where(found, lifted[np.maximum(at, 0)] & ((1 << _GROUP_SHIFT) - 1), -1)
+
+
+def _summed(keys: np.ndarray, amount: np.ndarray) -> dict[int, dict[int, int]]:
+    """high 31 bits -> low 32 bits -> the sum of `amount` (zeros left out)."""
+    unique, where = np.unique(keys, return_inverse=True)
+    total = np.bincount(where.reshape(-1), weights=amount, minlength=len(unique)).astype(np.int64)
+    out: dict[int, dict[int, int]] = {}
+    for k, n in zip(unique.tolist(), total.tolist()):
+        if n:
+            out.setdefault(k >> 32, {})[k & 0xFFFFFFFF] = n
+    return out
+
+
+def _worst(keys: np.ndarray, amount: np.ndarray) -> dict[int, dict[int, int]]:
+    """high 31 bits -> low 32 bits -> the greatest `amount`."""
+    unique, where = np.unique(keys, return_inverse=True)
+    top = np.full(len(unique), np.iinfo(np.int64).min)
+    np.maximum.at(top, where.reshape(-1), amount)
+    out: dict[int, dict[int, int]] = {}
+    for k, n in zip(unique.tolist(), top.tolist()):
+        out.setdefault(k >> 32, {})[k & 0xFFFFFFFF] = n
+    return out
+
+
+def merged(partials: list[dict]) -> dict:
+    """The shards' series as one: changes added, lags maxed."""
+    unread_: dict[int, dict[int, int]] = {}
+    lag_: dict[int, dict[int, int]] = {}
+    for p in partials:
+        for key, buckets in p.get("unread", {}).items():
+            into = unread_.setdefault(int(key), {})
+            for b, n in buckets.items():
+                into[int(b)] = into.get(int(b), 0) + n
+        for key, buckets in p.get("lag", {}).items():
+            into = lag_.setdefault(int(key), {})
+            for b, n in buckets.items():
+                into[int(b)] = max(into.get(int(b), n), n)
+    return {"unread": unread_, "lag": lag_}
+
+
+def as_results(series: dict, clock) -> dict:
+    """results.json's `series`: per partition the unread count at each
+    bucket it changes in, per process its worst lag in each bucket it
+    polled in, as [seconds, number] pairs."""
+    unread_ = {}
+    for p, changes in sorted(series["unread"].items()):
+        count, points = 0, []
+        for b in sorted(changes):
+            count += changes[b]
+            points.append([clock.time_of(b), count])
+        unread_[str(p)] = points
+    lag_ = {str(proc): [[clock.time_of(b), n] for b, n in sorted(buckets.items())]
+            for proc, buckets in sorted(series["lag"].items())}
+    return {"bucket_s": round(clock.bucket_ns / 1e9, 6), "unread": unread_, "lag": lag_}
