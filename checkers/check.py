@@ -301,20 +301,21 @@ def _results(found: Found, read: HistoryRead, facts, faults: list[dict], promise
 def _unchecked(facts) -> list[str]:
     """What the checker could not decide, said: the replicas without their
     dumps, and each consumer group's checks it lacks the events for."""
+    replicas = registry.REPLICA_DIVERGENCE.name
+    loss, twice = registry.CONSUMER_LOSS.name, registry.REDELIVERY.name
     out = []
     if not facts.replica_nodes:
-        out.append("replica-divergence was not checked: no replica dumps (disk/NODE.jsonl.gz) beside the history")
+        out.append(f"{replicas} was not checked: no replica dumps (disk/NODE.jsonl.gz) beside the history")
     elif facts.logs.present and facts.logs.not_reached():
-        out.append(f"replica-divergence of partitions {ranges(facts.logs.not_reached())} was not checked: "
+        out.append(f"{replicas} of partitions {ranges(facts.logs.not_reached())} was not checked: "
                    "their final logs are not known")
-    members = set(facts.member.values())
-    for g in sorted(members):
+    for g in sorted(set(facts.member.values())):
         name = facts.groups[g]
         if g not in facts.processing:
-            out.append(f"consumer-loss and redelivery of group {name!r} were not checked: its members recorded "
-                       "no processing (`process`)")
+            out.append(f"{loss} and {twice} of group {name!r} were not checked: its members recorded no "
+                       "processing (`process`)")
         elif not any(gg == g for gg, _ in facts.final_committed):
-            out.append(f"consumer-loss of group {name!r} was not checked: no final committed read of it "
+            out.append(f"{loss} of group {name!r} was not checked: no final committed read of it "
                        "(`committed` with `final`)")
     return out
 

@@ -388,7 +388,7 @@ def unread_png(unread: dict[str, list[list]], intervals: list[dict], end_s: floa
 def plots(results: dict, source: HistorySource | None, intervals: list[dict],
           run_dir: Path | None = None) -> dict[str, str]:
     """The report's images as base64 PNGs: `latency`, `throughput` always;
-    `lanes` where run_dir has a states.jsonl; `lag` and `unseen` where the
+    `lanes` where run_dir has a states.jsonl; `lag` and `unread` where the
     history has polls and sends. With run_dir, also writes run_dir/timeline.html
     and names it under `timeline`."""
     import matplotlib
@@ -467,9 +467,9 @@ def plots(results: dict, source: HistorySource | None, intervals: list[dict],
         if series.get("lag"):
             out["lag"] = lag_png(series["lag"], intervals)
         if series.get("unread"):
-            out["unseen"] = unread_png(series["unread"], intervals, end_time / 1e9)
+            out["unread"] = unread_png(series["unread"], intervals, end_time / 1e9)
     except (KeyError, TypeError, ValueError) as e:
-        log.warning("no lag or unseen plot: %s", e)
+        log.warning("no lag or unread plot: %s", e)
     if table is not None and run_dir is not None:
         try:
             out["timeline"] = write_timeline(run_dir, table, intervals).name
@@ -551,12 +551,12 @@ def figures_html(images: dict[str, str]) -> str:
                      "epoch and ISR over time; shaded: fault intervals; crosses: truncations; triangles: "
                      "events of the anomaly examples above.</p>"
                      f"<img alt='partition lanes' src='data:image/png;base64,{images['lanes']}'>")
-    if "lag" in images or "unseen" in images:
+    if "lag" in images or "unread" in images:
         parts.append("<h2>Consumers</h2><p class='muted'>Lag: per ok poll, the highest acknowledged offset "
                      "(or high watermark) of a partition it read minus the offset it returned (final reads left out). "
                      "Unseen: "
                      "acknowledged values no poll had returned yet.</p>")
-        parts += [f"<img alt='{k}' src='data:image/png;base64,{images[k]}'>" for k in ("lag", "unseen")
+        parts += [f"<img alt='{k}' src='data:image/png;base64,{images[k]}'>" for k in ("lag", "unread")
                   if k in images]
     if "timeline" in images:
         name = html.escape(images["timeline"], quote=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from checkers import registry
 from checkers.compiled import compiled, first_not_below
 
 NONE = -1
@@ -36,7 +37,7 @@ class FinalLogs:
     def warnings(self) -> list[str]:
         if not self.present:
             return ["durability was not checked: the history has no final-reads operation, so no final log "
-                    "is known (lost-acked and dirty-read are 0)"]
+                    f"is known ({registry.LOST_ACKED.name} and {registry.DIRTY_READ.name} are 0)"]
         short = self.not_reached()
         if short:
             return [f"durability of partitions {ranges(short)} was not checked: "

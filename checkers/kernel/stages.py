@@ -102,27 +102,33 @@ def _keys(frame, rows: np.ndarray, order: tuple[str, ...]) -> list[list[int]]:
     return np.stack([getattr(frame, c)[rows].astype(np.int64) for c in order], axis=1).tolist() if len(rows) else []
 
 
-def first_stage(shard: r.Shard, facts: Facts) -> tuple[r.Shard, dict]:
-    """A shard of values: its frames' anomalies, and the rows for the second stage."""
-    partial = Partial()
+def first_frames(shard: r.Shard, facts: Facts) -> tuple[dict[str, object], r.Shard]:
+    """A shard of values' frames, by name (an empty tuple for a frame with
+    nothing to make it of), and the rows it hands on to the second stage."""
     v, handed = by_value(shard, facts)
-    partial.decide("by-value", v, facts)
-    partial.counts = counts(v)
-    partial.problems = send_problems(v)
-    partial.series["unread"] = series.unread(v, facts)
+    frames: dict[str, object] = {"by-value": v, "group-records": (), "group-values": ()}
     processed = shard[r.PROCESSED]
     if facts.processing and len(processed):
         processed = processed.take(np.flatnonzero(_held(v.value, processed.value)))  # a value no poll delivered: none
         processed_row = np.searchsorted(v.value, processed.value)
         final = handed[r.FINALS]
-        final_row = np.searchsorted(v.value, final.value)
-        partial.decide("group-records", group_records(v.value, final_row, final.pos, processed, processed_row,
-                                                      *v.reads_joined(), facts), facts)
-        partial.decide("group-values", group_values(v.value, processed, processed_row, facts), facts)
-    else:
-        for name in ("group-records", "group-values"):
-            partial.decide(name, (), facts)
-    return r.Shard({**handed.blocks, **shard.only(*r.PASSED).blocks}), partial.as_dict()
+        frames["group-records"] = group_records(v.value, np.searchsorted(v.value, final.value), final.pos,
+                                                processed, processed_row, *v.reads_joined(), facts)
+        frames["group-values"] = group_values(v.value, processed, processed_row, facts)
+    return frames, r.Shard({**handed.blocks, **shard.only(*r.PASSED).blocks})
+
+
+def first_stage(shard: r.Shard, facts: Facts) -> tuple[r.Shard, dict]:
+    """A shard of values: its frames' anomalies, and the rows for the second stage."""
+    partial = Partial()
+    frames, handed = first_frames(shard, facts)
+    for name, frame in frames.items():
+        partial.decide(name, frame, facts)
+    v = frames["by-value"]
+    partial.counts = counts(v)
+    partial.problems = send_problems(v)
+    partial.series["unread"] = series.unread(v, facts)
+    return handed, partial.as_dict()
 
 
 def _held(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -133,22 +139,28 @@ def _held(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
     return sorted_values[at] == values
 
 
-def second_stage(shard: r.Shard, facts: Facts) -> dict:
-    """A shard of partitions: its frames' anomalies."""
-    partial = Partial()
+def second_frames(shard: r.Shard, facts: Facts) -> dict[str, object]:
+    """A shard of partitions' frames, by name."""
     acks = shard[r.ACKS]
     known = by_position(acks, shard[r.EXTRAS])
-    partial.decide("by-position", known, facts)
-    partial.decide("read-order", read_order(shard[r.RUNS], facts.restarts, known), facts)
-    partial.decide("send-order", send_order(acks), facts)
-    partial.series["lag"] = series.lag(shard[r.RUNS], acks, facts)
     on_disk = shard[r.REPLICAS]
-    partial.decide("replicas", replicas(on_disk, shard[r.FINALS], facts.logs.ends) if len(on_disk) else (), facts)
     # A committed read is decided where the commits of its partition are: all of them are in one shard,
     # and a read of a partition nobody committed to has nothing acknowledged to lose.
     commit_rows = shard[r.COMMITS]
     partitions = set(np.unique(commit_rows.pos >> r.POS_BITS).tolist())
-    partial.decide("commits", commits(commit_rows, facts, partitions) if facts.committed else (), facts)
+    return {"by-position": known,
+            "read-order": read_order(shard[r.RUNS], facts.restarts, known),
+            "send-order": send_order(acks),
+            "replicas": replicas(on_disk, shard[r.FINALS], facts.logs.ends) if len(on_disk) else (),
+            "commits": commits(commit_rows, facts, partitions) if facts.committed else ()}
+
+
+def second_stage(shard: r.Shard, facts: Facts) -> dict:
+    """A shard of partitions: its frames' anomalies."""
+    partial = Partial()
+    for name, frame in second_frames(shard, facts).items():
+        partial.decide(name, frame, facts)
+    partial.series["lag"] = series.lag(shard[r.RUNS], shard[r.ACKS], facts)
     return partial.as_dict()
 
 

@@ -120,7 +120,7 @@ def test_partition_lanes_from_states(tmp_path):
     series = {"bucket_s": 0.001, "unread": {"0": [[0.01, 1], [0.02, 0]], "1": [[0.03, 1]]},
               "lag": {"2": [[0.025, 1], [0.05, 1]], "3": [[0.035, 0]]}}
     images = P.plots({"anomalies": {}, "series": series}, resolve(tmp_path), [], tmp_path)
-    assert {"lanes", "lag", "unseen", "latency", "throughput"} <= set(images)
+    assert {"lanes", "lag", "unread", "latency", "throughput"} <= set(images)
     assert images["timeline"] == "timeline.html" and (tmp_path / "timeline.html").is_file()
     assert "Cluster state" in P.figures_html(images)
     # A states.jsonl the chart cannot use costs the chart, not the report.

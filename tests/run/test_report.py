@@ -36,7 +36,7 @@ def test_report_of_a_history_with_anomalies(spark, tmp_path):
     links = set(re.findall(r"href=\"#e(\d+)\"", page))
     anchors = set(re.findall(r"id='e(\d+)'", page))
     assert links and links <= anchors
-    assert page.count("data:image/png;base64,") == 4  # latency, throughput, lag, unseen (no states.jsonl: no lanes)
+    assert page.count("data:image/png;base64,") == 4  # latency, throughput, lag, unread (no states.jsonl: no lanes)
     assert "start-partition" in page  # the nemesis timeline
 
 
