@@ -6,7 +6,7 @@ partition, next to each other in the poll, their offsets rising by one: the
 steps inside it are all +1, so only the step into each run is looked at,
 from the run before it of the same process and partition, in the order of
 (poll index, place in the poll). Read order restarts where the contract
-says (docs/checker.md, "Readings of the contract"): an `assign` or `crash`
+says (docs/history.md, "Where the contract leaves a choice"): an `assign` or `crash`
 of the process restarts every partition it reads, a `seek` the partition it
 names, each only where it happened (completed ok or info), at its
 completion; the driver gathers them (`Facts.restarts`). The second stage's
