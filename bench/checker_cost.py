@@ -3,8 +3,14 @@ Parquet histories, against a bare Spark scan-and-group-by of the same parts
 in the same Spark session.
 
     harness bench check [--sizes 1000000,10000000,100000000] [--cache .cache/bench] [--repeat 2]
-                        [--driver-memory 4g] [--no-cold] [--out FILE]
+                        [--engine spark|local] [--driver-memory 4g] [--no-cold] [--out FILE]
                         [--spark-master URL] [--spark-conf KEY=VALUE]... [--standalone [--standalone-memory 1g]]
+
+`--engine` is the checker's (docs/checker.md): Spark's executors run the
+kernel (default), or this process does (`local`). The warm check of each
+size is set against the bare scan in the same session; the cold `harness
+check` of the largest size (JVM start included) against a bare cold scan,
+each in a fresh process (bench/cold_check.py), measured in the same run.
 
 `--standalone` measures the same sizes again on a standalone Spark cluster
 of two workers of one core on 127.0.0.1 (checkers/spark_cluster.py), in a
@@ -55,6 +61,8 @@ def configure(parser) -> None:
                              "100000000 is 100 parts, about 1.3 GB)")
     parser.add_argument("--cache", default=str(CACHE), help="where generated histories are kept "
                                                            "(default the project's .cache/bench)")
+    parser.add_argument("--engine", choices=("spark", "local"), default="spark",
+                        help="the checker's engine (default spark; local: this process runs the kernel)")
     parser.add_argument("--spark-master", default=None, help="Spark master (default local[*])")
     parser.add_argument("--spark-conf", metavar="KEY=VALUE", action="append", default=[],
                         help="extra Spark setting, as for harness check (repeatable)")
@@ -112,8 +120,8 @@ def expected_of(folder: Path) -> dict:
 
 def differences(counts: dict[str, int], planted: dict[str, int]) -> str:
     """What the checker found against what was planted, for each anomaly where they differ ("" if none)."""
-    return ", ".join(f"{name} {counts.get(name)} against {planted.get(name)}"
-                     for name in sorted(set(counts) | set(planted)) if counts.get(name) != planted.get(name))
+    return ", ".join(f"{name} {counts.get(name, 0)} against {planted.get(name, 0)}"
+                     for name in sorted(set(counts) | set(planted)) if counts.get(name, 0) != planted.get(name, 0))
 
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -241,7 +249,7 @@ def run(args) -> int:
                 bare = bare_scan(spark, files[size])
             with PeakRSS() as mem, CPUTime() as cpu:
                 t0 = time.monotonic()
-                results = check_history(folders[size], Options(), spark=spark)
+                results = check_history(folders[size], Options(engine=args.engine), spark=spark)
                 seconds = time.monotonic() - t0
             counts = {k: v["count"] for k, v in results["anomalies"].items()}
             differ = differences(counts, expected["anomalies"])
@@ -263,14 +271,14 @@ def run(args) -> int:
               f"the bare scan's {best['bare_scan_cpu_s']:.1f} s), "
               f"peak RSS {best['peak_rss_mb']} MiB, of Python alone {best['python_peak_rss_mb']} MiB "
               "(counts as planted)", file=sys.stderr, flush=True)
-    report = {"cpus": os.cpu_count(), "master": master, "driver_memory": conf["spark.driver.memory"],
-              "session_start_s": round(startup, 2), "runs": measured}
+    report = {"cpus": os.cpu_count(), "master": master, "engine": args.engine,
+              "driver_memory": conf["spark.driver.memory"], "session_start_s": round(startup, 2), "runs": measured}
     # A cold, end-to-end `harness check` of the largest history: JVM start included.
     # This session stops first: on a cluster it holds every core, and the
     # check's own application would wait for one for ever.
     spark.stop()
     if args.cold:
-        report.update(cold_check(folders[sizes[-1]], args.spark_master, conf))
+        report.update(cold_check(folders[sizes[-1]], args.spark_master, conf, args.engine))
     if args.standalone:
         report["standalone"] = on_standalone(args)
     print_table(report)
@@ -279,13 +287,19 @@ def run(args) -> int:
     return 0
 
 
-def cold_check(folder: Path, master: str | None, conf: dict[str, str]) -> dict:
-    """`harness check` of `folder` in a fresh process, timed."""
+def cold_check(folder: Path, master: str | None, conf: dict[str, str], engine: str) -> dict:
+    """`harness check` of `folder` in a fresh process, timed, and a bare cold
+    Spark scan of it in another (bench/cold_check.py), one after the other."""
     on_master = (["--spark-master", master] if master else []) + _conf_args(f"{k}={v}" for k, v in conf.items())
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "harness.cli", "check", str(folder), "--out", str(folder),
-                           *on_master], capture_output=True, text=True)
-    return {"cold_cli_s": round(time.monotonic() - t0, 2), "cold_cli_exit": proc.returncode}
+                           "--engine", engine, *on_master], capture_output=True, text=True)
+    cold = round(time.monotonic() - t0, 2)
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-m", "bench.cold_check", "--bare", str(folder)], capture_output=True, check=True)
+    bare = round(time.monotonic() - t0, 2)
+    return {"cold_cli_s": cold, "cold_cli_exit": proc.returncode, "cold_bare_scan_s": bare,
+            "cold_ratio": round(cold / bare, 2)}
 
 
 def _conf_args(pairs) -> list[str]:
@@ -305,7 +319,7 @@ def on_standalone(args) -> dict:
             with PeakRSS(interval=0.2, roots=cluster.pids) as executors:
                 proc = subprocess.run([sys.executable, "-m", "harness.cli", "bench", "check", "--sizes", args.sizes,
                                        "--cache", args.cache, "--repeat", str(args.repeat),
-                                       "--driver-memory", args.driver_memory,
+                                       "--driver-memory", args.driver_memory, "--engine", args.engine,
                                        *([] if args.cold else ["--no-cold"]),
                                        "--spark-master", cluster.url, "--out", str(out),
                                        # An executor as large as its worker: Spark's default (1g)
@@ -329,7 +343,7 @@ def print_table(report: dict) -> None:
     (Python and JVM, and Python alone), on local[*] and, if measured, beside
     it on the standalone cluster."""
     cluster = report.get("standalone")
-    where = f"{report['master']}, {report['cpus']} CPUs"
+    where = f"engine {report.get('engine', 'spark')}, {report['master']}, {report['cpus']} CPUs"
     print(f"driver memory {report['driver_memory']}; {where}"
           + (f" | standalone: 2 workers x 1 core, {cluster['memory_per_worker']} each" if cluster else ""))
     head = (f"{'check s':>9} {'first s':>8} {'bare s':>7} {'ratio':>6} {'CPU s':>6} {'bare CPU':>8} "
@@ -348,7 +362,8 @@ def print_table(report: dict) -> None:
         print(f"growth {first['events']:,} -> {last['events']:,} events: {last['check_s'] / first['check_s']:.1f}x")
     if "cold_cli_s" in report:
         print(f"cold `harness check` of the largest (JVM start included): {report['cold_cli_s']:.1f} s "
-              f"(exit {report['cold_cli_exit']})" + (f"; standalone {cluster['cold_cli_s']:.1f} s" if cluster else "")
+              f"(exit {report['cold_cli_exit']}), a bare cold scan {report['cold_bare_scan_s']:.1f} s: "
+              f"{report['cold_ratio']:.1f}x" + (f"; standalone {cluster['cold_cli_s']:.1f} s" if cluster else "")
               + f"; Spark session start in this process: {report['session_start_s']:.1f} s")
     if cluster:
         print(f"executors' peak RSS on the cluster (both, whole run): {cluster['executors_peak_rss_mb']:,} MiB")

@@ -67,15 +67,16 @@ def test_the_table_holds_each_size_on_both_masters(capsys):
            "ratio": 49.2, "cpu_s": 25.25, "bare_scan_cpu_s": 0.5, "peak_rss_mb": 2826, "python_peak_rss_mb": 700}
     there = {**row, "check_s": 30.5, "first_check_s": 41.25, "bare_scan_s": 1.5, "ratio": 20.3, "cpu_s": 12.0,
              "peak_rss_mb": 1500, "python_peak_rss_mb": 650}
-    print_table({"master": "local[*]", "cpus": 2, "driver_memory": "8g", "session_start_s": 5.0,
-                 "runs": [row], "cold_cli_s": 40.0, "cold_cli_exit": 0,
+    print_table({"master": "local[*]", "cpus": 2, "driver_memory": "8g", "session_start_s": 5.0, "engine": "spark",
+                 "runs": [row], "cold_cli_s": 40.0, "cold_cli_exit": 0, "cold_bare_scan_s": 8.0, "cold_ratio": 5.0,
                  "standalone": {"runs": [there], "cold_cli_s": 60.0, "memory_per_worker": "1g",
                                 "executors_peak_rss_mb": 2048}})
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("driver memory 8g; local[*], 2 CPUs | standalone")
+    assert lines[0].startswith("driver memory 8g; engine spark, local[*], 2 CPUs | standalone")
     assert lines[2].split() == ["994,979", "15.75", "21.50", "0.32", "49.2x", "25.2", "0.5", "2,826", "MiB", "700",
                                 "MiB", "|", "30.50", "41.25", "1.50", "20.3x", "12.0", "0.5", "1,500", "MiB", "650",
                                 "MiB"]
+    assert "a bare cold scan 8.0 s: 5.0x" in lines[-2]
 
 
 def test_cpu_time_counts_this_process_and_its_children_alive_at_the_end():
@@ -113,7 +114,7 @@ def test_the_bench_prints_its_table_and_fails_on_counts_not_planted(tmp_path):
     proc = harness(*args)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("driver memory 1g; local[*]")
+    assert lines[0].startswith("driver memory 1g; engine spark, local[*]")
     events = orjson.loads((cache / "check-20000" / "expected.json").read_bytes())["events"]
     assert lines[2].split()[0] == f"{events:,}"
     # A planted count the checker does not find: one line, exit 2.

@@ -148,10 +148,50 @@ def hist():
     return Hist()
 
 
+# Every hand-made history the `check` fixture checked in this session, kept
+# for tests/checkers/test_spark_cluster.py to check again on a cluster: a
+# folder each under CORPUS["folder"], with `options.json` and `results.json`
+# (the results but the checker's own facts).
+CORPUS: dict = {"folder": None, "count": 0}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _corpus_removed():
+    """The corpus's folder, removed once the session ends."""
+    yield
+    if CORPUS["folder"] is not None:
+        import shutil
+
+        shutil.rmtree(CORPUS["folder"], ignore_errors=True)
+
+
+def _kept(path: Path, options: dict, results: dict) -> None:
+    """The history at `path` (and what lies beside it) into the corpus."""
+    import shutil
+    import tempfile
+
+    if CORPUS["folder"] is None:
+        CORPUS["folder"] = Path(tempfile.mkdtemp(prefix="harness-corpus-"))
+    folder = CORPUS["folder"] / f"{CORPUS['count']:04d}"
+    CORPUS["count"] += 1
+    folder.mkdir()
+    shutil.copy(path, folder / path.name)
+    for beside in ("run.json", "disk", "states.jsonl"):
+        source = path.parent / beside
+        if source.is_dir():
+            shutil.copytree(source, folder / beside)
+        elif source.is_file():
+            shutil.copy(source, folder / beside)
+    (folder / "options.json").write_text(json.dumps({k: sorted(v) if isinstance(v, set) else v
+                                                     for k, v in options.items()}))
+    (folder / "results.json").write_text(json.dumps(without_timing(results)))
+
+
 @pytest.fixture
 def check(spark, tmp_path):
     """Check a Hist with Spark's engine; also compare the reference's counts,
-    and the whole results of the in-process engine (`--engine local`)."""
+    and the whole results of the in-process engine (`--engine local`). Each
+    history checked is kept in the corpus (`CORPUS`)."""
 
     def run(h: Hist, run_json: dict | None = None, parquet: bool = False, dumps: dict | None = None,
             **options) -> dict:
@@ -159,6 +199,7 @@ def check(spark, tmp_path):
         if dumps is not None:
             write_dumps(tmp_path, dumps)
         results = check_history(path, Options(**options), spark=spark)
+        _kept(path, options, results)
         counts = {k: v["count"] for k, v in results["anomalies"].items()}
         reference = reference_counts(h.events, dumps)
         assert counts == {k: reference[k] for k in counts}, "Spark and the reference disagree"

@@ -9,7 +9,9 @@ brings: every anomaly kind planted, with final reads and without, JSONL
 parts (converted to Parquet beside the history, where the executors read
 it) and Parquet parts (read where they are), a run.json that promises
 idempotence. Everything in results.json but the `checker` block (the
-master's name and timings) must be equal, counts first. The executors run
+master's name and timings) must be equal, counts first; and every
+hand-made history the checker's tests checked before, again on the
+cluster, in one application. The executors run
 the checker's kernel in this virtual environment's Python (the driver
 names it: checkers/spark.py).
 """
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -134,3 +138,31 @@ def test_a_cluster_that_cannot_start_says_why_and_leaves_nothing_running(tmp_pat
         with standalone(workers=1, memory="lots", folder=tmp_path):
             pass
     assert (tmp_path / "master.log").exists() and holders_of(tmp_path) == []
+
+
+def test_every_hand_made_history_checked_before_gives_the_same_results_on_the_cluster(cluster, tmp_path):
+    # The checker's tests check their hand-made histories with the `check`
+    # fixture (through Spark on local[2] and in process, against the
+    # reference); each is kept, and here checked again on the cluster, all
+    # in one Spark application. Run alone, this module kept none: the
+    # priming history, with every anomaly, is checked then.
+    from checkers.check import _prime_dumps, _prime_events
+    from tests.checkers.conftest import CORPUS, _kept
+
+    if not CORPUS["count"]:
+        folder = tmp_path / "prime"
+        folder.mkdir()
+        write_parquet(_prime_events(), folder / "history.parquet")
+        _prime_dumps(folder)
+        from checkers.check import Options, check_history
+
+        _kept(folder / "history.parquet", {}, check_history(folder / "history.parquet", Options(engine="local")))
+    proc = subprocess.run([sys.executable, "-m", "tests.checkers.cluster_corpus", cluster.url, str(CORPUS["folder"])],
+                          capture_output=True, text=True, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+                          cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cases = sorted(p for p in CORPUS["folder"].iterdir() if p.is_dir())
+    assert len(cases) == CORPUS["count"]
+    differ = [case.name for case in cases
+              if json.loads((case / "cluster.json").read_text()) != json.loads((case / "results.json").read_text())]
+    assert differ == [], f"{len(differ)} of {len(cases)} histories differ on the cluster"
