@@ -1,11 +1,12 @@
 """Each key's row among the distinct keys, without a sort where they are dense.
 
-The driver's by-value frame (checkers/driver_by_value.py) has a row per
-value sent or read, and its by-position facts (checkers/driver_by_position.py)
+The kernel's by-value frame (checkers/kernel/by_value.py) has a row per
+value sent or read, and its by-position frame (checkers/kernel/by_position.py)
 a row per position known; each send, read or acknowledgement is reduced
 into its key's row (in a compiled pass). A history's keys are mostly dense: values
 0, 1, 2, ... (a run's), or such runs far apart (`harness gen-history`'s
-parts); a partition's offsets 0, 1, 2, ... . So `key_rows` finds the rows
+parts; a shard of Spark's engine holds whole blocks of them); a partition's
+offsets 0, 1, 2, ... . So `key_rows` finds the rows
 by a table of the blocks of 2**BLOCK_BITS numbers the keys use: which
 blocks are used, then which numbers of them; the running count of those
 is each key's row, each of these steps one compiled pass over the keys

@@ -1,4 +1,4 @@
-"""The results' series (checkers/kernel/series.py) on a hand-made history:
+"""The results' series (checkers/kernel/series.py) on the report's hand-made history:
 the count of acknowledged values not yet read per partition, and each
 consumer's realtime lag, with the leaders' high watermarks from
 states.jsonl, through Spark and in process alike."""
@@ -11,37 +11,16 @@ import pytest
 
 from checkers.check import Options, check_history
 from tests.checkers.conftest import without_timing
+from tests.run.test_plots import ROWS as PLOT_ROWS
+from tests.run.test_plots import _rec
 
 pytestmark = pytest.mark.spark
 
 MS = 1_000_000
 
 
-def _rec(partition, offset, value):
-    return {"partition": partition, "offset": offset, "key": 0, "value": value}
-
-
-ROWS = [
-    (1, "invoke", "send", 5, {"key": 0, "value": 10}),
-    (1, "ok", "send", 10, {"key": 0, "value": 10, "partition": 0, "offset": 0}),
-    (1, "invoke", "send", 11, {"key": 0, "value": 11}),
-    (1, "ok", "send", 20, {"key": 0, "value": 11, "partition": 0, "offset": 1}),
-    (2, "invoke", "poll", 21, {}),
-    (2, "ok", "poll", 25, {"records": [_rec(0, 0, 10)]}),  # head 1: one behind
-    (1, "invoke", "send", 26, {"key": 1, "value": 12}),
-    (1, "ok", "send", 30, {"key": 1, "value": 12, "partition": 1, "offset": 0}),
-    (3, "invoke", "poll", 31, {}),
-    (3, "ok", "poll", 35, {"records": [_rec(0, 1, 11), _rec(1, 0, 12)]}),  # caught up on both
-    (1, "invoke", "send", 36, {"key": 0, "value": 13}),
-    (1, "ok", "send", 40, {"key": 0, "value": 13, "partition": 0, "offset": 2}),  # never read
-    (2, "invoke", "poll", 41, {}),
-    (2, "ok", "poll", 45, {"records": []}),  # an empty poll says nothing
-    (2, "invoke", "poll", 46, {}),
-    (2, "ok", "poll", 50, {"records": [_rec(0, 1, 11)]}),  # head 2 (acked), or 5 (HW 6 at 48 ms)
-    (1, "invoke", "send", 51, {"key": 1, "value": 14}),
-    (3, "invoke", "poll", 52, {}),
-    (3, "ok", "poll", 55, {"records": [_rec(1, 1, 14)]}),  # read before its send's ack arrived
-    (1, "ok", "send", 60, {"key": 1, "value": 14, "partition": 1, "offset": 1}),
+# The report's tests' hand-made history (tests/run/test_plots.py), and final reads after it.
+ROWS = PLOT_ROWS + [
     (9, "invoke", "final-reads", 70, {"partitions": [0, 1]}),
     (9, "invoke", "poll", 71, {}),
     (9, "ok", "poll", 72, {"records": [_rec(0, 0, 10)]}),  # a final read: no lag, but a read
