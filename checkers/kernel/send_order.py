@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from checkers.kernel import rows as r
-from checkers.key_rows import PARTITION_BITS, fits_above_partition
+from checkers.key_rows import PARTITION_BITS, fits_above_partition, seen_rows
 from core.history.format import MAX_OFFSET
 
 
@@ -53,10 +53,14 @@ def send_order(acks: r.Rows) -> SendOrder:
 def _by_group_then_invocation(process: np.ndarray, partition: np.ndarray, invoke_index: np.ndarray) -> np.ndarray:
     """The order of acknowledgements by (process, partition), then by
     invocation. They come in the order of their values, which each
-    producer sends rising: a stable sort by the pair alone then leaves each
-    pair's in invocation order, which is checked; else a sort by all three."""
+    producer sends rising: a stable sort by the pair alone (its number
+    among the few pairs, sorted by radix where they fit in 16 bits) then
+    leaves each pair's in invocation order, which is checked; else a sort
+    by all three."""
     if len(process) and fits_above_partition(process):
-        group = (process << PARTITION_BITS) | partition
+        group, pairs = seen_rows((process << PARTITION_BITS) | partition)
+        if len(pairs) <= np.iinfo(np.int16).max:
+            group = group.astype(np.int16)
         order = np.argsort(group, kind="stable")
         g, inv = group[order], invoke_index[order]
         if not ((g[1:] == g[:-1]) & (inv[1:] < inv[:-1])).any():

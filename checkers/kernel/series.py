@@ -23,6 +23,7 @@ import numpy as np
 from checkers.kernel import rows as r
 from checkers.kernel.by_value import ByValue
 from checkers.kernel.facts import Facts, in_brackets
+from checkers.key_rows import seen_rows
 from core.history.format import MAX_OFFSET, MAX_PARTITION
 
 # Buckets of the history's clock the series count in, at most.
@@ -40,9 +41,9 @@ def unread(v: ByValue, facts: Facts) -> dict[int, dict[int, int]]:
     ack = clock.bucket(v.comp_index[at])
     seen = read >= 0
     gone = np.maximum(ack[seen], clock.bucket(read[seen]))
-    keys = np.concatenate(((partition << 32) | ack, (partition[seen] << 32) | gone))
-    change = np.concatenate((np.ones(len(ack), np.int64), np.full(len(gone), -1, np.int64)))
-    return _summed(keys, change)
+    return _summed(np.concatenate((partition, partition[seen])), np.concatenate((ack, gone)),
+                   np.concatenate((np.ones(len(ack), np.int64), np.full(len(gone), -1, np.int64))),
+                   len(clock.bounds))
 
 
 def lag(runs: r.Rows, acks: r.Rows, facts: Facts) -> dict[int, dict[int, int]]:
@@ -70,8 +71,7 @@ def lag(runs: r.Rows, acks: r.Rows, facts: Facts) -> dict[int, dict[int, int]]:
             hw_index, hw_offset = (np.array(x, np.int64) for x in zip(*marks))
             seen = np.searchsorted(hw_index, index[at], "right") - 1
             head[at] = np.maximum(head[at], np.where(seen >= 0, np.maximum.accumulate(hw_offset)[seen], -1))
-    keys = (process << 32) | facts.clock.bucket(index)
-    return _worst(keys, head - offset)
+    return _worst(process, facts.clock.bucket(index), head - offset, len(facts.clock.bounds))
 
 
 def _known_before(partition: np.ndarray, index: np.ndarray, offset: np.ndarray, q_partition: np.ndarray,
@@ -90,25 +90,31 @@ def _known_before(partition: np.ndarray, index: np.ndarray, offset: np.ndarray, 
     return np.where(found, lifted[np.maximum(at, 0)] & ((1 << _GROUP_SHIFT) - 1), -1)
 
 
-def _summed(keys: np.ndarray, amount: np.ndarray) -> dict[int, dict[int, int]]:
-    """high 31 bits -> low 32 bits -> the sum of `amount` (zeros left out)."""
-    unique, where = np.unique(keys, return_inverse=True)
-    total = np.bincount(where.reshape(-1), weights=amount, minlength=len(unique)).astype(np.int64)
+def _grid(owner: np.ndarray, bucket: np.ndarray, buckets: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct owners (partitions, processes: few) and each row's cell of
+    an owners x buckets grid: no sort of the rows."""
+    row, owners = seen_rows(owner)
+    return owners, row * buckets + bucket
+
+
+def _summed(owner: np.ndarray, bucket: np.ndarray, amount: np.ndarray, buckets: int) -> dict[int, dict[int, int]]:
+    """owner -> bucket -> the sum of `amount` there (zeros left out)."""
+    owners, cell = _grid(owner, bucket, buckets)
+    total = np.bincount(cell, weights=amount, minlength=len(owners) * buckets).astype(np.int64)
     out: dict[int, dict[int, int]] = {}
-    for k, n in zip(unique.tolist(), total.tolist()):
-        if n:
-            out.setdefault(k >> 32, {})[k & 0xFFFFFFFF] = n
+    for c in np.flatnonzero(total).tolist():
+        out.setdefault(int(owners[c // buckets]), {})[c % buckets] = int(total[c])
     return out
 
 
-def _worst(keys: np.ndarray, amount: np.ndarray) -> dict[int, dict[int, int]]:
-    """high 31 bits -> low 32 bits -> the greatest `amount`."""
-    unique, where = np.unique(keys, return_inverse=True)
-    top = np.full(len(unique), np.iinfo(np.int64).min)
-    np.maximum.at(top, where.reshape(-1), amount)
+def _worst(owner: np.ndarray, bucket: np.ndarray, amount: np.ndarray, buckets: int) -> dict[int, dict[int, int]]:
+    """owner -> bucket -> the greatest `amount` there."""
+    owners, cell = _grid(owner, bucket, buckets)
+    top = np.full(len(owners) * buckets, np.iinfo(np.int64).min)
+    np.maximum.at(top, cell, amount)
     out: dict[int, dict[int, int]] = {}
-    for k, n in zip(unique.tolist(), top.tolist()):
-        out.setdefault(k >> 32, {})[k & 0xFFFFFFFF] = n
+    for c in np.flatnonzero(top > np.iinfo(np.int64).min).tolist():
+        out.setdefault(int(owners[c // buckets]), {})[c % buckets] = int(top[c])
     return out
 
 
