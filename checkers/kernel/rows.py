@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.history.format import MAX_OFFSET
 
 POS_BITS = 40
 NONE = -1
@@ -211,14 +210,6 @@ def _taken(column: np.ndarray, at) -> np.ndarray:
     if _is_constant(column):
         return constant(column[0], len(range(len(column))[at]) if isinstance(at, slice) else len(at), column.dtype)
     return column[at]
-
-
-def partition_of(pos: np.ndarray) -> np.ndarray:
-    return pos >> POS_BITS
-
-
-def offset_of(pos: np.ndarray) -> np.ndarray:
-    return pos & MAX_OFFSET
 
 
 def packed(partition: np.ndarray, offset: np.ndarray) -> np.ndarray:
