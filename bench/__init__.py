@@ -1,7 +1,7 @@
 """Every benchmark of the project; docs/benchmarks.md has the numbers and
 the command that reproduces each.
 
-`harness bench TARGET` (harness/bench.py) runs these, each exposing
+`harness bench TARGET` (bench/targets.py) runs these, each exposing
 configure(parser) and run(args) -> int:
 
 - `cluster_up` (cluster): bring-up and teardown of a local cluster with ZooKeeper.
@@ -21,6 +21,8 @@ Run as `python -m bench.NAME`:
 
 Shared: `produce_loop`, the timed produce loop the throughput benchmarks use.
 
-A stage just below `harness/`: benchmarks import infra, broker, workloads,
-checkers and core; nothing below imports them, and they import no tests.
+A floor beside the product, with lab/: benchmarks import the stages and the
+lab's fixtures; no stage imports them, and they import no tests. The command
+line's table names bench/targets.py for `harness bench`, loaded only when a
+command line names it.
 """

@@ -13,7 +13,7 @@ check` of the largest size (JVM start included) against a bare cold scan,
 each in a fresh process (bench/cold_check.py), measured in the same run.
 
 `--standalone` measures the same sizes again on a standalone Spark cluster
-of two workers of one core on 127.0.0.1 (checkers/spark_cluster.py), in a
+of two workers of one core on 127.0.0.1 (lab/spark_cluster.py), in a
 `harness bench check --spark-master spark://...` of its own (one Spark
 context per process), and prints the two side by side; the executors'
 memory is sampled from the workers' process trees meanwhile.
@@ -41,7 +41,7 @@ import orjson
 from bench.cold_check import scan
 from checkers.check import Options, check_history
 from checkers.spark import conf_pairs, get_session
-from checkers.spark_cluster import standalone
+from lab.spark_cluster import standalone
 from core.errors import UserError
 from core.history.files import resolve
 from core.processes import descendants

@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 
-from broker.testing import LocalCluster, ZooKeeperServer
+from lab.loopback_broker import LocalCluster, ZooKeeperServer
 from core.errors import UserError
 
 

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 
 from bench.produce_loop import cpu_seconds, produce_timed
-from broker.testing import LocalCluster, ZooKeeperServer
+from lab.loopback_broker import LocalCluster, ZooKeeperServer
 from core.errors import UserError
 
 

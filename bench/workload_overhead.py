@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.workload_overhead [--seconds 8] [--repeats 3] [--json out.json]
 
-Starts a 2-broker Apache Kafka on 127.0.0.1 (infra/loopback_kafka.py: KRaft,
+Starts a 2-broker Apache Kafka on 127.0.0.1 (lab/loopback_kafka.py: KRaft,
 the jars `make setup` resolved, ports 39xxx, data in a temp folder, stopped
 at the end), creates one topic,
 and in the same run, against the same cluster, alternates:
@@ -39,7 +39,7 @@ from confluent_kafka import Producer
 
 from core.history.jsonl import iter_jsonl
 from core.history.writer import HistoryWriter
-from infra.loopback_kafka import LoopbackKafka
+from lab.loopback_kafka import LoopbackKafka
 from workloads.config import WorkloadConfig
 from workloads.topic import create_topic
 from workloads.workload import Workload

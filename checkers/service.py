@@ -57,7 +57,7 @@ import orjson
 
 from checkers.check import Options, check_history, prime
 from checkers.spark import JVM_LOG_ENV, conf_pairs, get_session
-from core.errors import UserError
+from core.errors import UserError, first_line
 from core.processes import descendants, die_with_parent
 
 log = logging.getLogger(__name__)
@@ -349,7 +349,7 @@ def _serve_one(conn: socket.socket, session: _Session) -> None:
             answer = {"error": str(e)}
         except Exception as e:  # noqa: BLE001 - the caller checks in its own process instead
             log.exception("%s failed", what)
-            answer = {"failure": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+            answer = {"failure": f"{type(e).__name__}: {first_line(e)}"}
     try:
         conn.sendall(orjson.dumps(answer) + b"\n")
     except OSError as e:  # the caller is gone (interrupted): the next request is served all the same

@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from core.errors import UserError
+from core.errors import UserError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -153,8 +153,7 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None, m
                 SparkContext(conf=spark_conf, gateway=gateway)
             session = SparkSession.builder.master(master).appName("harness-check").config(map=options).getOrCreate()
     except Exception as e:  # a master that does not answer, a JVM that cannot start
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"cannot start Spark on {master}: {first} (JVM output in {jvm_log_path()})") from None
+        raise UserError(f"cannot start Spark on {master}: {first_line(e)} (JVM output in {jvm_log_path()})") from None
     session.sparkContext.setLogLevel("ERROR")
     return session
 

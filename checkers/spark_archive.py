@@ -18,6 +18,7 @@ import argparse
 import os
 import sys
 
+from core.errors import first_line
 from checkers.check import prime
 from checkers.spark import class_archive_path, get_session, jvm_log_path, stop_jvm
 
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         made = build(args.force)
     except Exception as e:  # noqa: BLE001 - a faster start is a nicety: setup goes on without it
-        made, why = False, f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        made, why = False, f"{type(e).__name__}: {first_line(e)}"
     else:
         why = f"the JVM wrote none (see {jvm_log_path()})"
     if not made:

@@ -13,3 +13,14 @@ class UserError(Exception):
 
 class HistoryError(UserError):
     """A history that does not follow docs/history.md."""
+
+
+def first_line(e: BaseException | str) -> str:
+    """An exception's message (or a reason's text) on one line: its first, or
+    the type's name when it says nothing. librdkafka's KafkaError carries its
+    text in `.str()`."""
+    args = getattr(e, "args", ())
+    if args and hasattr(args[0], "str"):
+        return args[0].str()
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

@@ -20,15 +20,15 @@ import os
 import sys
 
 from harness import __version__
-from core.errors import UserError
+from core.errors import UserError, first_line
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("harness.runner", "a chaos run: cluster, clients under faults, heal, read back, check, report"),
     "check": ("harness.check", "check a history for lost writes, duplicates and offset anomalies"),
     "report": ("harness.report", "render a run's report.html from its history and results"),
-    "gen-history": ("harness.synthetic", "write a synthetic history with planted anomalies"),
-    "bench": ("harness.bench", "run a benchmark and print its measurements"),
+    "gen-history": ("lab.synthetic", "write a synthetic history with planted anomalies"),
+    "bench": ("bench.targets", "run a benchmark and print its measurements"),
     "cluster": ("harness.cluster", "bring a cluster up, show it, take it down (local namespaces, docker containers, ssh hosts, vagrant VMs)"),
     "scenarios": ("harness.scenarios", "list the named scenarios (scenarios/*.toml) and what each should show"),
     "calibrate": ("harness.calibrate", "run scenarios several times each and tally how often the verdict is right"),
@@ -95,8 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a bug in the harness, not the user's input
         if os.environ.get("HARNESS_DEBUG"):
             raise
-        first = str(e).splitlines()[0] if str(e) else ""
-        print(f"harness: internal error: {type(e).__name__}: {first} (HARNESS_DEBUG=1 shows the traceback)",
+        print(f"harness: internal error: {type(e).__name__}: {first_line(e)} (HARNESS_DEBUG=1 shows the traceback)",
               file=sys.stderr)
         return 2
 

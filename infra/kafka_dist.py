@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.etree import ElementTree
 
-from core.errors import UserError
+from core.errors import UserError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -146,13 +146,9 @@ def known_versions(timeout_s: float = 20.0) -> list[str]:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
             root = ElementTree.fromstring(response.read())
     except (urllib.error.URLError, OSError, ElementTree.ParseError) as e:
-        raise UserError(f"cannot read the Kafka versions from Maven Central ({url}): {_reason(e)}") from None
+        reason = first_line(getattr(e, "reason", e))
+        raise UserError(f"cannot read the Kafka versions from Maven Central ({url}): {reason}") from None
     return [v.text for v in root.iter("version") if v.text]
-
-
-def _reason(e: Exception) -> str:
-    reason = getattr(e, "reason", None) or e
-    return str(reason).splitlines()[0] if str(reason) else type(e).__name__
 
 
 def ensure_kafka(version: str = DEFAULT_VERSION, cache_dir: str | os.PathLike = DEFAULT_CACHE,
@@ -319,7 +315,7 @@ def resolve_kafka_dist(path: str | os.PathLike) -> KafkaDist:
                     if version:
                         return KafkaDist(p.resolve(), "tarball", version, "/".join(parts[:-2]))
     except (tarfile.TarError, OSError, EOFError) as e:
-        raise UserError(f"--kafka-dist {p}: unreadable archive ({_reason(e)})") from None
+        raise UserError(f"--kafka-dist {p}: unreadable archive ({first_line(e)})") from None
     raise UserError(f"--kafka-dist {p}: the archive has no libs/kafka_2.13-<version>.jar")
 
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import random
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -178,17 +177,6 @@ class Fault:
     needs_faultfs: bool = False  # the run mounts the faultfs under the data dirs
     group: str = ""  # a --nemesis name that means every fault of the group ("disk")
     describe: Describe = describe_nodes  # an event's value in words, for the report
-
-
-def wait_for(check: Callable[[], bool], timeout: float = 10.0, interval: float = 0.1) -> bool:
-    """Polls `check` until it holds (True) or `timeout` seconds pass (False)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if check():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval)
 
 
 def process_state(ctx: Context, name: str) -> str | None:

@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 
+from core.errors import first_line
 from core.history.format import NEMESIS
 from nemesis import conditions
 from nemesis.fault import Context, Step
@@ -110,7 +111,7 @@ class Nemesis:
             value, state = fault.start(self.ctx, step)
         except Exception as e:
             log.warning("fault %s failed: %s", start_f, e)
-            self._record("info", start_f, planned, error=_one_line(e))
+            self._record("info", start_f, planned, error=first_line(e)[:300])
             # Whatever part of it took effect is undone at its stop, by its family's sweep.
             self._active[step.fault] = {"nodes": [], "grudge": {}, "failed": True}
             return
@@ -142,7 +143,7 @@ class Nemesis:
                 value = record.sweep(self.ctx)
         except Exception as e:
             log.warning("undoing %s failed: %s", fault, e)
-            self._record("info", stop_f, {}, error=_one_line(e))
+            self._record("info", stop_f, {}, error=first_line(e)[:300])
             return  # still active: heal() sweeps
         self._active.pop(fault, None)
         verified = value.get("verified", {"ok": True}).get("ok", False)
@@ -171,7 +172,7 @@ class Nemesis:
                     log.info("nemesis: await %s held after %.1f s", step.until, waited)
                     return
             except Exception as e:  # the metadata store may not answer during a fault: try again
-                error = _one_line(e)
+                error = first_line(e)[:300]
             if time.monotonic() - began >= step.timeout:
                 break
             if self._stop.wait(conditions.POLL_S):
@@ -206,8 +207,3 @@ def _label(value: dict) -> str:
         isolated = value["isolated"]
         return f"{value['mode']} {','.join(isolated) if isinstance(isolated, list) else isolated}"
     return value.get("mode", "")
-
-
-def _one_line(e: BaseException) -> str:
-    s = str(e).strip()
-    return (s.splitlines()[0] if s else type(e).__name__)[:300]

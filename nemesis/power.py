@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import shlex
 
+from core.waiting import holds_within
 from infra import faultfs
 from infra.nodes import parallel
 from nemesis.disk import probe_path, step_seed, target_of
-from nemesis.fault import PROCESSES, Context, Fault, Step, describe_nodes, per_node, process_state, verdict, wait_for
+from nemesis.fault import PROCESSES, Context, Fault, Step, describe_nodes, per_node, process_state, verdict
 from nemesis.process import describe_kill, restart, sweep
 from nemesis.targets import DISK_TARGETS, draw_nodes, resolve
 
@@ -46,7 +47,7 @@ def start(ctx: Context, step: Step) -> tuple[dict, dict]:
     parallel(write_probe, names)
     # Every target loses power at the same moment: all killed before any drop.
     parallel(lambda n: ctx.system.kill(ctx.cluster.node(n)), names)
-    gone = {n: wait_for(lambda n=n: process_state(ctx, n) is None, 5) for n in names}
+    gone = {n: holds_within(lambda n=n: process_state(ctx, n) is None, 5) for n in names}
 
     def drop(name):
         node, target = target_of(ctx, name)

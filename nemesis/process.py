@@ -15,10 +15,10 @@ checks ZooKeeper's processes too.
 
 from __future__ import annotations
 
+from core.waiting import holds_within
 from infra.nodes import parallel
 from infra.zookeeper import ZooKeeper
-from nemesis.fault import (PROCESSES, Context, Fault, Step, describe_nodes, per_node, process_state, verdict,
-                           wait_for)
+from nemesis.fault import PROCESSES, Context, Fault, Step, describe_nodes, per_node, process_state, verdict
 from nemesis.targets import PROCESS_TARGETS, draw_nodes, resolve, zookeeper
 
 
@@ -36,7 +36,7 @@ def start_kill(ctx: Context, step: Step) -> tuple[dict, dict]:
     on_zk = step.mode == "zookeeper"
     procs = _processes(ctx, on_zk)
     parallel(lambda n: procs.kill(ctx.cluster.node(n)), names)
-    gone = {n: wait_for(lambda n=n: _state(ctx, procs, n) is None, 5) for n in names}
+    gone = {n: holds_within(lambda n=n: _state(ctx, procs, n) is None, 5) for n in names}
     value = {"nodes": names, **how, "verified": {"ok": all(gone.values()),
                                                   "process_gone": gone}}
     return value, {"nodes": names, **({"zookeeper": True} if on_zk else {})}
@@ -56,7 +56,7 @@ def start_pause(ctx: Context, step: Step) -> tuple[dict, dict]:
     on_zk = step.mode == "zookeeper"
     procs = _processes(ctx, on_zk)
     parallel(lambda n: procs.pause(ctx.cluster.node(n)), names)
-    stopped = {n: wait_for(lambda n=n: _state(ctx, procs, n) == "T", 5) for n in names}
+    stopped = {n: holds_within(lambda n=n: _state(ctx, procs, n) == "T", 5) for n in names}
     return ({"nodes": names, **how, "verified": {"ok": all(stopped.values()), "stopped": stopped}},
             {"nodes": names, **({"zookeeper": True} if on_zk else {})})
 
@@ -65,7 +65,7 @@ def stop_pause(ctx: Context, state: dict) -> dict:
     names = state["nodes"]
     procs = _processes(ctx, bool(state.get("zookeeper")))
     parallel(lambda n: procs.resume(ctx.cluster.node(n)), names)
-    resumed = {n: wait_for(lambda n=n: _state(ctx, procs, n) not in ("T", None), 5) for n in names}
+    resumed = {n: holds_within(lambda n=n: _state(ctx, procs, n) not in ("T", None), 5) for n in names}
     return {"nodes": names, "verified": {"ok": all(resumed.values()), "resumed": resumed}}
 
 

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from confluent_kafka import Consumer, KafkaException, Producer
 
-from core.errors import UserError
+from core.errors import UserError, first_line
 from workloads.recording import ProcessIds, Recorder, Stats
 from workloads.config import WorkloadConfig
 
@@ -94,7 +94,7 @@ class ClientContext:
         try:
             return Producer(conf)
         except (KafkaException, ValueError, TypeError) as e:
-            raise UserError(f"workload producer settings rejected by the client: {_first_line(e)}") from None
+            raise UserError(f"workload producer settings rejected by the client: {first_line(e)}") from None
 
     def make_consumer(self, pid: int, group_id: str, eof: bool, on_error: Callable) -> Consumer:
         """A confluent-kafka Consumer for process `pid`; rejected settings are a UserError."""
@@ -103,7 +103,7 @@ class ClientContext:
         try:
             return Consumer(conf)
         except (KafkaException, ValueError, TypeError) as e:
-            raise UserError(f"workload consumer settings rejected by the client: {_first_line(e)}") from None
+            raise UserError(f"workload consumer settings rejected by the client: {first_line(e)}") from None
 
     def new_pid(self) -> int:
         """A new process id for a new client instance, counted as a started process."""
@@ -126,10 +126,3 @@ def check_bootstrap(bootstrap: str) -> str:
         if not _BOOTSTRAP_RE.match(item.strip()):
             raise UserError(f"workload bootstrap entry {item.strip()!r} is not host:port")
     return ",".join(item.strip() for item in bootstrap.split(","))
-
-
-def _first_line(e: BaseException) -> str:
-    if e.args and hasattr(e.args[0], "str"):
-        return e.args[0].str()
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__

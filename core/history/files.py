@@ -11,8 +11,8 @@ from typing import Iterator
 
 import orjson
 
-from core.errors import HistoryError
-from core.history.format import OrderCheck, first_line
+from core.errors import HistoryError, first_line
+from core.history.format import OrderCheck
 from core.history.jsonl import ReadReport, iter_jsonl
 
 # --------------------------------------------------------------------------

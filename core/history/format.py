@@ -271,10 +271,3 @@ class OrderCheck:
             raise HistoryError(f"{where}: a completion of '{f}' without an invocation by process {process} before it")
         else:
             self._open[key] -= 1
-
-
-
-def first_line(e: Exception) -> str:
-    s = str(e).strip()
-    return s.splitlines()[0] if s else type(e).__name__
-

@@ -15,10 +15,10 @@ from typing import Callable, Iterable, Iterator
 
 import orjson
 
-from core.errors import HistoryError
+from core.errors import HistoryError, first_line
 from core.history.format import (BASE_FIELDS, CLIENT_FS, COLUMN_FIELDS, COMMITTED, FINAL_READS, FOLD_ABOVE,
                                   MAX_PARTITION, MAX_STORED_OFFSET, NEMESIS, NEMESIS_PROCESS_ID, NO_OFFSET, TYPES,
-                                  OrderCheck, first_line)
+                                  OrderCheck)
 from core.history.jsonl import ReadReport, iter_jsonl
 
 # --------------------------------------------------------------------------

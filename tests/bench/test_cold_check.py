@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from core.history.parquet import write_parquet
-from harness.synthetic import Plan, generate
+from lab.synthetic import Plan, generate
 from tests.support import harness
 
 

@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from broker.testing import LocalCluster, ZooKeeperServer
+from lab.loopback_broker import LocalCluster, ZooKeeperServer
 
 
 def _have_zookeeper() -> bool:

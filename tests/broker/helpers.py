@@ -7,6 +7,8 @@ import time
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
+from core import waiting
+
 
 def produce(bootstrap: str, topic: str, values, conf: dict | None = None, timeout: float = 60.0,
             key_of=None):
@@ -130,3 +132,9 @@ def log_values(cluster, broker_id: int, topic: str, partition: int) -> list[byte
         return out
     finally:
         lg.close()
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.1, what: str = "condition"):
+    """core.waiting.wait_for, a predicate's error counting as not yet: a
+    cluster's metadata reads fail now and then while it changes leaders."""
+    return waiting.wait_for(predicate, timeout, interval, what, retry_on=(Exception,))

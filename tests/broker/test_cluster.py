@@ -11,8 +11,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from broker.testing import wait_for
-from tests.broker.helpers import BackgroundProducer, check_partition_offsets, log_values, produce, read_all
+from tests.broker.helpers import BackgroundProducer, check_partition_offsets, log_values, produce, read_all, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from broker import protocol as P
 from broker.client import SyncConnection
-from broker.testing import wait_for
 from tests.broker.conftest import make_batch
+from tests.broker.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 

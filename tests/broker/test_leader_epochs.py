@@ -35,10 +35,9 @@ from broker.fetcher import Fetcher
 from broker.partition import Partition
 from broker.replica_manager import ReplicaManager
 from broker.storage import EPOCH_CHECKPOINT_NAME, Log, read_epoch_checkpoint
-from broker.testing import wait_for
 from broker.zk import PartitionState
 from tests.broker.conftest import make_batch
-from tests.broker.helpers import BackgroundProducer, log_values, produce
+from tests.broker.helpers import BackgroundProducer, log_values, produce, wait_for
 
 TP = ("t", 0)
 

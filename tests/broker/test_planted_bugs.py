@@ -15,9 +15,8 @@ import pytest
 
 from broker.client import SyncConnection
 from broker.config import coin_heads
-from broker.testing import wait_for
 from tests.broker.conftest import batch_values, make_batch
-from tests.broker.helpers import log_values, produce, read_all
+from tests.broker.helpers import log_values, produce, read_all, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from checkers import registry
 from checkers.check import Options, check_history
 from checkers.engines import spark as spark_engine
 from core.history.parquet import write_parquet
-from harness.synthetic import Plan, generate
+from lab.synthetic import Plan, generate
 from tests.checkers.conftest import without_timing
 from tests.checkers.reference import reference_counts
 

@@ -260,7 +260,7 @@ def test_columns_read_in_small_batches_are_the_columns_read_at_once(tmp_path):
     from checkers.liveness import Columns
     from core.history.batches import file_tables
     from core.history.parquet import write_parquet
-    from harness.synthetic import Plan, generate
+    from lab.synthetic import Plan, generate
 
     events = generate(Plan(events=5_000, seed=5, lost=1, dirty_reads=1)).events
     reads = []

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from checkers.check import Options, check_history
 from checkers.registry import NAMES as ANOMALIES
 from core.history.parquet import write_parquet
-from harness.synthetic import ANOMALY_OF, PLANTABLE, Plan, generate
+from lab.synthetic import ANOMALY_OF, PLANTABLE, Plan, generate
 from tests.checkers.conftest import without_timing
 from tests.checkers.reference import reference_counts
 
@@ -33,7 +33,7 @@ plans = st.builds(
 
 
 def test_the_generator_plants_only_anomalies_of_the_vocabulary():
-    # harness.synthetic names each plantable kind by its anomaly; a name the
+    # lab.synthetic names each plantable kind by its anomaly; a name the
     # checker does not know would make the agreement below vacuous for it.
     assert set(ANOMALY_OF.values()) <= set(ANOMALIES)
     assert set(PLANTABLE) <= set(ANOMALY_OF)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from checkers.anomaly import MAX_EXAMPLES
 from checkers.check import Options, check_history
 from core.history.parquet import write_parquet
-from harness.synthetic import Plan, generate
+from lab.synthetic import Plan, generate
 from tests.checkers.conftest import without_timing
 from tests.checkers.reference import reference_counts
 

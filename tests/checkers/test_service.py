@@ -17,14 +17,15 @@ from pathlib import Path
 import orjson
 import pytest
 
+from core.waiting import wait_for
 from checkers import service
 from checkers.check import Options, _prime_events, check_history
 from checkers.load import scratch_for
 from core.errors import UserError
 from core.history.files import resolve
 from core.processes import descendants
-from harness.synthetic import Plan, generate
-from tests.support import REPO, wait_for
+from lab.synthetic import Plan, generate
+from tests.support import REPO
 
 pytestmark = pytest.mark.spark
 

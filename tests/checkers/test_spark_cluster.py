@@ -1,7 +1,7 @@
 """`harness check` on a real standalone Spark cluster gives the results.json
 of `local[*]`.
 
-One cluster for the module (checkers/spark_cluster.py: a master and two
+One cluster for the module (lab/spark_cluster.py: a master and two
 workers of one core and 1 GiB on 127.0.0.1, from the pyspark distribution),
 and the real command line in a subprocess, once on `local[*]` and once with
 `--spark-master spark://127.0.0.1:PORT`, on histories of the shapes a user
@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from checkers.spark_cluster import standalone
+from lab.spark_cluster import standalone
 from core.errors import UserError
 from core.history.parquet import write_parquet
-from harness.synthetic import Plan, generate
+from lab.synthetic import Plan, generate
 from tests.support import harness
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from core.waiting import wait_for
 from infra import hostops
 from infra.faultfs import fs as faultfs_fs
-from tests.support import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "infra" / "faultfs" / "fs.py"

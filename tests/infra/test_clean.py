@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from core.waiting import wait_for
 from infra import hostops
 from infra import state as st
 
-from tests.support import clusters_owned_by, wait_for
+from tests.support import clusters_owned_by
 
 from .conftest import REPO, assert_nothing_left, harness_cli, inventory, need_root
 

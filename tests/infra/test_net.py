@@ -6,11 +6,11 @@ import time
 
 import pytest
 
+from core.waiting import wait_for
 from core.errors import UserError
 from infra import net
 from infra.nodes import parallel
 
-from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -8,10 +8,10 @@ import threading
 
 import pytest
 
+from core.waiting import wait_for
 from infra.nodes import parallel
 from infra.remote import Remote, RemoteError
 
-from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
 

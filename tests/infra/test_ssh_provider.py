@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from core.waiting import free_ports, wait_for
 from infra import hostops
 from infra.cluster import ProvisionOptions, provision
 
-from tests.support import wait_for
 
 from .conftest import assert_nothing_left, assert_one_line_error, harness_cli, inventory, new_things
 
@@ -93,9 +93,7 @@ def test_insecure_mode_warns_loudly(cluster5, tmp_path):
 
 
 def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 @pytest.fixture

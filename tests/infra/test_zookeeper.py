@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from core.waiting import wait_for
 from core.errors import UserError
 from infra.system import System, collect_logs
 from infra.zookeeper import ZooKeeper, ZooKeeperOptions
 
-from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
 

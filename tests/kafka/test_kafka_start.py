@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from core.waiting import wait_for
 from core.errors import UserError
 from infra.remote import RemoteError
-from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
 

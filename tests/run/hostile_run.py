@@ -14,7 +14,7 @@ from pathlib import Path
 
 from checkers.check import Options, check_history
 from checkers.results import write_results
-from harness.synthetic import Plan, generate
+from lab.synthetic import Plan, generate
 
 # Markup that would run a script, load an image (a network request) or close an attribute if not escaped.
 EVIL = "\"'><script>window.pwned=1</script><img src=x onerror=window.pwned=2>"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from core.waiting import wait_for
 from core.errors import UserError
 from core.files import write_whole
 from harness import matrix as mx, subrun, trends
@@ -28,7 +29,7 @@ from harness.spec import build, load_file
 from harness.subrun import Outcome
 from infra import state as st
 from infra.clean import find_cluster_ids
-from tests.support import REPO, harness, wait_for
+from tests.support import REPO, harness
 
 
 def att(status: str, **kw) -> mx.Attempt:

@@ -14,7 +14,7 @@ from core.history.files import resolve
 from core.history.parquet import write_parquet
 from harness import plots as P
 from harness.report import fault_intervals, render
-from harness.synthetic import Plan, generate
+from lab.synthetic import Plan, generate
 from tests.run.chromium import BINARY, Browser
 
 EVIL = "<script>alert('x')</script>"

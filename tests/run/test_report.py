@@ -12,7 +12,7 @@ import pytest
 
 from checkers.check import Options, check_history
 from harness.report import render
-from harness.synthetic import Plan, generate
+from lab.synthetic import Plan, generate
 from tests.run.hostile_run import EVIL, EVIL_NODE, build
 
 pytestmark = pytest.mark.spark

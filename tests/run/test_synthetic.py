@@ -1,4 +1,4 @@
-"""`harness gen-history` in parts (harness/synthetic.py): independent
+"""`harness gen-history` in parts (lab/synthetic.py): independent
 simulations, each on partitions, processes and values of its own and later
 in time than the one before, written as a folder of Parquet parts whose
 indexes continue; expected.json sums the parts' counts, and a checker's
@@ -19,7 +19,7 @@ from checkers.check import Options, check_history
 from core.history.files import resolve
 from core.history.parquet import read_parquet_events, validate_parquet
 from harness.cli import main
-from harness.synthetic import PLANTABLE, Plan, generate, part_plans, write_parts
+from lab.synthetic import PLANTABLE, Plan, generate, part_plans, write_parts
 from tests.checkers.reference import reference_counts
 
 PLAN = Plan(events=9_000, seed=3, lost=4, lost_acked=3, dirty_reads=2, duplicates=3, inconsistent=2, aborted=2,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.history.writer import HistoryWriter
-from infra.loopback_kafka import LoopbackKafka
+from lab.loopback_kafka import LoopbackKafka
 
 _names = itertools.count()
 

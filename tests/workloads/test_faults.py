@@ -13,7 +13,7 @@ import time
 import pytest
 
 from core.history.writer import HistoryWriter
-from infra.loopback_kafka import LoopbackKafka
+from lab.loopback_kafka import LoopbackKafka
 from workloads.client_errors import INDETERMINATE_NOTES, REJECTED_BEFORE_APPEND, error_name
 from workloads.config import WorkloadConfig
 from workloads.topic import create_topic, wait_settled

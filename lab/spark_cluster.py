@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Iterator
 
 from core.errors import UserError
+from core.waiting import free_ports
 
 HOST = "127.0.0.1"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -78,14 +78,6 @@ def spark_home() -> Path:
     return home
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (another process may take it before we do;
-    a daemon that cannot bind then exits, and `standalone` says so)."""
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
 def environment(home: Path, daemon_memory: str) -> dict[str, str]:
     """The daemons' environment: loopback only, Spark's home, small daemon heaps."""
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
@@ -117,7 +109,7 @@ def standalone(workers: int = 2, cores: int = 1, memory: str = "1g", daemon_memo
     own_folder = folder is None
     root = Path(tempfile.mkdtemp(prefix="harness-spark-standalone-")) if own_folder else folder
     root.mkdir(parents=True, exist_ok=True)
-    port, web_port = free_port(), free_port()
+    port, web_port = free_ports(2)
     cluster = Standalone(f"spark://{HOST}:{port}", f"http://{HOST}:{web_port}", root)
     started = False
     try:
@@ -127,8 +119,9 @@ def standalone(workers: int = 2, cores: int = 1, memory: str = "1g", daemon_memo
         for n in range(workers):
             work = root / f"worker-{n}"
             work.mkdir(exist_ok=True)
+            worker_port, worker_web_port = free_ports(2)
             _daemon(cluster, home, env, f"worker-{n}",
-                    [WORKER_CLASS, "--host", HOST, "--port", str(free_port()), "--webui-port", str(free_port()),
+                    [WORKER_CLASS, "--host", HOST, "--port", str(worker_port), "--webui-port", str(worker_web_port),
                      "--cores", str(cores), "--memory", memory, "--work-dir", str(work), cluster.url])
         _wait(cluster, lambda: cluster.alive_workers() >= workers, f"{workers} workers to register", timeout)
         started = True

@@ -1,7 +1,8 @@
-"""Benchmarks: `harness bench TARGET [options]`, one target per measured part.
+"""Benchmarks, one target per measured part: `harness bench TARGET [options]`.
 
-The benchmarks live in bench/ and expose configure(parser) and
-run(args) -> int; this module only dispatches to them.
+The command line's table names this module for `bench`; it dispatches to
+the benchmark modules beside it, each exposing configure(parser) and
+run(args) -> int.
 """
 
 from __future__ import annotations

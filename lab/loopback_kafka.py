@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -21,6 +20,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.waiting import free_ports
 from infra.kafka_dist import DEFAULT_CACHE, DEFAULT_VERSION, ensure_kafka, log4j_jvm_flag
 
 PORT_RANGE = (39000, 39999)
@@ -41,26 +41,6 @@ class Node:
         return self.home / "kafka.pid"
 
 
-def _free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _pick_ports(n: int) -> list[int]:
-    rng = random.Random(os.getpid() ^ time.time_ns())
-    for _ in range(200):
-        base = rng.randrange(PORT_RANGE[0], PORT_RANGE[1] - n, 10)
-        ports = list(range(base, base + n))
-        if all(_free(p) for p in ports):
-            return ports
-    raise RuntimeError("no free block of ports in 39000-39999")
-
-
 def _cluster_id() -> str:
     # Like Kafka's own ids: base64 of a UUID, never starting with '-' (it would read as a flag).
     while True:
@@ -79,7 +59,7 @@ class LoopbackKafka:
         self.heap = heap
         self.libs = ensure_kafka(version, DEFAULT_CACHE, quiet=True)
         self.home = self.libs.parent
-        ports = _pick_ports(nodes + 1)
+        ports = free_ports(nodes + 1, range(*PORT_RANGE))
         self.controller_port = ports[0]
         self.nodes = [Node(i + 1, ports[i + 1], ports[0] if i == 0 else None, self.root / f"n{i + 1}")
                       for i in range(nodes)]

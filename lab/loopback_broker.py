@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -21,48 +20,11 @@ import sys
 import time
 from pathlib import Path
 
+from core.waiting import free_ports, wait_for
+
 ZK_JARS = ["/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar"]
 ZK_PORTS = range(21810, 21900)
 BROKER_PORTS = range(29100, 29900)
-
-
-def _port_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-            return True
-        except OSError:
-            return False
-
-
-def free_ports(candidates: range, count: int, used: set[int] | None = None) -> list[int]:
-    """`count` consecutive-ish free ports from `candidates` (random start, so parallel runs rarely clash)."""
-    used = used or set()
-    ports = list(candidates)
-    start = random.randrange(len(ports))
-    out = []
-    for i in range(len(ports)):
-        port = ports[(start + i) % len(ports)]
-        if port not in used and _port_free(port):
-            out.append(port)
-            if len(out) == count:
-                return out
-    raise RuntimeError(f"no {count} free ports in {candidates}")
-
-
-def wait_for(predicate, timeout: float, interval: float = 0.1, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    last_exc = None
-    while time.monotonic() < deadline:
-        try:
-            result = predicate()
-            if result:
-                return result
-        except Exception as e:  # the predicate may fail while things start
-            last_exc = e
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_exc})" if last_exc else ""))
 
 
 class ZooKeeperServer:
@@ -70,7 +32,7 @@ class ZooKeeperServer:
 
     def __init__(self, directory, port: int | None = None):
         self.dir = Path(directory)
-        self.port = port or free_ports(ZK_PORTS, 1)[0]
+        self.port = port or free_ports(1, ZK_PORTS)[0]
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -91,7 +53,7 @@ class ZooKeeperServer:
              "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
-        wait_for(self._ruok, timeout, 0.1, f"ZooKeeper on port {self.port}")
+        wait_for(self._ruok, timeout, 0.1, f"ZooKeeper on port {self.port}", retry_on=(Exception,))
         return self
 
     def _ruok(self) -> bool:
@@ -147,7 +109,7 @@ class LocalCluster:
         self.settings = {"zookeeper.session.timeout.ms": "4000", "group.initial.rebalance.delay.ms": "0",
                          "replica.lag.time.max.ms": "10000", **(settings or {})}
         self.bugs = list(bugs or [])
-        ports = ports or free_ports(BROKER_PORTS, n)
+        ports = ports or free_ports(n, BROKER_PORTS)
         self.brokers = {}
         for i in range(n):
             bid = i + 1
@@ -278,7 +240,7 @@ class LocalCluster:
                 if bid not in reg or (new_pid and reg[bid] != b.proc.pid):
                     return False
             return True
-        wait_for(ok, timeout, 0.1, f"brokers {ids} to register")
+        wait_for(ok, timeout, 0.1, f"brokers {ids} to register", retry_on=(Exception,))
 
     def controller(self) -> int:
         data, _ = self.zk.get("/controller")
@@ -324,7 +286,7 @@ class LocalCluster:
                 if isr_size is not None and len(st["isr"]) < isr_size:
                     return False
             return True
-        wait_for(ok, timeout, 0.1, f"leaders of {topic}")
+        wait_for(ok, timeout, 0.1, f"leaders of {topic}", retry_on=(Exception,))
 
     def log_text(self, bid: int) -> str:
         try:
