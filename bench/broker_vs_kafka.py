@@ -17,6 +17,9 @@ With --repeats K the two systems alternate K times.
 Bring-up: a fresh cluster of --bring-up-nodes nodes with ZooKeeper, then
 Kafka set up on all of them until every broker is registered and accepts
 connections; the time of each phase, for each mode.
+
+The medians are recorded (bench/record.py) against TARGETS, the produce
+figures named by value size (`100B.own_over_kafka`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import statistics
 import sys
 import time
 
+from bench import record
 from bench.produce_loop import cpu_seconds_of_stat, produce_timed
 from core.errors import UserError
 from infra.cluster import ProvisionOptions, provision
@@ -37,6 +41,12 @@ from workloads.config import WorkloadConfig
 from workloads.topic import create_topic as create
 
 TOPIC = "bench"
+TARGETS = (
+    record.Target("100B.own_over_kafka", ">=", 0.5, "issue 6: the own broker's acks=all produce throughput at "
+                  "least half of Apache Kafka's on the same 3-node cluster"),
+    record.Target("bring_up.zk.total_s", "<=", 45.0, "issue 6: a 5-node Kafka cluster (ZooKeeper mode) up in 45 s"),
+    record.Target("bring_up.kraft.total_s", "<=", 45.0, "issue 6: a 5-node Kafka cluster (KRaft) up in 45 s"),
+)
 
 
 def configure(parser) -> None:
@@ -165,8 +175,31 @@ def _print_bring_up(results: list[dict], args) -> None:
         print(f"  {mode:<5} " + ", ".join(parts))
 
 
+def figures(report: dict, args) -> dict:
+    """Medians: each system's saturation throughput and p99, paced p99, their
+    throughputs' ratio (by value size); each Kafka mode's bring-up (by phase)."""
+    out = {}
+    compared = report.get("compare", [])
+    for kind in ("own", "kafka"):
+        rows = [r for r in compared if r["kind"] == kind]
+        if rows:
+            name = f"{args.size}B.{kind}."
+            out[name + "records_per_s"] = round(statistics.median(r["saturation"]["records_per_s"] for r in rows))
+            out[name + "p99_ms"] = statistics.median(r["saturation"]["p99_ms"] for r in rows)
+            out[name + "paced_p99_ms"] = statistics.median(r["paced"]["p99_ms"] for r in rows)
+    if f"{args.size}B.own.records_per_s" in out and f"{args.size}B.kafka.records_per_s" in out:
+        out[f"{args.size}B.own_over_kafka"] = round(out[f"{args.size}B.own.records_per_s"]
+                                                    / out[f"{args.size}B.kafka.records_per_s"], 2)
+    for mode in KAFKA_MODES:
+        rows = [r for r in report.get("bring_up", []) if r["mode"] == mode]
+        for key in ("nodes_s", "zookeeper_s", "kafka_s", "total_s") if rows else ():
+            out[f"bring_up.{mode}.{key}"] = statistics.median(r[key] for r in rows)
+    return out
+
+
 def run(args) -> int:
-    """Check the flags and the jar cache, measure, print; exit 1 if a send failed."""
+    """Check the flags and the jar cache, measure, print, record; exit 1 if a send failed."""
+    begun = record.start()
     if args.warmup < 0:
         raise UserError("bench kafka: --warmup must be 0 or more")
     for name in ("records", "size", "rate", "repeats", "nodes", "bring_up_nodes", "bring_up_repeats"):
@@ -184,5 +217,6 @@ def run(args) -> int:
         _print_bring_up(report["bring_up"], args)
     if args.json:
         print(json.dumps(report, indent=1))
+    record.write(args, "kafka", begun, figures(report, args), TARGETS, details=report)
     failed = any(r["saturation"]["errors"] or r["saturation"]["undelivered"] for r in report.get("compare", []))
     return 1 if failed else 0

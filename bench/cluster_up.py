@@ -8,7 +8,8 @@ keys, sshds, SSH connections), set up the ZooKeeper ensemble (until every
 member serves and a kazoo write succeeded), tear everything down. Then the
 same through the CLI as a user runs it (`harness cluster up` / `down` in a
 fresh interpreter, so Python start-up and imports count). Reports median,
-min and max seconds of each phase. `bench_cluster_up()` returns the numbers.
+min and max seconds of each phase, recorded (bench/record.py) against
+TARGETS. `bench_cluster_up()` returns the numbers.
 """
 
 from __future__ import annotations
@@ -22,11 +23,16 @@ import sys
 import time
 from pathlib import Path
 
+from bench import record
 from core.errors import UserError
 from infra.cluster import ProvisionOptions, provision
 from infra.zookeeper import ZooKeeper, ZooKeeperOptions
 
 REPO = Path(__file__).resolve().parents[1]
+TARGETS = (
+    record.Target("5n3zk.cli_up_s", "<=", 10.0, "a 5-node local cluster with a 3-node ZooKeeper up in 10 s or less "
+                  "(`harness cluster up`, the median)"),
+)
 
 
 def measure_once(nodes: int, zk_nodes: int) -> dict[str, float]:
@@ -99,10 +105,14 @@ def configure(parser) -> None:
 
 
 def run(args) -> int:
-    """Measure and print (a table, or the JSON with --json)."""
+    """Measure and print (a table, or the JSON with --json); record the medians."""
+    begun = record.start()
     if args.repeats < 1 or args.nodes < 1 or not 0 <= args.zk_nodes <= args.nodes:
         raise UserError("need --repeats >= 1, --nodes >= 1 and 0 <= --zk-nodes <= --nodes")
     result = bench_cluster_up(args.repeats, args.nodes, args.zk_nodes, cli=not args.no_cli)
+    shape = f"{args.nodes}n{args.zk_nodes}zk."  # nodes and ZooKeeper members: 5n3zk.up_s
+    record.write(args, "cluster", begun, {f"{shape}{phase}_s": round(s["median"], 2)
+                                            for phase, s in result["summary"].items()}, TARGETS, details=result)
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
@@ -117,6 +127,7 @@ def run(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     configure(parser)
+    record.add_arguments(parser)
     try:
         return run(parser.parse_args(argv))
     except UserError as e:

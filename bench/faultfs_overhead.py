@@ -12,7 +12,9 @@ then one confluent-kafka producer (acks=all, idempotent, linger.ms=5) sends
 --records values of --size bytes as fast as it can: throughput, latency
 from produce() to delivery (p50/p99, queueing included), and the CPU seconds
 the three faultfs daemons used. Variants alternate within a repeat, so that
-the machine's load drifts over both alike; the table reports medians.
+the machine's load drifts over both alike; the table reports medians, and
+they are recorded (bench/record.py), figures named by system and data dir
+(`own.faultfs_over_plain`). A question, not a goal: no target.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from bench import record
 from bench.produce_loop import cpu_seconds, produce_timed
 from infra import faultfs
 from infra.cluster import ProvisionOptions, provision
@@ -75,7 +78,9 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", metavar="FILE", help="write every measurement here")
+    record.add_arguments(ap)
     args = ap.parse_args()
+    begun = record.start()
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     if not systems or set(systems) - {"own", "kafka"} or args.records < 1 or args.repeats < 1:
         ap.error("--systems takes own and/or kafka; --records and --repeats must be positive")
@@ -92,6 +97,7 @@ def main() -> int:
     print(f"\nmedians of {args.repeats}, {args.records:,} x {args.size} B, acks=all, 3 partitions x RF 3:")
     print("| system | data dir | records/s | p50 ms | p99 ms | faultfs CPU s (3 daemons) | throughput vs plain |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
+    figures = {}
     for s in systems:
         base = statistics.median(x["records_per_s"] for x in runs[s]["plain"])
         for variant in ("plain", "faultfs"):
@@ -100,8 +106,15 @@ def main() -> int:
             print(f"| {s} | {variant} | {tput:,.0f} | {statistics.median(x['p50_ms'] for x in xs):.1f} | "
                   f"{statistics.median(x['p99_ms'] for x in xs):.1f} | "
                   f"{statistics.median(x['faultfs_cpu_s'] for x in xs):.1f} | {tput / base:.2f} |")
+            figures.update({f"{s}.{variant}.records_per_s": round(tput),
+                            f"{s}.{variant}.p50_ms": statistics.median(x["p50_ms"] for x in xs),
+                            f"{s}.{variant}.p99_ms": statistics.median(x["p99_ms"] for x in xs)})
+        figures[f"{s}.faultfs_over_plain"] = round(figures[f"{s}.faultfs.records_per_s"] / base, 2)
+        figures[f"{s}.faultfs_cpu_s"] = round(statistics.median(x["faultfs_cpu_s"] for x in runs[s]["faultfs"]), 2)
     if args.json:
         Path(args.json).write_text(json.dumps(runs, indent=1))
+    record.write(args, "faultfs_overhead", begun, figures,
+                 details={"records": args.records, "size": args.size, "repeats": args.repeats, "runs": runs})
     return 0
 
 

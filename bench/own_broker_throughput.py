@@ -6,7 +6,9 @@ local 3-broker cluster (real ZooKeeper, real processes, confluent-kafka).
 Two phases: a saturation run (throughput, and p50/p99 latency under load)
 and a paced run at --rate records/s (latency without queueing).  It also
 reports the CPU seconds each broker process used, which is what limits a
-Python broker on a small machine.
+Python broker on a small machine. The result is recorded (bench/record.py),
+figures named by value size (`100B.records_per_s`); its goal against Kafka
+is `harness bench kafka`'s.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import shutil
 import tempfile
 
+from bench import record
 from bench.produce_loop import cpu_seconds, produce_timed
 from lab.loopback_broker import LocalCluster, ZooKeeperServer
 from core.errors import UserError
@@ -34,7 +37,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    """Bring the cluster up, measure both phases, print; exit 1 if a send failed."""
+    """Bring the cluster up, measure both phases, print, record; exit 1 if a send failed."""
+    begun = record.start()
     if args.records < 1 or args.size < 1 or args.partitions < 1 or args.brokers < 1 or args.rate < 1:
         raise UserError("bench broker: --records, --size, --partitions, --brokers and --rate must be positive")
     base = tempfile.mkdtemp(prefix="own-broker-bench-")
@@ -69,4 +73,13 @@ def run(args) -> int:
         print(f"cluster directory kept: {base}")
     else:
         shutil.rmtree(base, ignore_errors=True)
+    size = f"{args.size}B."
+    record.write(args, "broker", begun, {
+        size + "records_per_s": round(ok / elapsed), size + "mb_per_s": round(ok * args.size / elapsed / 1e6, 2),
+        size + "p50_ms": sat["p50_ms"], size + "p99_ms": sat["p99_ms"],
+        size + "paced_p50_ms": paced["p50_ms"], size + "paced_p99_ms": paced["p99_ms"],
+        size + "broker_cpu_share": round(max(cpu.values()) / elapsed, 3),
+        size + "errors": sat["errors"] + sat["undelivered"]},
+        details={"saturation": sat, "paced": paced, "broker_cpu_s": cpu, "params": {
+            k: getattr(args, k) for k in ("records", "size", "partitions", "brokers", "rate", "linger_ms")}})
     return 0 if not sat["errors"] and not sat["undelivered"] else 1

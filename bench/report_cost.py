@@ -12,7 +12,8 @@ sizes of report.html and timeline.html, and, where Debian's `chromium` is
 installed, how long each page takes to load in headless Chromium: a small
 page loads it in an iframe and notes the time from inserting the iframe to
 its load event (parse, layout, image decoding; the browser's own start is
-not counted).
+not counted). The result is recorded (bench/record.py) against TARGETS,
+figures named by size (`10M.report_s`).
 """
 
 from __future__ import annotations
@@ -27,8 +28,14 @@ from pathlib import Path
 
 import orjson
 
+from bench import record
 from bench.checker_cost import CACHE, PeakRSS, ensure_history, expected_of
 from core.errors import UserError
+
+TARGETS = (
+    record.Target("10M.report_load_ms", "<=", 2000, "issue 13: the report of a 10M-event run opens in under 2 s"),
+    record.Target("10M.timeline_load_ms", "<=", 2000, "issue 13: its timeline.html opens in under 2 s"),
+)
 
 
 def configure(parser) -> None:
@@ -111,7 +118,8 @@ def browser_ms(page: Path) -> float | None:
 
 
 def run(args) -> int:
-    """Make the run folder (once), build its report, measure, print."""
+    """Make the run folder (once), build its report, measure, print, record."""
+    begun = record.start()
     if args.events < 10_000:
         raise UserError("--events: at least 10000")
     folder = run_folder(args.events, Path(args.cache))
@@ -142,4 +150,7 @@ def run(args) -> int:
               f"timeline.html {row['timeline_load_ms']} ms")
     if args.out:
         Path(args.out).write_bytes(orjson.dumps(row, option=orjson.OPT_INDENT_2))
+    size = f"{record.size_label(args.events)}."
+    record.write(args, "report", begun, {size + ("peak_rss_mib" if k == "peak_rss_mb" else k): v
+                                           for k, v in row.items()}, TARGETS, details=row)
     return 0

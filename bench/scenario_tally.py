@@ -7,9 +7,11 @@ Each run is `harness run --scenario NAME --seed S` (seeds first-seed,
 first-seed+1, ...) in a subprocess, as a user runs it. Prints one line per
 run (exit status, each anomaly found with its count, whether the
 scenario's expectation was met, seconds) and a summary such as
-"lost-write in 9 of 10 runs"; `--json FILE` keeps the raw numbers. docs/scenarios.md records the
-tallies. It uses nothing of the project but the `harness` command, so
-`python bench/scenario_tally.py` runs it too.
+"lost-write in 9 of 10 runs"; `--json FILE` keeps the raw numbers, and the
+tally is recorded (bench/record.py), figures named by scenario
+(`kafka-acks1-leader-kill.found.lost-write`: runs that found it).
+docs/scenarios.md records the tallies. It uses nothing of the project but
+the `harness` command and bench/record.py.
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench import record
 
 HARNESS = str(Path(sys.executable).with_name("harness"))
 
@@ -51,8 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first-seed", type=int, default=1)
     parser.add_argument("--results", help="results folder (default: a temporary one, removed)")
     parser.add_argument("--json", help="write the rows here")
+    record.add_arguments(parser)
     # Anything else (after --) goes to `harness run` as it is.
     args, extra = parser.parse_known_args(argv)
+    begun = record.start()
     args.extra = [a for a in extra if a != "--"]
     tmp = None
     results = Path(args.results) if args.results else Path(tmp := tempfile.mkdtemp(prefix="tally-"))
@@ -72,6 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.scenario}: {tally}; expectation met in {met} of {len(rows)}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+    name = f"{args.scenario}."
+    record.write(args, "scenario_tally", begun, {
+        name + "runs": len(rows), name + "expectation_met": met,
+        name + "median_s": statistics.median(r["seconds"] for r in rows) if rows else None,
+        **{f"{name}found.{anomaly}": n for anomaly, n in runs_with.items()}}, details=rows)
     if tmp:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -2,13 +2,15 @@
 
 The command line's table names this module for `bench`; it dispatches to
 the benchmark modules beside it, each exposing configure(parser) and
-run(args) -> int.
+run(args) -> int, and each recording its result (bench/record.py: every
+target here takes --record-dir and --no-record). `harness bench latest`
+prints the newest recorded figures of each.
 """
 
 from __future__ import annotations
 
 from bench import (broker_vs_kafka, checker_cost, cluster_up, cold_check, own_broker_failover, own_broker_throughput,
-                   report_cost)
+                   record, report_cost)
 
 # target -> (module, one-line help)
 TARGETS = {
@@ -23,6 +25,7 @@ TARGETS = {
     "kafka": (broker_vs_kafka,
               "own broker vs Apache Kafka: acks=all produce throughput and p99 side by side; Kafka bring-up"),
     "report": (report_cost, "building the report of a 10M-event run: time, memory, page sizes, browser load time"),
+    "latest": (record, "print the newest recorded figures of each benchmark (results/bench/), and their targets"),
 }
 
 
@@ -31,6 +34,8 @@ def configure(parser):
     for name, (module, help_text) in TARGETS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         module.configure(p)
+        if module is not record:
+            record.add_arguments(p)
         p.set_defaults(_bench_module=module)
 
 

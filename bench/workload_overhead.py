@@ -20,6 +20,7 @@ runs first after the others. The overhead ratio is
 recorded / unrecorded (target >= 0.8). Then a rate sweep runs the full
 workload (producers and consumers, recording) at rising targets and reports
 which it sustained (>= 95 % of the target acknowledged, nothing piling up).
+The medians are recorded (bench/record.py) against TARGETS.
 """
 
 from __future__ import annotations
@@ -37,12 +38,18 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
+from bench import record
 from core.history.jsonl import iter_jsonl
 from core.history.writer import HistoryWriter
 from lab.loopback_kafka import LoopbackKafka
 from workloads.config import WorkloadConfig
 from workloads.topic import create_topic
 from workloads.workload import Workload
+
+TARGETS = (
+    record.Target("recorded_over_unrecorded", ">=", 0.8, "issue 5: the workload's throughput with the history "
+                  "recorded at least 0.8 of the same loop without recording, unthrottled"),
+)
 
 
 class NullHistory:
@@ -192,9 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-rate", type=float, default=2000,
                         help="steady rate for the max.in.flight latency comparison; 0 to skip")
     parser.add_argument("--json", help="also write the results to this file")
+    record.add_arguments(parser)
     args = parser.parse_args(argv)
+    begun = record.start()
 
-    results: dict = {"host": {"cpus": os.cpu_count()}, "params": vars(args)}
+    results: dict = {"host": {"cpus": os.cpu_count()}, "params": dict(vars(args))}
     with tempfile.TemporaryDirectory(prefix="wl-bench-") as tmp, LoopbackKafka(Path(tmp) / "kafka") as kafka:
         base = dict(partitions=args.partitions, replication_factor=2, producers=args.producers, consumers=0,
                     rate=0, acks="all")
@@ -339,7 +348,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"highest sustained target rate: {best}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+    record.write(args, "workload_overhead", begun, figures(results), TARGETS, details=results)
     return 0
+
+
+def figures(results: dict) -> dict:
+    """The medians: each loop's acknowledged sends/s, the ratios, the recorder's
+    CPU, the fixed rate's CPU per send, the highest sustained target."""
+    over = results["overhead"]
+    out = {f"{k}_per_s": round(v) for k, v in over["median"].items()}
+    out.update({"recorded_over_unrecorded": round(over["recorded_over_unrecorded"], 3),
+                "recorded_over_bare": round(over["recorded_over_bare"], 3),
+                "writer_us_per_event": over["writer_us_per_event"],
+                **{f"{k}_cpu_us_per_send": round(v, 2) for k, v in over["cpu_us_per_send"].items()},
+                "send_invoked_us_per_event": round(results["send_invoked_us_per_event"], 3),
+                "sends_acked_us_per_event": round(results["sends_acked_us_per_event"], 3),
+                "highest_sustained_target": results.get("highest_sustained_target")})
+    for k, v in results.get("fixed_rate", {}).get("cpu_us_per_send", {}).items():
+        out[f"fixed_rate.{k}_cpu_us_per_send"] = round(v, 2)
+    for label, lat in results.get("in_flight_latency", {}).items():
+        out[f"in_flight_{label.split()[0].split('=')[1]}.p99_ms"] = round(lat["p99"], 2)
+    return out
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 made again when the folder is not of that making (the earlier one-file
 layout); its table; and its end: exit 2 with one line when the checker's
 counts differ from the planted ones. (The parts' own correctness is
-tests/run/test_synthetic.py's.)"""
+tests/lab/test_synthetic.py's.)"""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench.checker_cost import PLANTED, CPUTime, differences, ensure_history, print_table
+from bench.checker_cost import PLANTED, TARGETS, CPUTime, differences, ensure_history, figures, print_table
 from core.errors import UserError
 from core.history.files import resolve
 from core.history.parquet import validate_parquet
@@ -79,6 +79,23 @@ def test_the_table_holds_each_size_on_both_masters(capsys):
     assert "a bare cold scan 8.0 s: 5.0x" in lines[-2]
 
 
+def test_the_figures_are_named_by_engine_and_size_and_the_targets_name_them():
+    row = {"events": 9_950_426, "check_s": 3.67, "first_check_s": 4.1, "bare_scan_s": 1.13, "ratio": 3.25,
+           "cpu_s": 5.0, "peak_rss_mb": 4404, "python_peak_rss_mb": 2897}
+    report = {"engine": "local", "runs": [{**row, "events": 994_979}, row], "cold_cli_s": 8.3,
+              "cold_bare_scan_s": 6.9, "cold_ratio": 1.2,
+              "standalone": {"engine": "local", "runs": [row, row], "executors_peak_rss_mb": 2048}}
+    named = figures(report, [1_000_000, 10_000_000])
+    assert named["local.1M.events"] == 994_979 and named["local.10M.ratio"] == 3.25
+    assert named["local.10M.cold_ratio"] == 1.2 and "local.1M.cold_ratio" not in named
+    assert named["standalone.local.10M.check_s"] == 3.67 and named["standalone.executors_peak_rss_mib"] == 2048
+    assert named["local.10M.python_peak_rss_mib"] == 2897
+    spark = figures({"runs": [row]}, [10_000_000])  # a report of before --engine: Spark's
+    assert "spark.10M.check_s" in spark
+    assert {t.figure for t in TARGETS} <= {f"{e}.{s}.{m}" for e in ("spark", "local") for s in ("10M", "100M")
+                                           for m in ("ratio", "cold_ratio", "peak_rss_mib", "python_peak_rss_mib")}
+
+
 def test_cpu_time_counts_this_process_and_its_children_alive_at_the_end():
     # A child burns about 0.4 s of CPU, then waits; this process burns about 0.2 s.
     child = subprocess.Popen([sys.executable, "-c", "import sys, time\nt = time.process_time()\n"
@@ -110,18 +127,29 @@ def test_bad_sizes_are_refused():
 def test_the_bench_prints_its_table_and_fails_on_counts_not_planted(tmp_path):
     cache = tmp_path / "cache"
     args = ["bench", "check", "--sizes", "20000", "--repeat", "1", "--no-cold", "--cache", str(cache),
-            "--driver-memory", "1g"]
+            "--driver-memory", "1g", "--record-dir", str(tmp_path / "recorded")]
     proc = harness(*args)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("driver memory 1g; engine spark, local[*]")
     events = orjson.loads((cache / "check-20000" / "expected.json").read_bytes())["events"]
     assert lines[2].split()[0] == f"{events:,}"
+    # Its result recorded, figures named engine.size.measure, issue 46's targets not measured at this size.
+    [recorded] = (tmp_path / "recorded").glob("check-*.json")
+    result = orjson.loads(recorded.read_bytes())
+    assert result["benchmark"] == "check" and result["command"].startswith("harness bench check --sizes 20000")
+    assert result["figures"]["spark.20K.events"] == events
+    assert {"spark.20K.check_s", "spark.20K.bare_scan_s", "spark.20K.ratio", "spark.20K.peak_rss_mib"} <= \
+        set(result["figures"])
+    assert result["details"]["runs"][0]["events"] == events
+    assert [t["figure"] for t in result["targets"]] == [t.figure for t in TARGETS]
+    assert all(t["met"] is None for t in result["targets"])
     # A planted count the checker does not find: one line, exit 2.
     expected = orjson.loads((cache / "check-20000" / "expected.json").read_bytes())
     expected["anomalies"]["duplicate"] += 1
     (cache / "check-20000" / "expected.json").write_bytes(orjson.dumps(expected))
     proc = harness(*args)
     assert proc.returncode == 2
+    assert len(list((tmp_path / "recorded").glob("check-*.json"))) == 1  # a failed bench records nothing
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("harness: error: ") and "duplicate 5 against 6" in last, proc.stderr

@@ -1,5 +1,6 @@
 """The cold-check benchmark (bench/cold_check.py): both arms really run, each
-in a fresh process, and a history it cannot take is one line, exit 2."""
+in a fresh process, their medians are recorded, and a history it cannot
+take is one line, exit 2."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from tests.support import harness
 @pytest.mark.spark
 def test_a_cold_check_and_a_bare_scan_are_timed_side_by_side(tmp_path):
     history = tmp_path / "history.parquet"
-    write_parquet(generate(Plan(events=2_000, seed=3, lost=1)).events, history)
-    proc = harness("bench", "cold", str(history), "--tries", "1", "--out", str(tmp_path / "cold.json"))
+    events = generate(Plan(events=2_000, seed=3, lost=1)).events
+    write_parquet(events, history)
+    proc = harness("bench", "cold", str(history), "--tries", "1", "--out", str(tmp_path / "cold.json"),
+                   "--record-dir", str(tmp_path / "recorded"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0].startswith("try 1: stock bare cold scan ")
     measured = orjson.loads((tmp_path / "cold.json").read_bytes())
@@ -24,6 +27,12 @@ def test_a_cold_check_and_a_bare_scan_are_timed_side_by_side(tmp_path):
     assert measured["ratio_of_medians"] == pytest.approx(measured["check_s"][0] / measured["bare_s"][0], rel=1e-2)
     assert measured["ratio_to_stock"] == pytest.approx(measured["check_s"][0] / measured["stock_bare_s"][0],
                                                        rel=1e-2)
+    # The same medians recorded, with the history's size and issue 16's target.
+    [recorded] = (tmp_path / "recorded").glob("cold-*.json")
+    result = orjson.loads(recorded.read_bytes())
+    assert result["figures"]["events"] == len(events) and result["details"] == measured
+    assert result["figures"]["ratio"] == pytest.approx(measured["ratio_of_medians"], abs=0.01)
+    assert [(t["figure"], t["value"]) for t in result["targets"]] == [("ratio", result["figures"]["ratio"])]
 
 
 def test_a_history_it_cannot_take_is_one_line(tmp_path):
