@@ -4,29 +4,26 @@ HISTORY is a history.jsonl or history.parquet file, a folder of parts, or a
 run directory. Writes results.json (beside the history unless --out), prints
 a summary (or the JSON), and exits 0 valid, 1 anomalies, 2 could not check.
 
-Only the command line lives here (and `add_explanations`, which the run
-lifecycle shares): the check is `checkers.check.check_history`, the stories `checkers.explain`,
-the file `checkers.results.write_results`, the summary `checkers.summary.render`.
+Only the command line lives here: the check is `checkers.check.check_history`,
+the stories harness/run/explanations.py's, the file
+`checkers.results.write_results`, the summary `checkers.summary.render`.
 """
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import orjson
 
 from checkers.check import ENGINES, Options, check_history
-from checkers.explain import evidence_run
 from checkers.liveness import verdict_words
-from checkers.registry import STORIES
 from checkers.results import write_results
 from checkers.spark import conf_pairs
 from checkers.summary import render
 from core.history.files import resolve
-from nemesis.registry import BY_START_ACTION
+from harness.run.explanations import add_explanations
+from nemesis.registry import FAULT_ENDS
 
-log = logging.getLogger(__name__)
 
 
 def configure(parser) -> None:
@@ -49,28 +46,9 @@ def configure(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print results.json instead of the summary")
 
 
-def fault_ends() -> dict[str, str]:
-    """Each fault's start action -> its stop action (the registry's pairs), which the
-    checkers need and may not import: the stories and liveness's per-fault intervals."""
-    return {action: fault.stop_action for action, fault in BY_START_ACTION.items()}
-
-
-def add_explanations(results: dict, history) -> dict:
-    """results["explanations"]: a story per anomaly example (checkers.explain), from the
-    history and, where the run folder has them, states.jsonl and the disk dumps; with
-    the dumps, results["on_disk"] too: which missing records the replicas still hold. Both
-    `harness check` and `harness run` call it; a failure is logged, never fails the check."""
-    try:
-        results.update(evidence_run(resolve(history), results, STORIES, fault_ends()))
-    except Exception as e:  # noqa: BLE001 - stories are an aid; the verdict stands without them
-        log.warning("no explanations: %s: %s", type(e).__name__, e)
-        results["explanations"] = []
-    return results
-
-
 def run(args) -> int:
     opts = Options(allow=set(args.allow), idempotent=args.idempotent or None,
-                   master=args.spark_master, spark_conf=conf_pairs(args.spark_conf), fault_ends=fault_ends(),
+                   master=args.spark_master, spark_conf=conf_pairs(args.spark_conf), fault_ends=FAULT_ENDS,
                    scratch=args.scratch, engine=args.engine)
     results = add_explanations(check_history(args.history, opts), args.history)
     out_dir = Path(args.out) if args.out else resolve(args.history).root

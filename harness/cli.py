@@ -24,17 +24,17 @@ from core.errors import UserError, first_line
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("harness.runner", "a chaos run: cluster, clients under faults, heal, read back, check, report"),
+    "run": ("harness.run.runner", "a chaos run: cluster, clients under faults, heal, read back, check, report"),
     "check": ("harness.check", "check a history for lost writes, duplicates and offset anomalies"),
     "report": ("harness.report", "render a run's report.html from its history and results"),
     "gen-history": ("lab.synthetic", "write a synthetic history with planted anomalies"),
     "bench": ("bench.targets", "run a benchmark and print its measurements"),
     "cluster": ("harness.cluster", "bring a cluster up, show it, take it down (local namespaces, docker containers, ssh hosts, vagrant VMs)"),
     "scenarios": ("harness.scenarios", "list the named scenarios (scenarios/*.toml) and what each should show"),
-    "calibrate": ("harness.calibrate", "run scenarios several times each and tally how often the verdict is right"),
-    "nightly": ("harness.nightly", "run a matrix of scenarios one after another; summary.json, JUnit XML, nightly and trend pages"),
-    "replay": ("harness.replay", "run a run again N times with its exact spec and fault schedule; the reproduction rate of each anomaly"),
-    "shrink": ("harness.shrink", "search a failing run for a smaller fault schedule that still fails; write it as a scenario"),
+    "calibrate": ("harness.campaign.calibrate", "run scenarios several times each and tally how often the verdict is right"),
+    "nightly": ("harness.campaign.nightly", "run a matrix of scenarios one after another; summary.json, JUnit XML, nightly and trend pages"),
+    "replay": ("harness.campaign.replay", "run a run again N times with its exact spec and fault schedule; the reproduction rate of each anomaly"),
+    "shrink": ("harness.campaign.shrink", "search a failing run for a smaller fault schedule that still fails; write it as a scenario"),
     "serve": ("harness.serve", "a read-only web server on 127.0.0.1 over the results: index with filters, reports, compare two runs"),
     "clean": ("harness.clean", "remove everything harness runs left on this machine (namespaces, rules, daemons, mounts, keys)"),
 }

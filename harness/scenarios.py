@@ -1,19 +1,16 @@
 """harness scenarios: list the named scenarios (scenarios/*.toml) or show one.
 
-A scenario is a spec file with a `description` (the configuration, the fault
-and the anomaly it should show) and an `[expect]` table that `harness run
---scenario NAME` checks the verdict against. Listing only reads the files:
-it starts nothing and needs no Kafka jars.
+What a scenario is: harness/run/scenarios.py. Listing only reads the
+files: it starts nothing and needs no Kafka jars.
 """
 
 from __future__ import annotations
 
 import json
 import textwrap
-from pathlib import Path
 
-from core.errors import UserError
-from harness import spec as specs
+from harness.run import spec as specs
+from harness.run.scenarios import all_scenarios, load
 from infra.systems import SYSTEMS
 
 
@@ -21,31 +18,6 @@ def configure(parser) -> None:
     parser.add_argument("name", nargs="?", help="show this scenario in full (its description and settings)")
     parser.add_argument("--system", choices=list(SYSTEMS), help="only the scenarios of this system")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-
-
-def load(path: Path) -> dict:
-    """One scenario file as {name, system, description, expect, settings}; a
-    file that cannot be read is a UserError naming it."""
-    values = specs.load_file(str(path))
-    description = values.pop("description", "")
-    expect = values.pop("expect", {})
-    if not isinstance(description, str) or not description.strip():
-        raise UserError(f"{path}: a scenario needs a description")
-    if not isinstance(expect, dict) or not expect:
-        raise UserError(f"{path}: a scenario needs an [expect] table")
-    return {"name": path.stem, "system": values.get("system", specs.FIELDS["system"].default), "description": description.strip(),
-            "expect": expect, "settings": values}
-
-
-def all_scenarios(folder: Path = specs.SCENARIOS) -> list[dict]:
-    out = []
-    for path in sorted(folder.glob("*.toml")):
-        try:
-            out.append(load(path))
-        except UserError as e:  # one broken file does not hide the others
-            out.append({"name": path.stem, "system": "?", "description": f"(unusable: {e})",
-                        "expect": {}, "settings": {}})
-    return out
 
 
 def run(args) -> int:

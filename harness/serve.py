@@ -2,8 +2,8 @@
 
 It listens on 127.0.0.1 unless --bind names another address, answers GET
 and HEAD only, and serves nothing outside the results folder (the paths'
-checks are `harness.browse.resolve`). The pages are `harness.browse`'s;
-this module is only the command and the HTTP.
+checks are `resolve`'s, here). The pages are harness/pages/'s; this
+module is the command, the HTTP and the mapping of a path to a file.
 
     /                 every run, newest first; ?system=&scenario=&verdict=&date=
     /compare?a=RUN&b=RUN   two runs side by side (RUN: NAME/TIMESTAMP)
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import mimetypes
+import re
 import shutil
 import signal
 import socket
@@ -22,11 +23,60 @@ import sys
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote
 
+from core import runs
 from core.errors import UserError
-from harness import browse, store
-from harness.report import esc
+from harness.pages import runs as pages
+from harness.pages.html import esc
+
+# Percent-escapes that could smuggle a separator or a dot past the check of
+# path segments: / \ . and NUL. No link the harness writes needs them.
+_SMUGGLED = re.compile(r"%(2f|5c|2e|00)", re.IGNORECASE)
+
+
+class Refused(Exception):
+    """A request path that names nothing servable: `status` is 404 (no such
+    file, or a form of path the server never serves) or 403 (it leads outside
+    the results folder)."""
+
+    def __init__(self, status: int, reason: str):
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def resolve(root: Path, raw_path: str) -> Path:
+    """The file or folder inside `root` that `raw_path` (a request's path,
+    still percent-encoded, without the query) names, with symlinks resolved.
+
+    Refused: NUL bytes, backslashes, percent-encoded slashes, dots,
+    backslashes or NULs, empty, `.`, `..` or hidden (dot) segments, anything
+    not starting with `/`, and every path whose real location (symlinks
+    followed) is not inside `root`."""
+    if not raw_path.startswith("/") or "\x00" in raw_path or "\\" in raw_path or _SMUGGLED.search(raw_path):
+        raise Refused(404, "not a path this server serves")
+    try:
+        decoded = unquote(raw_path, errors="strict")
+    except UnicodeDecodeError:
+        raise Refused(404, "not a path this server serves") from None
+    if "\x00" in decoded or "\\" in decoded:
+        raise Refused(404, "not a path this server serves")
+    parts = decoded[1:].split("/")
+    if parts and parts[-1] == "":  # a folder's trailing slash
+        parts.pop()
+    for part in parts:
+        if part == "" or part.startswith("."):  # '', '.', '..' and hidden files
+            raise Refused(404, "not a path this server serves")
+    real_root = root.resolve()
+    try:
+        real = real_root.joinpath(*parts).resolve(strict=True)
+    except (OSError, RuntimeError):  # missing, a symlink loop, a name too long
+        raise Refused(404, "no such file") from None
+    if real != real_root and not real.is_relative_to(real_root):
+        raise Refused(403, "outside the results folder")
+    return real
+
 
 DEFAULT_PORT = 8000
 # Pages fetch nothing from elsewhere (reports are self-contained); the policy
@@ -148,20 +198,18 @@ class Handler(BaseHTTPRequestHandler):
         raw = raw.partition("#")[0]
         filters = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
         if raw in ("/", "/index.html"):
-            entries = store.runs(root)
-            wanted = {k: filters.get(k, "") for k in browse.FILTERS}
-            return self._html(browse.index(entries, wanted, root), body)
+            return self._html(index(root, {k: filters.get(k, "") for k in runs.FILTERS}), body)
         if raw == "/compare":
-            entries = {r.rel: r for r in store.runs(root)}
+            entries = {r.rel: r for r in runs.runs(root)}
             a, b = entries.get(filters.get("a", "")), entries.get(filters.get("b", ""))
             if not filters.get("a") or not filters.get("b"):
                 return self._error(HTTPStatus.BAD_REQUEST, "compare needs two runs: /compare?a=NAME/TIME&b=NAME/TIME")
             if a is None or b is None:
                 return self._error(HTTPStatus.NOT_FOUND, "no such run in the results folder")
-            return self._html(browse.compare(a, b), body)
+            return self._html(pages.compare(a, b), body)
         try:
-            path = browse.resolve(root, raw)
-        except browse.Refused as e:
+            path = resolve(root, raw)
+        except Refused as e:
             return self._error(e.status, e.reason)
         if path.is_dir():
             if not raw.endswith("/"):
@@ -170,7 +218,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-            return self._html(browse.listing(root, path), body)
+            rel = path.relative_to(root).as_posix()
+            return self._html(pages.listing("" if rel == "." else rel, path), body)
         if not path.is_file():  # a socket, a fifo: nothing to read
             return self._error(HTTPStatus.NOT_FOUND, "no such file")
         self._file(path, body)
@@ -208,6 +257,18 @@ class Handler(BaseHTTPRequestHandler):
             self._headers(HTTPStatus.OK, content_type(path), size)
             if body:
                 shutil.copyfileobj(f, self.wfile)
+
+
+def index(root: Path, filters: dict[str, str]) -> str:
+    """The server's index: links to the nightly pages (where `harness nightly`
+    wrote trends.html), the filters, then the matching runs with a compare form."""
+    entries = runs.runs(root)
+    chosen = runs.select(entries, filters)
+    nightly = ""
+    if (root / "trends.html").is_file():
+        nightly = pages.nightly_links(sorted(p.parent.name for p in root.glob("nightly/*/nightly.html")))
+    form = pages.filters_form(runs.filter_options(entries), filters, len(chosen), len(entries))
+    return pages.index_page(chosen, before=nightly + form, compare=True)
 
 
 def _loopback_name(host: str) -> bool:

@@ -215,7 +215,7 @@ class LogDump(Protocol):
 
 
 # The disk dumps' commands on the nodes start with this: `harness run` takes
-# them beside the check (harness/runner.py), whose Spark JVM should have the
+# them beside the check (harness/run/runner.py), whose Spark JVM should have the
 # CPU first; the dumps fill what it leaves.
 DUMP_NICE = "nice -n 10"
 

@@ -42,8 +42,12 @@ FAULT_GROUPS: dict[str, tuple[str, ...]] = {
     group: tuple(f.name for f in FAULTS.values() if f.group == group)
     for group in dict.fromkeys(f.group for f in FAULTS.values() if f.group)}
 
-# The history's `f` that begins a fault -> its record (the report pairs it with the stop_action).
+# The history's `f` that begins a fault -> its record; that which ends it -> its record.
 BY_START_ACTION: dict[str, Fault] = {f.start_action: f for f in FAULTS.values()}
+BY_STOP_ACTION: dict[str, Fault] = {f.stop_action: f for f in FAULTS.values()}
+# A fault's start action -> its stop action: the pairs core/history/faults.py's rule
+# and the checkers take as data (they may not import the nemesis).
+FAULT_ENDS: dict[str, str] = {f.start_action: f.stop_action for f in FAULTS.values()}
 
 
 def needs_faultfs(names: Iterable[str]) -> bool:

@@ -67,7 +67,7 @@ def owning_module(name: str) -> str | None:
 
 
 def test_the_layout_is_read():
-    assert len(MODULES) > 80 and "core.history.format" in MODULES and "harness.runner" in MODULES
+    assert len(MODULES) > 80 and "core.history.format" in MODULES and "harness.run.runner" in MODULES
 
 
 def test_each_package_imports_only_the_layers_below_it():
@@ -79,6 +79,31 @@ def test_each_package_imports_only_the_layers_below_it():
             if top in ALLOWED and top != package and top not in ALLOWED[package]:
                 wrong.append(f"{name} imports {target}")
     assert wrong == []
+
+
+# Inside harness/: the rooms, each importing only those after it: a campaign
+# runs runs, a run draws pages, pages draw what they are given. The commands
+# at harness/'s root may import any room.
+ROOMS = ("campaign", "run", "pages")
+
+
+def room(name: str) -> str | None:
+    parts = name.split(".")
+    return parts[1] if parts[0] == "harness" and len(parts) > 2 and parts[1] in ROOMS else None
+
+
+def test_the_rooms_of_harness_import_one_way():
+    wrong = []
+    for name, path in MODULES.items():
+        here = room(name)
+        for target in imports_of(path)[0]:
+            there = room(target)
+            if target.startswith("harness.") and target.split(".")[1] not in ROOMS and here is not None:
+                wrong.append(f"{name} imports a command, {target}")
+            elif here is not None and there is not None and ROOMS.index(there) < ROOMS.index(here):
+                wrong.append(f"{name} imports {target}")
+    assert wrong == []
+    assert {room(n) for n in MODULES} >= set(ROOMS)
 
 
 def test_no_file_imports_one_that_imports_it_back():

@@ -10,8 +10,8 @@ from checkers.explain import evidence_run, explain, explain_run, load_disk, load
 from checkers.registry import STORIES
 from core.history.files import resolve
 from core.history.parquet import write_parquet
-from harness.check import add_explanations
-from harness.stories_html import on_disk_html, stories_html, story_indexes
+from harness.pages.stories import on_disk_html, stories_html, story_indexes
+from harness.run.explanations import add_explanations
 from nemesis.registry import BY_START_ACTION
 
 ENDS = {a: f.stop_action for a, f in BY_START_ACTION.items()}

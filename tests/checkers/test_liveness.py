@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from checkers.liveness import verdict_words
-from harness.spec import build, expectation, liveness_failed
 from core.errors import UserError
+from harness.run.spec import build, expectation, liveness_failed
 from tests.checkers.conftest import Hist
 
 ENDS = {"start-partition": "stop-partition", "kill": "start", "pause": "resume"}

@@ -4,7 +4,7 @@ the formats the own broker, Kafka, ZooKeeper and a process's stderr use."""
 from __future__ import annotations
 
 from checkers.node_logs import normalize, records, scan, warnings
-from tests.run.hostile_run import KAFKA_LOG, OWN_LOG, OWN_OUT, ZK_LOG
+from tests.harness.pages.hostile_run import KAFKA_LOG, OWN_LOG, OWN_OUT, ZK_LOG
 
 
 def write(root, files: dict[str, dict[str, str]]):

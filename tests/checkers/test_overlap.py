@@ -15,8 +15,9 @@ from checkers.explain import explain_run
 from checkers.registry import STORIES
 from core.history.faults import fault_intervals
 from core.history.files import resolve
-from harness import report, shrink
-from harness.check import fault_ends
+from harness.campaign import shrink
+from harness.run import evidence
+from nemesis.registry import FAULT_ENDS
 from nemesis.registry import BY_START_ACTION
 
 ENDS = {a: f.stop_action for a, f in BY_START_ACTION.items()}
@@ -44,7 +45,7 @@ def nemesis_events(first_index: int = 0) -> list[dict]:
 
 
 def test_the_registry_pairs_every_stop_with_its_own_start():
-    assert fault_ends() == ENDS and ENDS["start-partition"] == "stop-partition" and ENDS["pause"] == "resume"
+    assert FAULT_ENDS == ENDS and ENDS["start-partition"] == "stop-partition" and ENDS["pause"] == "resume"
 
 
 def test_the_one_rule_pairs_each_stop_with_its_own_fault():
@@ -61,7 +62,7 @@ def test_the_one_rule_pairs_each_stop_with_its_own_fault():
 
 
 def test_report_fault_intervals_pair_each_stop_with_its_own_fault():
-    got = [(i["f"], i["start"] / S, i["end"] / S) for i in report.fault_intervals(nemesis_events(), 10 * S)]
+    got = [(i["f"], i["start"] / S, i["end"] / S) for i in evidence.fault_intervals(nemesis_events(), 10 * S)]
     # The report's shading is the one rule's.
     assert got == [("start-partition", 1.0, 3.1), ("pause", 2.0, 4.1), ("kill", 5.0, 6.6),
                    ("start-partition", 5.5, 6.1)]

@@ -11,15 +11,15 @@ import pytest
 
 from checkers.check import Options, check_history
 from tests.checkers.conftest import without_timing
-from tests.run.test_plots import ROWS as PLOT_ROWS
-from tests.run.test_plots import _rec
+from tests.harness.pages.test_figures import ROWS as PLOT_ROWS
+from tests.harness.pages.test_figures import _rec
 
 pytestmark = pytest.mark.spark
 
 MS = 1_000_000
 
 
-# The report's tests' hand-made history (tests/run/test_plots.py), and final reads after it.
+# The report's tests' hand-made history (tests/harness/pages/test_figures.py), and final reads after it.
 ROWS = PLOT_ROWS + [
     (9, "invoke", "final-reads", 70, {"partitions": [0, 1]}),
     (9, "invoke", "poll", 71, {}),

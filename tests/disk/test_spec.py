@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from harness.cli import main
 from core.errors import UserError
-from harness.report import FAULT_ENDS
-from harness.spec import build
+from harness.cli import main
+from harness.run.spec import build
 from nemesis import disk, power
+from nemesis.registry import FAULT_ENDS
 from nemesis.registry import FAULT_GROUPS, FAULTS
 from nemesis.schedule import plan
 

@@ -157,7 +157,7 @@ def test_ctrl_c_heals_tears_down_and_keeps_a_partial_history(tmp_path):
 
 
 def test_a_second_ctrl_c_during_the_check_still_lets_the_teardown_finish(tmp_path):
-    """The teardown goes on in a thread beside the check (harness/runner.py): a
+    """The teardown goes on in a thread beside the check (harness/run/runner.py): a
     Ctrl-C that stops the check must not stop it, and the run still records
     its end. The run starts with SIGINT ignored, as whatever a script starts
     in the background inherits it (a nightly's runs, then): it must still

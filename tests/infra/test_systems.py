@@ -7,7 +7,7 @@ import pytest
 
 from core.errors import UserError
 from harness.cli import main
-from harness.spec import FIELDS, build
+from harness.run.spec import FIELDS, build
 from infra.system import BrokerSystem
 from infra.systems import SYSTEM_OPTIONS, SYSTEMS, system_named
 from infra.zookeeper import ZooKeeper, ZooKeeperOptions

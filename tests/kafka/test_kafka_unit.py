@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from core.errors import UserError
-from harness.spec import build
+from harness.run.spec import build
 from infra import kafka
 from infra.kafka import KafkaOptions, KafkaSystem, check_version
 

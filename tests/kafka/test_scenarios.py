@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness import scenarios as sc
 from harness.cli import main
-from harness.spec import SCENARIOS, build, load_file
+from harness.run import scenarios as sc
+from harness.run.spec import SCENARIOS, build, load_file
 
 DOCS_SCENARIOS = SCENARIOS.parent / "docs" / "scenarios.md"
 

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from core.errors import UserError
-from harness import spec
+from harness.run import spec
 from nemesis import injector, registry
 from nemesis.fault import NETWORK, PROCESSES, STORAGE, Fault
 from nemesis.registry import BY_START_ACTION, FAULT_GROUPS, FAULTS, needs_faultfs

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from core.errors import UserError
-from harness.spec import build
+from harness.run.spec import build
 from nemesis import partition
 from nemesis.fault import Context, FaultError, Step, describe_nodes, how_words
 from nemesis.registry import FAULTS

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from core.errors import UserError
-from harness import shrink
-from harness import spec as specs
-from harness.spec import build, load_file
+from harness.campaign import shrink
+from harness.run import spec as specs
+from harness.run.spec import build, load_file
 from nemesis.schedule import from_records, plan, to_records
 from tests.support import harness
 
@@ -291,7 +291,7 @@ def test_the_shrunk_scenario_file_runs_as_a_spec_and_says_how_it_was_found(tmp_p
 
 def test_the_documented_last_replica_sequence_parses_to_overlapping_steps_with_an_await(tmp_path):
     """docs/running.md's example: cut the followers off, await a leader-only ISR, power-cut the leader, heal."""
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "running.md").read_text()
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "running.md").read_text()
     [block] = [b.split("```", 1)[0] for b in doc.split("```toml\n")[1:] if 'until = "isr-leader-only"' in b]
     path = tmp_path / "last-replica.toml"
     path.write_text(block)

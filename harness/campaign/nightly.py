@@ -1,13 +1,13 @@
 """harness nightly: run a matrix of scenarios and specs (MATRIX.toml), one run after another, and write what a CI server and a person read.
 
 Each run is `harness run -c SPEC --seed S` in a process of its own on a fresh
-cluster, with a time limit of its own (`harness.subrun`); a run that crashes,
+cluster, with a time limit of its own (`harness.campaign.subrun`); a run that crashes,
 hangs or cannot start is recorded with its reason and the matrix goes on.
 Into RESULTS/nightly/NIGHT/ (NIGHT: today's UTC date unless --night): the
 runs (runs/), their output (logs/), the spec files they ran (specs/), and,
 rewritten after every run, summary.json, junit.xml and nightly.html; then
 RESULTS/trends.html across nights. The matrix file, the classes (PASS, FAIL,
-FLAKY, HANG, ERROR) and the pages: `harness.matrix`, `harness.trends`,
+FLAKY, HANG, ERROR) and the pages: `harness.campaign.matrix`, `harness.campaign.trends`,
 docs/nightly.md. Exit status: 0 every run PASS or FLAKY, 1 otherwise, 2 bad
 input, 130 interrupted (Ctrl-C or SIGTERM: the current run heals and tears
 down, then the summary is written).
@@ -27,8 +27,8 @@ from pathlib import Path
 
 from core.errors import UserError
 from core.files import write_whole
-from harness import matrix as mx, subrun, trends
-from harness import spec as specs
+from harness.campaign import matrix as mx, subrun, trends
+from harness.run import spec as specs
 
 _NIGHT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 

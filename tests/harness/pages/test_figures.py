@@ -1,7 +1,8 @@
-"""The report's figures: the partition lanes from a hand-made states.jsonl,
-the lag and unseen figures from results.json's series (the checker's:
-tests/checkers/test_series.py), and timeline.html (pairing, sampling that
-bounds its size, escaping)."""
+"""The report's figures and timeline.html: what the run's evidence reads
+(the partition and node lanes from a hand-made states.jsonl, the operations
+the timeline pairs and samples, the examples' marks), the figures drawn from
+it and from results.json's series (the checker's: tests/checkers/test_series.py),
+and the timeline page (sampling that bounds its size, escaping)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import pytest
 
 from core.history.files import resolve
 from core.history.parquet import write_parquet
-from harness import plots as P
-from harness.report import fault_intervals, render
+from harness.pages.figures import draw, figures_html
+from harness.pages.timeline import timeline_page
+from harness.run import evidence as E
+from harness.run.report import render
 from lab.synthetic import Plan, generate
-from tests.run.chromium import BINARY, Browser
+from tests.harness.pages.chromium import BINARY, Browser
 
 EVIL = "<script>alert('x')</script>"
 MS = 1_000_000
@@ -26,7 +29,7 @@ def _history(tmp_path, rows):
     events = [{"index": i, "time": t * MS, "process": p, "type": ty, "f": f, **fields}
               for i, (p, ty, f, t, fields) in enumerate(rows)]
     (tmp_path / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-    return P.history_table(resolve(tmp_path))
+    return E.history_table(resolve(tmp_path))
 
 
 def _rec(partition, offset, value):
@@ -61,7 +64,7 @@ ROWS = [
 
 
 def test_timeline_pairs_each_invocation_with_its_completion(tmp_path):
-    ops, said = P.timeline_ops(_history(tmp_path, ROWS))
+    ops, said = E.timeline_ops(_history(tmp_path, ROWS))
     assert said.startswith("All ")
     assert len(ops) == sum(1 for r in ROWS if r[1] == "invoke")
     by_value = {int(o.value): o for o in ops.itertuples() if o.f == "send"}
@@ -98,16 +101,16 @@ def test_partition_lanes_from_states(tmp_path):
     lines.append(json.dumps({"time": 3500 * MS, "kind": "truncation", "node": "n1", "partition": 1, "offset": 750,
                              "log_end": 790, "epoch": 1, "leader": "n3", "reason": "leader epoch"}))
     (tmp_path / "states.jsonl").write_text("\n".join(lines) + '\n{"time": 5, "ki')
-    states = P.read_states(tmp_path)
+    states = E.read_states(tmp_path)
     assert [s["time"] for s in states] == sorted(s["time"] for s in states) and len(states) == len(STATES) + 1
-    lanes = P.partition_lanes(states, end_time=5 * 10**9)
+    lanes = E.partition_lanes(states, end_time=5 * 10**9)
     assert list(lanes) == [0, 1]
     assert lanes[0] == [{"start": 0, "end": 5 * 10**9, "leader": "n2", "epoch": 0, "isr": ["n2", "n3", "n1"]}]
     assert [(s["start"], s["end"], s["leader"], s["epoch"], s["isr"]) for s in lanes[1]] == [
         (0, 3 * 10**9, "n1", 0, ["n1", "n2", "n3"]),
         (3 * 10**9, 4 * 10**9, None, 0, ["n1"]),
         (4 * 10**9, 5 * 10**9, "n3", 1, ["n3", "n2"])]
-    nodes = P.node_lanes(states, end_time=5 * 10**9)
+    nodes = E.node_lanes(states, end_time=5 * 10**9)
     assert [(s["start"], s["end"], s["alive"], s["reachable"], s["controller"]) for s in nodes["n1"]] == [
         (0, 3 * 10**9, True, True, True), (3 * 10**9, 3500 * MS, False, False, True),
         (3500 * MS, 4 * 10**9 + 5, True, False, True), (4 * 10**9 + 5, 4500 * MS, True, False, False),
@@ -119,16 +122,18 @@ def test_partition_lanes_from_states(tmp_path):
     table = _history(tmp_path, ROWS)
     series = {"bucket_s": 0.001, "unread": {"0": [[0.01, 1], [0.02, 0]], "1": [[0.03, 1]]},
               "lag": {"2": [[0.025, 1], [0.05, 1]], "3": [[0.035, 0]]}}
-    images = P.plots({"anomalies": {}, "series": series}, resolve(tmp_path), [], tmp_path)
+    results = {"anomalies": {}, "series": series}
+    ev = E.gather(tmp_path, results)
+    assert ev.timeline is not None and ev.nodes and ev.truncations
+    images = draw(results, ev)
     assert {"lanes", "lag", "unread", "latency", "throughput"} <= set(images)
-    assert images["timeline"] == "timeline.html" and (tmp_path / "timeline.html").is_file()
-    assert "Cluster state" in P.figures_html(images)
+    assert "Cluster state" in figures_html(images)
     # A states.jsonl the chart cannot use costs the chart, not the report.
     (tmp_path / "states.jsonl").write_text('{"time": 1, "kind": "partition", "partition": 0, "isr": 5}\n')
-    images = P.plots({"anomalies": {}, "series": series}, resolve(tmp_path), [], tmp_path)
+    images = draw(results, E.gather(tmp_path, results))
     assert "lanes" not in images and "lag" in images
     (tmp_path / "states.jsonl").unlink()
-    assert "lanes" not in P.plots({"anomalies": {}}, resolve(tmp_path), [], tmp_path)
+    assert "lanes" not in draw({"anomalies": {}}, E.gather(tmp_path, {"anomalies": {}}))
     assert table.num_rows == len(ROWS)
 
 
@@ -136,7 +141,11 @@ def test_anomaly_marks_at_the_times_of_the_events_examples_cite(tmp_path):
     table = _history(tmp_path, ROWS)
     results = {"anomalies": {"unseen": {"count": 1, "examples": [{"value": 13, "partition": 0, "offset": 2,
                                                                   "ack_index": 11}]}}}
-    assert P.anomaly_marks(results, table) == [{"name": "unseen", "partition": 0, "time": 40 * MS}]
+    assert E.anomaly_marks(results, table) == [{"name": "unseen", "partition": 0, "time": 40 * MS}]
+
+
+def _timeline(table, intervals, budget: int, title: str = "") -> str:
+    return timeline_page(*E.timeline_ops(table, budget), intervals, title)
 
 
 def _synthetic(tmp_path, events):
@@ -148,7 +157,7 @@ def _synthetic(tmp_path, events):
             e["value"] = {"grudge": {"n1": [EVIL]}}
     write_parquet(syn.events, tmp_path / "history.parquet")
     faults = [e for e in syn.events if e["process"] == "nemesis"]
-    return P.history_table(resolve(tmp_path)), fault_intervals(faults, syn.events[-1]["time"]), syn
+    return E.history_table(resolve(tmp_path)), E.fault_intervals(faults, syn.events[-1]["time"]), syn
 
 
 def test_timeline_sampling_bounds_its_size_and_says_so(tmp_path):
@@ -157,19 +166,19 @@ def test_timeline_sampling_bounds_its_size_and_says_so(tmp_path):
     nemesis_ops = sum(1 for e in syn.events if e["type"] == "invoke" and e["process"] == "nemesis")
     assert client_ops > 10_000
     for budget in (500, 2000):
-        page = P.write_timeline(tmp_path, table, intervals, budget=budget).read_text()
+        page = _timeline(table, intervals, budget)
         bars = len(re.findall(r"<rect class='(?:ok|fail|info)'", page))
         assert bars == budget + nemesis_ops
         assert f"{budget:,} of {client_ops:,} client operations are drawn" in page
         assert len(page.encode()) < 20_000 + 300 * bars
-    page = P.write_timeline(tmp_path, table, intervals, budget=client_ops).read_text()
+    page = _timeline(table, intervals, client_ops)
     assert f"All {client_ops:,} client operations" in page
 
 
 def test_timeline_escapes_errors_titles_and_fault_values(tmp_path):
     table, intervals, _ = _synthetic(tmp_path, 12_000)
     assert intervals
-    page = P.write_timeline(tmp_path, table, intervals, budget=10_000, title=EVIL).read_text()
+    page = _timeline(table, intervals, 10_000, EVIL)
     assert "error &lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page  # a failed send's error
     assert "&quot;grudge&quot;:{&quot;n1&quot;:[&quot;&lt;script&gt;" in page  # a fault's value
     assert "<title>&lt;script&gt;" in page  # the page's title
@@ -191,7 +200,8 @@ def test_report_places_the_figures_and_links_the_timeline(tmp_path):
 @pytest.mark.skipif(BINARY is None, reason="no chromium (scripts/setup-system.sh installs it)")
 def test_timeline_in_chromium_has_no_overflow_errors_or_requests(tmp_path):
     table, intervals, _ = _synthetic(tmp_path, 12_000)
-    page = P.write_timeline(tmp_path, table, intervals, budget=2_000, title=EVIL)
+    page = tmp_path / "timeline.html"
+    page.write_text(_timeline(table, intervals, 2_000, EVIL))
     with Browser() as browser:
         for width in (1280, 390):
             seen = browser.open_page(page, width, probe="({pwned: typeof window.pwned === 'undefined' ? null : 1})")

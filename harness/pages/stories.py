@@ -9,19 +9,11 @@ states.jsonl line, or to the node's disk dump. All data is escaped.
 
 from __future__ import annotations
 
-import html
-
-
-def esc(x) -> str:
-    """As harness.report.esc (which imports this module, so it cannot be imported here)."""
-    return html.escape("" if x is None else str(x), quote=True)
+from harness.pages.html import esc
 
 
 SHOWN = 20  # stories per anomaly on the page (all of them are in results.json)
 OPEN = 3  # of which the first few are unfolded
-
-STYLE = ("<style>.story summary{cursor:pointer}.story ol{margin:.3em 0 .8em;padding-left:1.4em}"
-         ".story li{overflow-wrap:anywhere}</style>")
 
 
 def _shown(results: dict) -> dict[str, list[dict]]:
@@ -61,7 +53,7 @@ def stories_html(results: dict) -> str:
     for story in results.get("explanations") or []:
         if isinstance(story, dict):
             total[str(story.get("anomaly"))] = total.get(str(story.get("anomaly")), 0) + 1
-    parts = [STYLE, "<h2>Stories</h2><p class='muted'>What happened to each example, from the history, "
+    parts = ["<h2>Stories</h2><p class='muted'>What happened to each example, from the history, "
              "the cluster-state timeline (states.jsonl) and each replica's disk at the end (disk/). "
              "Each step links to its evidence.</p>"]
     for name, stories in shown.items():

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import subrun
-from harness.calibrate import RunRecord, seeds_for, table
 from core.errors import UserError
+from harness.campaign import subrun
+from harness.campaign.calibrate import RunRecord, seeds_for, table
 from tests.support import harness
 
 

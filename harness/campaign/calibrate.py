@@ -22,11 +22,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harness import scenarios, subrun
-from harness import spec as specs
-from harness.subrun import NOT_RUN
 from core.errors import UserError
 from core.files import write_whole
+from harness.campaign import subrun
+from harness.campaign.subrun import NOT_RUN
+from harness.run import scenarios
+from harness.run import spec as specs
 
 DEFAULT_RUNS = 5
 DEFAULT_OUT = "results/calibration"
@@ -86,7 +87,7 @@ def chosen_scenarios(names: list[str] | None) -> list[dict]:
 
 def run_one(scenario: dict, seed: int, out: Path) -> RunRecord:
     """`harness run --scenario NAME --seed S` in a process of its own
-    (`harness.subrun`); its record. A Ctrl-C lets the run heal and tear
+    (`harness.campaign.subrun`); its record. A Ctrl-C lets the run heal and tear
     down, then KeyboardInterrupt goes on up, unrecorded."""
     name = scenario["name"]
     o = subrun.run(["run", "--scenario", name, "--seed", str(seed), "--results", str(out / "runs")],

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from checkers.registry import NAMES as ANOMALIES
-from harness.cli import main
-from harness.spec import build, expect_words, expectation, load_file
 from core.errors import UserError
+from harness.cli import main
+from harness.run.spec import build, expect_words, expectation, load_file
 
 
 def test_defaults_are_a_meaningful_run():

@@ -11,9 +11,9 @@ from html.parser import HTMLParser
 import pytest
 
 from checkers.check import Options, check_history
-from harness.report import render
+from harness.run.report import render
 from lab.synthetic import Plan, generate
-from tests.run.hostile_run import EVIL, EVIL_NODE, build
+from tests.harness.pages.hostile_run import EVIL, EVIL_NODE, build
 
 pytestmark = pytest.mark.spark
 

@@ -27,9 +27,9 @@ from pathlib import Path
 
 from core.errors import UserError
 from core.files import write_whole
-from harness import calibrate, subrun
-from harness import spec as specs
-from harness.subrun import NOT_RUN
+from harness.campaign import calibrate, subrun
+from harness.campaign.subrun import NOT_RUN
+from harness.run import spec as specs
 
 DEFAULT_TIMES = 3
 
@@ -98,7 +98,7 @@ def held(lock: str | None):
 
 def run_config(config: Path, out: Path, label: str, lock: str | None = None) -> calibrate.RunRecord:
     """`harness run --config CONFIG --results OUT/runs` in a process of its own
-    (`harness.subrun`, as calibrate and nightly run theirs), holding `lock`
+    (`harness.campaign.subrun`, as calibrate and nightly run theirs), holding `lock`
     around it; its record. Its seconds are the run's own, not the wait for
     the lock. A Ctrl-C lets the run heal and tear down, then goes on up."""
     with held(lock):

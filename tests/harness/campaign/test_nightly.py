@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from core.waiting import wait_for
 from core.errors import UserError
 from core.files import write_whole
-from harness import matrix as mx, subrun, trends
-from harness import spec as specs
-from harness.browse import index
-from harness.spec import build, load_file
-from harness.subrun import Outcome
+from core.waiting import wait_for
+from harness.campaign import matrix as mx, subrun, trends
+from harness.campaign.subrun import Outcome
+from harness.run import spec as specs
+from harness.run.spec import build, load_file
+from harness.serve import index
 from infra import state as st
 from infra.clean import find_cluster_ids
 from tests.support import REPO, harness
@@ -293,7 +293,7 @@ def test_trends_flag_a_newly_failing_scenario_and_a_detection_rate_that_fell(tmp
     # not a regression; safe-d was FLAKY, not FAIL; unsafe-c detected in 2/2.
     assert [(g.label, g.why) for g in found] == [
         ("safe-a", "met its expectation in the last 2 night(s); tonight 1 of 1 run(s) FAIL")]
-    page = trends.trends_page(ns)
+    page = trends.trends_html(ns)
     assert page.count("<li class='regression'>") == 1 and page.count(">REGRESSION<") == 1  # listed, row marked
     assert "href='nightly/n1/nightly.html'" in page and "50% (1/2)" in page and "100% (1/1)" in page
     assert trends.regressions(ns[:1]) == []
@@ -311,9 +311,9 @@ def test_the_night_page_escapes_and_links_reports(tmp_path):
     assert "<script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page
     assert "href='runs/x/t1/report.html'" in page and "href='../../trends.html'" in page
     assert trends_path == tmp_path / "trends.html" and trends_path.is_file()
-    served = index([], {}, tmp_path)  # `harness serve`'s index links the nightly pages
+    served = index(tmp_path, {})  # `harness serve`'s index links the nightly pages
     assert "href='/trends.html'" in served and "href='/nightly/n1/nightly.html'" in served
-    assert "trends.html" not in index([], {}, tmp_path / "nightly")
+    assert "trends.html" not in index(tmp_path / "nightly", {})
 
 
 # -- one real, small matrix

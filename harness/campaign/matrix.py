@@ -1,8 +1,8 @@
 """The nightly matrix as data: the matrix file, its cells, the record of each
 run, the deflake classification, summary.json and the JUnit XML.
 
-No process is started here (`harness.nightly` runs the cells through
-`harness.subrun`), so everything in this module is tested on hand-made
+No process is started here (`harness.campaign.nightly` runs the cells through
+`harness.campaign.subrun`), so everything in this module is tested on hand-made
 records.
 
 A matrix file (TOML; docs/nightly.md):
@@ -49,9 +49,9 @@ from pathlib import Path
 
 from checkers.summary import top_anomaly
 from core.errors import UserError
-from harness import spec as specs
-from harness.browse import throughput
-from harness.subrun import NOT_RUN, Outcome
+from core.runs import throughput
+from harness.campaign.subrun import NOT_RUN, Outcome
+from harness.run import spec as specs
 
 PASS, FAIL, FLAKY, HANG, ERROR, INTERRUPTED = "PASS", "FAIL", "FLAKY", "HANG", "ERROR", "INTERRUPTED"
 CLASSES = (PASS, FAIL, FLAKY, HANG, ERROR, INTERRUPTED)

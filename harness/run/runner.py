@@ -31,18 +31,18 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from checkers import service
 from checkers.check import check_history, Options
 from checkers.liveness import HANG_S, verdict_words
 from checkers.results import write_results
-from checkers import service
 from checkers.summary import render as summary, top_anomaly, verdict_line
 from core.errors import UserError
 from core.history.follow import Follower
 from core.history.parquet import jsonl_to_parquet
 from core.history.writer import HistoryWriter
-from harness import spec as specs, store
-from harness.check import add_explanations, fault_ends
-from harness.report import render as report
+from harness.run import spec as specs, store
+from harness.run.explanations import add_explanations
+from harness.run.report import render as report
 from infra import faultfs
 from infra.cluster import provision
 from infra.faultfs import unmount_system
@@ -51,6 +51,7 @@ from infra.systems import SYSTEMS
 from infra.zookeeper import ZooKeeper, ZooKeeperOptions
 from nemesis.fault import Context
 from nemesis.injector import Nemesis
+from nemesis.registry import FAULT_ENDS
 from nemesis.schedule import from_records, plan, to_records
 from workloads.config import WorkloadConfig
 from workloads.observer import STATES_FILE, Observer, append_truncations, origin_seconds
@@ -588,7 +589,7 @@ def _conclude(r: Run) -> int:
                 _tear_down_beside(r)
             if r.teardown is not None:
                 r.dumped.wait()  # the check reads the replicas' dumps; the rest of the teardown goes on
-            checked = _check(r, Options(idempotent=r.spec.idempotent or None, fault_ends=fault_ends()))
+            checked = _check(r, Options(idempotent=r.spec.idempotent or None, fault_ends=FAULT_ENDS))
             _torn_down(r)  # the stories read the disk dumps
             results = add_explanations(checked, r.dir.path)
             write_results(results, r.dir.path)

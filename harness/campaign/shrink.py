@@ -44,9 +44,9 @@ from typing import Callable, Iterator
 from checkers.registry import NAMES as ANOMALIES
 from core.errors import UserError
 from core.files import write_whole
-from harness import calibrate, replay, subrun
-from harness import spec as specs
-from harness.subrun import NOT_RUN
+from harness.campaign import calibrate, replay, subrun
+from harness.campaign.subrun import NOT_RUN
+from harness.run import spec as specs
 from nemesis.schedule import ROLE_MODES
 
 DEFAULT_K, DEFAULT_N, DEFAULT_BUDGET = 2, 3, 30

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.report import render
-from tests.run.chromium import BINARY, Browser
-from tests.run.hostile_run import build
+from harness.run.report import render
+from tests.harness.pages.chromium import BINARY, Browser
+from tests.harness.pages.hostile_run import build
 
 pytestmark = [pytest.mark.spark,
               pytest.mark.skipif(BINARY is None, reason="no chromium (scripts/setup-system.sh installs it)")]

@@ -24,14 +24,14 @@ from infra.cluster import FLAG_FIELDS, add_provider_arguments, options_from_valu
 from infra.faultfs import validate_settings
 from infra.nodes import DEFAULT_NODES, DEFAULT_REMOTE_DIR, DEFAULT_VAGRANT_SUBNET, ProvisionOptions
 from infra.systems import SYSTEM_OPTIONS, SYSTEMS, system_named
+from nemesis.partition import MODE_OF_TARGET
 from nemesis.registry import FAULT_GROUPS, FAULTS, needs_faultfs
 from nemesis.schedule import from_records
-from nemesis.partition import MODE_OF_TARGET
 from nemesis.targets import TARGETS, refusal
 from workloads.config import ACKS, CONSUMER_MODES
 
 TABLES = ("broker", "producer", "consumer", "expect", "disk")
-SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 
 @dataclass(frozen=True)
