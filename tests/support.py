@@ -1,20 +1,48 @@
-"""Helpers the test areas share: the installed `harness` command in a
-subprocess (as a user runs it), Python code in a fresh process, a run's
-history, polling for a condition, and the clusters a process owns."""
+"""Helpers the test areas share: what a test needs of the machine, the
+installed `harness` command in a subprocess (as a user runs it), Python code
+in a fresh process, a run's history, and the clusters a process owns."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from infra import state as st
 
 REPO = Path(__file__).resolve().parents[1]
 HARNESS = str(Path(sys.executable).with_name("harness"))
+# Set to 1 for a developer's quick loop on a machine that lacks some parts:
+# a test that cannot run there then skips, saying why, instead of failing.
+ALLOW_SKIPS = "HARNESS_ALLOW_SKIPS"
+
+
+def need(present: bool, what: str) -> None:
+    """A test's prerequisite of the machine. `make test` sets up every one, so
+    a test without it fails, naming what is missing: a CI whose setup half
+    failed is red, not green with skips. With HARNESS_ALLOW_SKIPS=1 it skips."""
+    if present:
+        return
+    message = f"this machine lacks {what}"
+    if os.environ.get(ALLOW_SKIPS) == "1":
+        pytest.skip(message)
+    pytest.fail(f"{message} (`make test` sets it up; {ALLOW_SKIPS}=1 skips such tests instead)", pytrace=False)
+
+
+def need_root(why: str) -> None:
+    need(os.geteuid() == 0, f"root ({why})")
+
+
+def need_fuse() -> None:
+    need_root("FUSE mounts, namespaces")
+    need(os.path.exists("/dev/fuse") and shutil.which("fusermount3") is not None,
+         "/dev/fuse and fusermount3 (Debian's fuse3)")
 
 
 def harness(*argv: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -7,7 +7,6 @@ FUSE mounts need root (and /dev/fuse); without them these tests skip.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,16 +16,10 @@ import pytest
 from core.waiting import wait_for
 from infra import hostops
 from infra.faultfs import fs as faultfs_fs
+from tests.support import need_fuse
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "infra" / "faultfs" / "fs.py"
-
-
-def need_fuse():
-    if os.geteuid() != 0:
-        pytest.skip("needs root: FUSE mounts, namespaces")
-    if not os.path.exists("/dev/fuse") or shutil.which("fusermount3") is None:
-        pytest.skip("needs /dev/fuse and fusermount3 (Debian package fuse3)")
 
 
 def faultfs_mounts(root: Path) -> list[str]:

@@ -13,7 +13,10 @@ import time
 
 import pytest
 
-from .conftest import Mounted, need_fuse, wait_for
+from core.waiting import wait_for
+from tests.support import need_fuse
+
+from .conftest import Mounted
 
 pytestmark = pytest.mark.integration
 

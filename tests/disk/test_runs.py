@@ -15,9 +15,10 @@ import pytest
 from infra import hostops
 from infra import state as st
 
-from tests.support import HARNESS, clusters_owned_by, harness, harness_run, history_events, leave_nothing_of
+from tests.support import (HARNESS, clusters_owned_by, harness, harness_run, history_events, leave_nothing_of,
+                           need_fuse)
 
-from .conftest import faultfs_mounts, need_fuse
+from .conftest import faultfs_mounts
 
 pytestmark = pytest.mark.integration
 

@@ -16,13 +16,13 @@ import pytest
 
 from infra import hostops
 from infra import state as st
+from tests import support
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def need_root():
-    if os.geteuid() != 0:
-        pytest.skip("needs root: network namespaces, bridges, iptables")
+    support.need_root("network namespaces, bridges, iptables")
 
 
 def harness_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:

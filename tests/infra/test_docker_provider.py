@@ -27,7 +27,7 @@ from infra.cluster import load_cluster, provision, validate_options
 from infra.nodes import Node, ProvisionOptions
 from infra.remote import RemoteError
 
-from tests.support import clusters_owned_by
+from tests.support import clusters_owned_by, need
 
 from .conftest import REPO, harness_cli, need_root
 
@@ -79,8 +79,8 @@ def need_docker() -> None:
     try:
         dk.start_dockerd()
     except UserError as e:
-        pytest.skip(f"no Docker daemon can run here: {e}")
-    dk.build_image()
+        need(False, f"a Docker daemon that can run ({e})")
+    dk.build_image()  # the first use builds the node image, as a user's first docker cluster does
 
 
 def leftovers(cluster_id: str) -> dict[str, list[str]]:

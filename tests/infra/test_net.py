@@ -6,10 +6,11 @@ import time
 
 import pytest
 
-from core.waiting import wait_for
 from core.errors import UserError
+from core.waiting import wait_for
 from infra import net
 from infra.nodes import parallel
+from tests.support import need
 
 
 pytestmark = pytest.mark.integration
@@ -146,8 +147,9 @@ def test_bridge_traffic_survives_a_hostile_forward_chain(healed):
     from infra import state as st
 
     hook = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
-    if not hook.exists() or hook.read_text().strip() != "1":
-        pytest.skip("br_netfilter is off here: bridged frames never reach iptables")
+    need(hook.exists(), "the br_netfilter module (`modprobe br_netfilter`): bridged frames never reach iptables")
+    need(hook.read_text().strip() == "1",
+         "bridged frames sent through iptables (sysctl net.bridge.bridge-nf-call-iptables=1)")
     c = healed
     bridge, tag = st.bridge_name(c.cluster_id), st.host_rule_tag(c.cluster_id)
     n1, n2 = c.node("n1"), c.node("n2")

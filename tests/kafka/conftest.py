@@ -20,7 +20,7 @@ import pytest
 from infra import kafka, state as st
 from infra.cluster import ProvisionOptions, provision
 from infra.kafka import KafkaOptions, KafkaSystem
-from tests.support import harness, harness_run
+from tests.support import harness, harness_run, need
 
 def _cluster_of(run_dir: Path) -> str | None:
     run_json = run_dir / "run.json"
@@ -96,8 +96,8 @@ def node():
 @pytest.fixture
 def kraft(node, tmp_path):
     """Real Kafka 3.9 in KRaft mode on the node (a 1-node cluster needs no ZooKeeper)."""
-    if not kafka.kafka_dist.is_cached(kafka.DEFAULT_VERSION, kafka.cache_dir()):
-        pytest.skip("Kafka jars not in the cache (make setup)")
+    need(kafka.kafka_dist.is_cached(kafka.DEFAULT_VERSION, kafka.cache_dir()),
+         f"Kafka {kafka.DEFAULT_VERSION}'s jars in .cache/kafka (make setup)")
 
     def make(**options) -> KafkaSystem:
         system = KafkaSystem("unused:2181", {"offsets.topic.replication.factor": 1},

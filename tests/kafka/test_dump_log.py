@@ -16,17 +16,17 @@ import subprocess
 import pytest
 from confluent_kafka import Producer
 
+from broker.storage import Log
 from infra import kafka, kafka_dist
+from tests.broker.test_dump import _append
+from tests.support import need
 from workloads.config import WorkloadConfig
 from workloads.topic import create_topic
-from tests.broker.test_dump import _append
-from broker.storage import Log
 
 
 def test_parse_dump_log_reads_kafkas_own_tool(tmp_path):
     version = kafka.DEFAULT_VERSION
-    if not kafka_dist.is_cached(version, kafka.cache_dir()):
-        pytest.skip(f"Kafka {version} is not in the jar cache (make setup)")
+    need(kafka_dist.is_cached(version, kafka.cache_dir()), f"Kafka {version}'s jars in .cache/kafka (make setup)")
     home = kafka_dist.kafka_home(version, kafka.cache_dir())
     files = []
     for p, batches in ((2, [([(b"1", b"100"), (b"1", b"101")], 0), ([(None, b"7 8")], 3)]),

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
-
 from core.history.files import resolve
 from core.history.parquet import write_parquet
 from harness.pages.figures import draw, figures_html
@@ -19,6 +17,7 @@ from harness.run import evidence as E
 from harness.run.report import render
 from lab.synthetic import Plan, generate
 from tests.harness.pages.chromium import BINARY, Browser
+from tests.support import need
 
 EVIL = "<script>alert('x')</script>"
 MS = 1_000_000
@@ -197,8 +196,8 @@ def test_report_places_the_figures_and_links_the_timeline(tmp_path):
     assert page.count("data:image/png;base64,") == 5
 
 
-@pytest.mark.skipif(BINARY is None, reason="no chromium (scripts/setup-system.sh installs it)")
 def test_timeline_in_chromium_has_no_overflow_errors_or_requests(tmp_path):
+    need(BINARY is not None, "chromium (scripts/setup-system.sh installs it)")
     table, intervals, _ = _synthetic(tmp_path, 12_000)
     page = tmp_path / "timeline.html"
     page.write_text(_timeline(table, intervals, 2_000, EVIL))

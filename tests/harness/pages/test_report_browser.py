@@ -11,9 +11,9 @@ import pytest
 from harness.run.report import render
 from tests.harness.pages.chromium import BINARY, Browser
 from tests.harness.pages.hostile_run import build
+from tests.support import need
 
-pytestmark = [pytest.mark.spark,
-              pytest.mark.skipif(BINARY is None, reason="no chromium (scripts/setup-system.sh installs it)")]
+pytestmark = pytest.mark.spark
 
 WIDTHS = (1280, 390)
 # What the hostile strings would leave on `window` had any of them run.
@@ -22,6 +22,7 @@ PROBE = "({pwned: typeof window.pwned === 'undefined' ? null : window.pwned})"
 
 @pytest.fixture(scope="module")
 def browser():
+    need(BINARY is not None, "chromium (scripts/setup-system.sh installs it)")
     with Browser() as b:
         yield b
 
