@@ -19,9 +19,11 @@ which is how `harness clean` finds them and the only thing it removes.
 The node image `harness-node:<hash>` is built locally from Debian's packages
 (scripts/build-node-image.sh, no image registry needed); the hash covers the
 recipe and the Python packages a node runs, so a changed recipe builds a new
-image and an unchanged one is never rebuilt. `python -m infra.docker image`
-(what `make setup` runs) starts dockerd when none runs and builds the image
-when missing.
+image and an unchanged one is never rebuilt. It is built when first asked
+for: by the first docker cluster (saying so on stderr), or ahead of time by
+`python -m infra.docker image` (`make docker-image`, which `make test`
+runs), which also starts dockerd when none runs. The local default never
+needs it, so `make run` does not build it.
 """
 
 from __future__ import annotations
@@ -374,8 +376,9 @@ def provision_docker(o: ProvisionOptions) -> Cluster:
     try:
         image = image_name()
         if not image_exists(api, image):
-            raise UserError(f"the docker node image {image} is not built: run `make setup` "
-                            "(or `python -m infra.docker image`)")
+            print(f"docker: building the node image {image} from Debian's packages: once per recipe, "
+                  "a few minutes (`make docker-image` builds it ahead)", file=sys.stderr, flush=True)
+            build_image()
         cid = st.reserve_cluster_id(lambda slot: _slot_is_free(api, slot, explicit_net is None), o.cluster_id)
         net = explicit_net or ipaddress.IPv4Network(f"{SUBNET_BASE}.{st.slot_of(cid)}.0/24")
         return built_or_removed(cid, lambda: _bring_up(api, image, cid, names, net), remove_docker_cluster)

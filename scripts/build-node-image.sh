@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the Docker provider's node image from Debian's packages; no image
-# registry is needed. Called by `python -m infra.docker image` (what `make
-# setup` runs), which names the tag (a hash of this recipe) and the Python
-# packages a node runs, and skips this script when the image exists.
+# registry is needed. Called by infra/docker.py's build_image (the first
+# docker cluster, or `make docker-image`), which names the tag (a hash of this
+# recipe) and the Python packages a node runs, and skips this script when the
+# image exists.
 #
 #   scripts/build-node-image.sh TAG PYTHON REQUIREMENT...
 #
