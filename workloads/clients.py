@@ -33,8 +33,9 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     "request.timeout.ms": 5_000,
     "queue.buffering.max.ms": 5,
     # Kafka's Java client default (and the most an idempotent producer uses):
-    # fewer, fuller requests; halved p99 send latency at a steady 2000/s
-    # against librdkafka's default of a million (docs/benchmarks.md).
+    # fewer, fuller requests, and a lower p99 send latency at a steady rate
+    # than librdkafka's default of a million (docs/decisions.md,
+    # "`max.in.flight.requests.per.connection=5`").
     "max.in.flight.requests.per.connection": 5,
 }
 CONSUMER_DEFAULTS: dict[str, Any] = {

@@ -113,8 +113,7 @@ class Observer:
         """Stops sampling, writes the `end` phase, closes the file. Idempotent.
         A sample under way (a remote command, a ListOffsets to a dead leader:
         up to seconds) is not waited for, since the check phase would wait
-        with it (0.9 s in a run seen); what it finds is not written (`join`
-        waits for it)."""
+        with it; what it finds is not written (`join` waits for it)."""
         if self._stop.is_set():
             return
         self._stop.set()

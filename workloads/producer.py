@@ -10,7 +10,9 @@ callback only keeps (value, partition, offset), and every poll of the
 client (`ProducerClient.poll`) records what it served at once, with the
 time it returned: the same as the reports' own times or a little later,
 never earlier, and one clock read and one pack for them all (the recorder's
-cost per send, docs/benchmarks.md). Any other completion records the kept
+cost per send: docs/decisions.md, "Recorded off the client's thread"; `python
+-m bench.workload_overhead` measures it, docs/benchmarks.md, "Workload
+recorder overhead"). Any other completion records the kept
 acknowledgements first, so a process's completions stay in the order they
 came; a client being drained records each one as it comes, since a flush
 may wait long.

@@ -1,14 +1,16 @@
 """A run's `history.jsonl` converted to `history.parquet` while it is
 written, so that the check need not wait for the conversion.
 
-Converting a 60 s run's history after the run took 0.5 to 0.8 s of the
-check phase (parsing and validating each line, then building the Arrow
-columns). `Follower.start` starts a process (niced, so that it yields to the
-run's clients and brokers) that reads the lines as the writer appends them,
-validates them with the same rules as `iter_jsonl` (`follow_jsonl`) and
-builds their columns a read at a time; once told the history is closed it
-reads the rest and writes the last row group: the same rows as
-`jsonl_to_parquet` gives, in row groups that grow to its size (`group_rows`).
+Converting a run's history after the run was part of the check phase
+(parsing and validating each line, then building the Arrow columns;
+docs/decisions.md, "The history converted while written; Kafka's dumps
+without a JVM"). `Follower.start` starts a process (niced, so that it
+yields to the run's clients and brokers) that reads the lines as the writer
+appends them, validates them with the same rules as `iter_jsonl`
+(`follow_jsonl`) and builds their columns a read at a time; once told the
+history is closed it reads the rest and writes the last row group: the same
+rows as `jsonl_to_parquet` gives, in row groups that grow to its size
+(`group_rows`).
 
 The file appears only when the follower was told the history is closed and
 read all of it: `history.parquet` is what a later check prefers to the
@@ -157,8 +159,8 @@ def group_rows(written: int) -> int:
     """The rows of the next row group, `written` rows into the file: a
     quarter of those, from FIRST_GROUP up to ROW_GROUP. What is left when the
     history closes is written then, in the check's time, so a short run's
-    groups are small (a 60 s run's last group took 0.16 s to write whole);
-    a long one's grow to `write_parquet`'s."""
+    groups are small, and so is the write left for the check; a long one's
+    grow to `write_parquet`'s."""
     return min(ROW_GROUP, max(FIRST_GROUP, written // 4))
 
 

@@ -157,8 +157,8 @@ def _check_committed(x: dict, where: str) -> None:
 
 def _plain_client_event(e: dict) -> bool:
     """True for a send, or a poll's ok, that `check_event` passes: most of a
-    history, accepted here in one go (a JSONL history's conversion spent half
-    its time in the per-field checks). False hands the event to `check_fields`,
+    history, accepted here in one go (the per-field checks were where a JSONL
+    history's conversion spent its time). False hands the event to `check_fields`,
     which says what is wrong; so this may refuse more, never pass more."""
     f, type_, index, time_, process = e.get("f"), e.get("type"), e.get("index"), e.get("time"), e.get("process")
     if (type(index) is not int or type(time_) is not int or time_ < 0

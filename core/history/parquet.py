@@ -50,8 +50,8 @@ ROW_GROUP = 250_000  # rows per row group of a history's Parquet file
 
 
 def _to_columns(events: Iterable[dict]) -> dict[str, list]:
-    """The events' columns, a list comprehension each: 2.0 s for a million
-    events, where a loop appending to fifteen lists per event took 2.8 s."""
+    """The events' columns, a list comprehension each: quicker than a loop
+    appending to fifteen lists per event."""
     rows = events if isinstance(events, list) else list(events)
     cols: dict[str, list] = {name: [e[name] for e in rows] for name in BASE_FIELDS}
     for name in COLUMN_FIELDS:
@@ -179,9 +179,9 @@ def events_at(files: list[Path], indexes, columns: tuple[str, ...]) -> dict[int,
     with `columns` (None where the history has no such column). Validation
     keeps the parts' indexes running from 0 without a gap, so index i is the
     i-th row: only the row groups that hold them are read, not the history
-    (a 10M-event history's few examples: one Spark job of 0.3 s before),
-    and of them only `columns`: not even `index`, the costliest to decode,
-    since the row says it (half the 0.05 s of a 10M-event history's)."""
+    (its few examples once took a Spark job of their own), and of them only
+    `columns`: not even `index`, the costliest to decode, since the row says
+    it."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -253,9 +253,10 @@ def validate_parquet(files: list[Path], big_offsets: set[int] | None = None, on_
     it is given `digest(batch)` instead. The batches are then read in a
     thread, a batch or two ahead of `on_batch`, and checked (without
     `digest`: in the same thread) and digested in another: Arrow and NumPy
-    work outside Python's lock, so they share the cores (docs/benchmarks.md). Either way a batch reaches `digest` and
-    `on_batch` only once it passed, and the first error in file order (a
-    batch's check, its digest, then `on_batch`'s) is the one raised.
+    work outside Python's lock, so they share the cores (docs/decisions.md,
+    "The driver's read of a Parquet history"). Either way a batch reaches
+    `digest` and `on_batch` only once it passed, and the first error in file
+    order (a batch's check, its digest, then `on_batch`'s) is the one raised.
     """
     order = OrderCheck(pairs=False)
     read = _read_batches(files, bool(on_batch))
@@ -306,8 +307,8 @@ def _read_batches(files: list[Path], passed_on: bool) -> Iterator:
             needed += _record_leaves(pf.schema)
         # The operation names and types, a handful of strings, read as the
         # codes of their Parquet dictionaries: neither the strings nor their
-        # encoding again (0.4 s of CPU over a 10M-event history's parts,
-        # docs/benchmarks.md).
+        # encoding again, the strings compared once per value, not per row
+        # (docs/decisions.md, "The driver's read of a Parquet history").
         names = [c for c in ("type", "f") if pa.types.is_string(schema.field(c).type)]
         try:
             if names:
@@ -344,8 +345,8 @@ RECORD_FIELDS = ("partition", "offset", "value")
 
 def _record_leaves(schema) -> list[str]:
     """The Parquet paths of the records' RECORD_FIELDS, read without the
-    rest of each record (its key: a 10M-event history's parts decoded in
-    about 0.25 s less CPU time, docs/benchmarks.md); or `records` whole
+    rest of each record (its key: less to decode, docs/decisions.md, "The
+    driver's read of a Parquet history"); or `records` whole
     where its fields are not one struct holding each of them once, which
     the checks then report."""
     paths = [schema.column(i).path for i in range(len(schema))]
@@ -413,10 +414,11 @@ def _each(function: Callable, items: Iterator) -> Iterator:
 # Each check below is a few Arrow or NumPy passes over a batch; a batch that
 # passes (nearly all do) is let through by the one or two passes of these,
 # and only a batch that may fail takes the checks that say which row and
-# why: a 10M-event history's checks took 1.2 s of CPU before these, 0.6 to
-# 0.8 s with them, and 0.2 s once each mask is made only where a column has
-# nulls to look for under it (docs/benchmarks.md). A mask is given as a
-# function that makes it (`Mask`, made once), called only then.
+# why: the checks' CPU went to batches that pass, and to masks made for
+# columns with no nulls to look for under them, so each mask is made only
+# where a column has nulls (docs/decisions.md, "The driver's read of a
+# Parquet history"). A mask is given as a function that makes it (`Mask`,
+# made once), called only then.
 
 Mask = Callable[[], object]  # a batch's rows (or list items) a rule is about, as an Arrow boolean array
 
@@ -514,7 +516,7 @@ def _check_parquet_batch(file: Path, batch, order: OrderCheck, pa, pc) -> None:
         bad_where(client & unknown[f_index], "unknown client operation 'f'")
 
     # Each row's (f, type) as one code, -1 for the nemesis's: the rows of an
-    # operation and types are a lookup, where np.isin took 4 ms a batch.
+    # operation and types are a lookup, cheaper than an np.isin per batch.
     op_type = f_index.astype(np.int32) * len(type_of)
     op_type += type_index
     op_type[~client] = -1

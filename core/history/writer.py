@@ -2,9 +2,9 @@
 at a cost to them of an array of int64 and a buffer append per burst of a
 producer's invokes or poll's acknowledgements (a JSON dump per other event).
 
-Formatting JSON costs about a microsecond per event, as much as the rest of
-a producer's loop per send, and in one Python process it holds the GIL
-whatever thread does it. So the client threads only pack each event into an
+Formatting JSON costs as much per event as the rest of a producer's loop
+costs per send, and in one Python process it holds the GIL whatever thread
+does it. So the client threads only pack each event into an
 in-memory buffer of its kind (one atomic `bytearray.extend` under the GIL):
 a send's invokes and oks as groups of int64, the events of one call at one
 time (`sends_invoked` for a burst of invokes, `sends_acked` for the
@@ -38,14 +38,14 @@ Arrow cast of binary views puts the lines of all kinds in file order
 Only JSON events (polls, the nemesis, errors: few at saturation) and sends
 with a negative number take a Python step each. Whole 4 KB blocks go to the
 file with O_DIRECT where the file system takes it (`_Output`): the kernel
-copies no page cache for them, which was most of the writer's kernel CPU.
+copies no page cache for them, which was where the writer's kernel CPU
+went.
 
-Cost, measured (docs/benchmarks.md, 2026-11-27, 2 shared cores): the two
-recorders of a send cost its thread about 81 ns in a bare loop (131 ns
-when each built its rows as a Python list for `struct.pack`), the writer
-process 0.12 to 0.14 us of CPU per event at saturation; recorded /
-unrecorded throughput at saturation 0.86 (medians of 6 alternated trials;
-0.83 with the rows packed in the thread, same run).
+Cost: recorded against unrecorded throughput of the workload's producer
+loop is what the workload recorder bench measures (`python -m
+bench.workload_overhead`, docs/benchmarks.md, "Workload recorder
+overhead"); each step that brought it there, and what was not kept, is in
+docs/decisions.md, "Recorded off the client's thread".
 
 Durability: what the writer process has received is in the file (the page
 cache) moments later, and `close()` fsyncs it. If the harness is killed with
@@ -285,7 +285,7 @@ def _send_recorders(append_invoke, append_ok, record, path: Path):
 # The writer process is started from the project's root, so `-m` finds this module.
 _PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
 # Its batches' arrays (megabytes each) come from glibc's heap and go back to it, not to the
-# kernel: fresh pages for every batch cost as much as formatting it (measured: twice the CPU).
+# kernel: fresh pages for every batch cost as much CPU as formatting it.
 _WRITER_ENV = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
 
 
@@ -688,8 +688,8 @@ class _Output:
 
     Whole 4 KB blocks are written with O_DIRECT: the kernel neither copies
     them into its page cache nor writes them back later, CPU that a small
-    machine's brokers would otherwise lose (measured: a third of what the
-    writer process spends in the kernel). What is left after the last whole
+    machine's brokers would otherwise lose (docs/decisions.md, "Recorded off
+    the client's thread"). What is left after the last whole
     block is written the ordinary way, at once, so that every line received
     reaches the file moments later, and again with the next block. Where the
     file system refuses O_DIRECT, every write is an ordinary one.
