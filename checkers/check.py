@@ -168,10 +168,12 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
 
 @contextmanager
 def _old_objects_frozen() -> Iterator[None]:
-    """The objects alive before a check (modules, the Spark session's py4j
-    objects: some 200,000) left out of the garbage collector's full passes
-    while it runs: each pass walked them all, two or three passes in a large
-    check. Given back after, so that garbage among them is still collected."""
+    """The objects alive before a check (modules, Numba's, the Spark
+    session's py4j objects) left out of the garbage collector's full passes
+    while it runs: each pass walked them all, every thread stopped, and a
+    large check makes several (docs/decisions.md, "The objects alive before
+    a check kept out of the collector"). Given back after, so that garbage
+    among them is still collected."""
     gc.freeze()
     try:
         yield
@@ -369,7 +371,8 @@ def prime(spark, scratch: str | Path | None = None, sample: str | Path | None = 
     `sample` (a JSONL history being written: the run's own) with at least
     PRIME_MIN_LINES complete lines, those lines: a history of the real one's
     shape and nearly its size, which warms the JIT on loops the tiny one runs
-    a few times only (docs/benchmarks.md). Its conversion to Parquet, Python
+    a few times only (docs/decisions.md, "The check service, claimed when the
+    run heals"). Its conversion to Parquet, Python
     that no Spark job cancel reaches, raises PrimingStopped soon after `stop`
     is set. Written in `scratch` (default: the temporary folder, which only
     executors on this machine read; on a cluster of several hosts, name a

@@ -170,8 +170,8 @@ def scan(source: HistorySource, indexes: set[int], values: set[int], positions: 
     """One pass over the history, vectorised per chunk: events at `indexes`, sends of `values`,
     ok sends at `positions`, reads of `values` or at `positions`, the final-reads operations.
     A Parquet history in several files is read a file per thread (Arrow reads and filters
-    outside Python's lock): at 10M events in 10 parts, 1.7 to 2.0 s on this machine's two
-    cores against 2.2 to 2.9 s on one thread (docs/benchmarks.md)."""
+    outside Python's lock; turning matches into events holds it, so the gain is less than
+    the cores: docs/decisions.md, "Stories read a file per thread")."""
     wanted = (indexes, values, positions)
     if source.format == "parquet" and len(source.files) > 1:
         with ThreadPoolExecutor(max_workers=min(len(source.files), os.cpu_count() or 1),

@@ -36,11 +36,10 @@ PARTITION_BITS = MAX_PARTITION.bit_length()
 def key_rows(keys: list[np.ndarray]) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
     """The distinct keys of the `keys` arrays (int64), sorted, and a
     function that gives any of those arrays its elements' rows among them
-    (their ranks). A 10M-event history's 14M values sent and read: 0.06 to
-    0.08 s alone, 0.27 to 0.53 s in a check beside liveness, against 0.6
-    to 0.9 s in NumPy's passes and 2.3 s for a sort (docs/benchmarks.md).
-    Where the keys are not dense in their blocks, the rows are found by a
-    binary search of the sorted keys."""
+    (their ranks), in compiled passes: quicker than NumPy's passes, and far
+    quicker than a sort (docs/decisions.md, "Numba for the driver's hot
+    loops"). Where the keys are not dense in their blocks, the rows are
+    found by a binary search of the sorted keys."""
     keys = [k for k in keys if len(k)]
     total = sum(len(k) for k in keys)
     if not total:
@@ -101,11 +100,11 @@ def distinct_pairs(first: np.ndarray, partition: np.ndarray) -> tuple[np.ndarray
     """The distinct (first, partition) pairs of two columns of numbers >= 0
     (partitions up to MAX_PARTITION), sorted, as two arrays: each pair packed
     in one int64 where `first` fits above a partition's bits (a sort of
-    pairs, `np.unique(axis=0)`, took 0.5 s of 866,292 read runs), else
+    pairs, `np.unique(axis=0)`, is slow on a large history's read runs), else
     sorted as pairs."""
     if len(first) and fits_above_partition(first):
-        # A table of the pairs seen, then a sort of those: at 4.2M
-        # acknowledgements of 1,014 pairs, 0.02 s against np.unique's 0.05.
+        # A table of the pairs seen, then a sort of those: where the pairs
+        # are few against the rows, quicker than np.unique's sort of them all.
         packed = np.sort(seen_keys((first << PARTITION_BITS) | partition))
         return packed >> PARTITION_BITS, packed & MAX_PARTITION
     pairs = np.unique(np.stack((first, partition)), axis=1)

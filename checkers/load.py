@@ -109,8 +109,9 @@ def scratch_for(source: HistorySource, master: str, named: str | os.PathLike | N
         shutil.rmtree(folder, ignore_errors=True)
 
 
-# A JSONL event takes 150 bytes on average (a 60 s run's: 153; a poll's
-# invocation 65, a poll with records much more): one per 100 bytes is the guess.
+# A JSONL event takes more than 100 bytes on average (a poll's invocation
+# fewer, a poll with records many more): one per 100 bytes is the guess,
+# erring towards more events.
 JSONL_BYTES_PER_EVENT = 100
 
 

@@ -1,9 +1,11 @@
 """A check service: one Spark session, in a process of its own, that checks
 histories on request.
 
-Why: a check's own work on a 60 s run's history takes a few seconds, but a
-fresh process first pays for the JVM's start (5 to 15 s) and for Spark
-compiling each of the checker's plans the first time (another 10 to 15 s).
+Why: a check's own work on a run's history is short, but a fresh process
+first pays for the JVM's start and for Spark compiling each of the
+checker's plans the first time, each longer than that work (docs/decisions.md,
+"The check service, claimed when the run heals"; the check phase of a run
+is in docs/benchmarks.md, "Check phase of a run").
 `harness run` starts a service when its workload starts, so both are paid
 while the clients and the faults run; `harness nightly` and `harness
 calibrate` start one for all their runs and hand its address to each
@@ -65,9 +67,9 @@ log = logging.getLogger(__name__)
 ENV = "HARNESS_CHECK_SERVICE"  # the socket of a service shared by a nightly's or a calibration's runs
 BACKGROUND_NICE = 19
 # The most times a service primes its session while no request or claim comes. Each prime
-# makes the next check faster (on a 65k-event history, idle: 2.05 s after 3, 1.61 s after 6,
-# docs/benchmarks.md); a run claims the service when it heals, so the priming stops then,
-# not when the check comes.
+# makes the next check faster, less so each time (docs/decisions.md, "The check service,
+# claimed when the run heals"); a run claims the service when it heals, so the priming stops
+# then, not when the check comes.
 PRIMES = 8
 START_WAIT_S = 10.0  # how long a caller waits for a service's socket to appear
 RENICE_PASSES = 5  # _renice_tree's most passes over a process tree that keeps starting threads
@@ -100,7 +102,7 @@ class CheckService:
 
     def claim(self) -> None:
         """Say a check comes soon: the service stops priming and raises its priority now,
-        so that the check does not wait for that (a prime under way took 0.5 to 1.8 s to
+        so that the check does not wait for that (a prime under way takes a while to
         stop). Returns once it has; a service that cannot answer raises ServiceError."""
         self._ask({"claim": True})
 
@@ -259,8 +261,8 @@ class _Session:
             # Job groups are per thread: cancelling this one leaves the requests' jobs alone.
             self.spark.sparkContext.setJobGroup(self.PRIME_GROUP, "priming the checker", interruptOnCancel=True)
             # Spark's code generation and the JVM's JIT keep improving over the first few
-            # checks (a first prime took 14 s, a second 5 s, a real check after them 4.7 s
-            # against 5.8 to 6.6 s after one): so prime again while no request came. The
+            # checks (a real check after several primes is quicker than after one): so
+            # prime again while no request came. The
             # first round compiles every plan (the built-in history has every anomaly);
             # the later ones warm them on the run's history so far, if it is long enough.
             for round_no in range(1, PRIMES + 1):

@@ -59,15 +59,18 @@ _START = threading.RLock()
 
 # A JVM that will check one small history and exit spends its time compiling, not
 # running: the JIT's first tier alone and the serial collector start it faster
-# (a cold `harness check` of a 62k-event history: 15.1-16.6 s against 17.7-22.3 s;
-# docs/benchmarks.md). A long-lived session (the check service) keeps the defaults.
+# (docs/decisions.md, "A small check's JVM and plans"; a cold check is what
+# `harness bench cold` measures, docs/benchmarks.md, "Cold check"). A long-lived
+# session (the check service) keeps the defaults.
 QUICK_START_JAVA = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 # The driver JVM's class-data archive (Java's CDS): the classes a check loads
 # (Spark, Scala, Catalyst), dumped once after a check by `make setup`
 # (checkers/spark_archive.py) and mapped by every driver JVM at its start
 # instead of read from the jars and verified one by one: a cold session starts
-# about 3.5 s sooner on this machine (docs/benchmarks.md). A JVM that cannot
+# sooner (docs/decisions.md, "The driver JVM's class-data archive"; `harness bench
+# cold` measures a cold check with it and a stock session without it,
+# docs/benchmarks.md, "Cold check"). A JVM that cannot
 # use it (another JDK, other jars) says so in its log and starts the usual way.
 _PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,12 +121,13 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None, m
     options = {"spark.ui.enabled": "false",
                "spark.ui.showConsoleProgress": "false",
                # PySpark's call-site capture for error messages: each DataFrame
-               # and function call costs four or five round trips to the JVM
-               # more, two thirds of a small check's 9,000 (docs/benchmarks.md).
+               # and function call costs more round trips to the JVM, most of a
+               # small check's (docs/decisions.md, "A small check's JVM and plans").
                "spark.python.sql.dataFrameDebugging.enabled": "false",
                # Compiled code is cached by its text: with Spark's default of 100
-               # classes, each check of a session compiled about 30 of its own
-               # again, and the JIT warmed them again (docs/benchmarks.md).
+               # classes, each check of a session compiled many of its own again,
+               # and the JIT warmed them again (docs/decisions.md, "A small check's
+               # JVM and plans").
                "spark.sql.codegen.cache.maxEntries": "1000",
                "spark.driver.extraJavaOptions": driver_opts.strip(),
                "spark.executor.extraJavaOptions": java_opts,

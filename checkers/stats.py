@@ -56,12 +56,13 @@ def latency(rows: list) -> Latency:
 def _quantiles(rows: list, keys: list[str]) -> list[dict]:
     """Quantiles per group of `keys`, from histogram rows (keys, bucket, n,
     max), sorted by `keys`. Vectorised with NumPy: thousands of per-second
-    groups would take seconds one by one (and pandas, which did this before,
-    took 0.2 to 0.3 s to import in every `harness` command)."""
+    groups would take long one by one (and pandas, which did this before,
+    was a costly import in every `harness` command: docs/decisions.md, "A
+    cold check's start")."""
     if not rows:
         return []
     # Each row's group and fields taken by `itemgetter`, in C: a generator
-    # per row took most of the 0.08 s of a 10M-event history's 40,000 rows.
+    # per row was where this spent its time.
     of_row = list(map(itemgetter(*keys), rows)) if len(keys) > 1 else [(k,) for k in map(itemgetter(*keys), rows)]
     groups = sorted(set(of_row))
     size = len(rows)
