@@ -34,8 +34,9 @@ $(KAFKA_STAMP): | $(SYSTEM_STAMP) $(STAMP)
 	$(PY) -m infra.kafka_dist --version $(KAFKA_VERSION)
 
 # The Spark driver's class-data archive (checkers/spark_archive.py), made once per
-# JDK and pyspark into .cache/spark/ (about 30 s): a cold Spark session starts
-# about 3.5 s sooner with it. Silent when it is there already.
+# JDK and pyspark into .cache/spark/ (a check, then the dump): a cold Spark session
+# starts sooner with it (docs/decisions.md, "The driver JVM's class-data archive").
+# Silent when it is there already.
 spark-archive: | $(SYSTEM_STAMP) $(STAMP)
 	$(PY) -m checkers.spark_archive
 

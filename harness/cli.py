@@ -3,10 +3,10 @@
 Each subcommand lives in its own module, which exposes
 `configure(parser)` (adds its flags) and `run(args) -> int` (exit status).
 A command line that names its subcommand imports that module only (every
-module's imports took about 0.2 s more than `harness check`'s own, paid by
-each check from the shell); `harness --help` and a name that is not a
-subcommand import them all. Modules keep heavy imports (pyspark,
-confluent_kafka, paramiko) inside their functions.
+module's imports cost more than `harness check`'s own, paid by each check
+from the shell: docs/decisions.md, "A cold check's start"); `harness
+--help` and a name that is not a subcommand import them all. Modules keep
+heavy imports (pyspark, confluent_kafka, paramiko) inside their functions.
 
 Errors the user can fix end with one line on stderr and exit status 2.
 """

@@ -404,8 +404,9 @@ class KafkaSystem(BrokerBase):
     def _java(self, node: Node, main: list[str], tool: bool = False) -> list[str]:
         """The broker's JVM (`kafka.Kafka`): its heap and G1. A short-lived
         `tool`'s (StorageTool, DumpLogSegments): 256 MB, C1 only and the serial
-        collector, which halve such a JVM's CPU (DumpLogSegments over 29k records:
-        0.9 against 1.6 s), and a Kafka run dumps every node's log at once."""
+        collector, which cut such a JVM's CPU, and a Kafka run dumps every node's
+        log at once (docs/decisions.md, "Kafka's short-lived tools: C1 only and
+        the serial collector")."""
         home = self._homes[node.name]
         flag = (f"-Dlog4j2.configurationFile={self.log_config_file(node)}" if self._log4j2()
                 else f"-Dlog4j.configuration=file:{self.log_config_file(node)}")
@@ -480,7 +481,8 @@ class KafkaSystem(BrokerBase):
         shares this machine's files (the local provider): read by the own
         broker's `python -m broker.dump`, Kafka's on-disk format being its
         own, a Python process instead of a JVM beside the run's check
-        (docs/benchmarks.md); the same rows as kafka-dump-log
+        (docs/decisions.md, "The history converted while written; Kafka's
+        dumps without a JVM"); the same rows as kafka-dump-log
         (tests/kafka/test_dump_log.py). Elsewhere, and where that dump
         refuses a batch (compressed with a codec other than gzip), with
         kafka-dump-log (`_dump_with_kafka_tool`)."""

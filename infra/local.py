@@ -89,7 +89,7 @@ def _sshd_config(address: str, keys: Path, node_dir: Path) -> str:
         "MaxStartups 100:30:200",
         "Subsystem sftp internal-sftp",
         # Bash sources ~/.bashrc for commands that come over SSH unless it looks
-        # nested; an rc file that runs `pyenv init` costs 100+ ms per command.
+        # nested; an rc file that runs `pyenv init` would slow every command.
         "SetEnv SHLVL=1",
         "LogLevel ERROR",
         "",

@@ -234,7 +234,7 @@ class NodeShell:
             f"p=$!; echo $p > {q(self.pid_file(name))}; "
             # Until env has exec'd setsid, /proc/$p/environ is this shell's, without the
             # tag, and pid_of would call the daemon dead (issue 11: "exited while
-            # starting" 0.25 s after a start). So wait for the tag. The child is still
+            # starting" just after a start). So wait for the tag. The child is still
             # ours to wait for here, so if it dies first its exit status is known.
             f"i=0; until grep -qxzF {q(DAEMON_ENV + '=' + self._tag(name))} /proc/$p/environ 2>/dev/null; do "
             f"  if ! kill -0 $p 2>/dev/null || grep -q '^State:[[:space:]]*Z' /proc/$p/status 2>/dev/null; then "

@@ -299,7 +299,7 @@ class _Consumer:
 def _gc_paused():
     """The cyclic collector off while a simulation allocates its million small,
     acyclic objects (events, records): it would scan them again and again for
-    cycles there are none of (40 % of the time); reference counting frees them."""
+    cycles there are none of, a large share of the time; reference counting frees them."""
     was = gc.isenabled()
     gc.disable()
     try:

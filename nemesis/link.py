@@ -444,7 +444,7 @@ def rate_probe_deadline(rate: str) -> float:
     """How long a rate probe may take: DEADLINE_X times its transfer at `rate`,
     and DEADLINE_SLACK_S. A transfer that slow is far outside the tolerance
     anyway (a link that also drops packets, or is cut); waiting it out would
-    only hold up the schedule (60 s and more, before)."""
+    only hold up the schedule, as it did before this deadline."""
     return round(DEADLINE_X * rate_probe_bytes(rate) * 8 / rate_bits(rate) + DEADLINE_SLACK_S, 1)
 
 

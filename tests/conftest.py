@@ -9,7 +9,7 @@ terminal).
 
 The runs the integration tests start share one check service, as a nightly's
 runs do (`checkers.service.ENV`): each run's own service would start a JVM
-and compile the checker's plans again, 5 to 15 s of each run's check phase.
+and compile the checker's plans again, paid again by every run.
 The run under partitions, kills and pauses keeps a service of its own, so
 that path is tested too (tests/e2e/test_run.py)."""
 

@@ -30,8 +30,9 @@ log = logging.getLogger(__name__)
 
 MAX_SCATTER = 20_000
 
-# Client operations drawn in timeline.html at most: about 200 bytes each, so the
-# page stays under a few MB whatever the run's length.
+# Client operations drawn in timeline.html at most, so that the page stays small
+# whatever the run's length (its size is measured by `harness bench report`,
+# docs/benchmarks.md, "Report of a 10M-event run").
 TIMELINE_BUDGET = 5_000
 
 # Columns of the history the figures read (one read for all of them).

@@ -209,7 +209,7 @@ def _execute(r: Run) -> None:
         if r.observer is not None:
             r.observer.phase(phase)
 
-    # The check service first: its JVM's start and its first priming (30 to 50 s at nice 19
+    # The check service first: its JVM's start and its first priming (slow at nice 19
     # beside a Kafka run's brokers) then have the bring-up's seconds too.
     r.check_service = _check_service(r)
     _phase(f"provisioning {s.nodes} {s.provider} nodes")
@@ -309,7 +309,8 @@ def _check_service(r: Run):
 def _claim_check_service(r: Run) -> None:
     """Tell the check service, from a thread of its own, that the check comes soon: it
     stops priming during the heal and the final reads, not when the check comes (a prime
-    under way took 0.5 to 1.8 s to stop, inside the check phase)."""
+    under way takes a while to stop, which would be inside the check phase: docs/decisions.md,
+    "The check service, claimed when the run heals")."""
     if r.check_service is None:
         return
 
@@ -584,8 +585,8 @@ def _conclude(r: Run) -> int:
                 _to_parquet(r, path)
             finally:
                 # Only now: the conversion is Python in this process, and the teardown's
-                # SSH and dump parsing would take turns with it for the GIL (2 to 3
-                # times as long, measured); the check runs in the service's process.
+                # SSH and dump parsing would take turns with it for the GIL, slowing
+                # both; the check runs in the service's process.
                 _tear_down_beside(r)
             if r.teardown is not None:
                 r.dumped.wait()  # the check reads the replicas' dumps; the rest of the teardown goes on

@@ -45,7 +45,7 @@ def test_a_size_is_made_once_in_parts_and_an_old_layout_again(tmp_path):
 
 def test_the_histories_are_kept_in_the_project_s_cache_from_any_working_folder(tmp_path, monkeypatch):
     # Relative to the working folder, a bench started elsewhere generated its
-    # histories again there (28.7 s for 10M events, 127 MB).
+    # histories again there: a new copy of each, and the wait to make it.
     from bench import checker_cost, report_cost
 
     monkeypatch.chdir(tmp_path)

@@ -107,7 +107,8 @@ def _leader_log_lines(cluster, bid):
 
 
 def test_leader_kill_during_writes_fails_over_without_losing_acked_records(make_cluster):
-    # How fast it fails over is a benchmark (`harness bench failover`, docs/benchmarks.md), not asserted here.
+    # How fast it fails over is a benchmark (`harness bench failover`, docs/benchmarks.md, "Own broker
+    # failover"), not asserted here (docs/decisions.md, "Failover timed by a benchmark, not a test").
     cluster = make_cluster(3, settings=SAFE)
     cluster.create_topic("failover", partitions=1, replication_factor=3)
     old_leader = cluster.leader("failover", 0)

@@ -38,9 +38,9 @@ class _Started(Exception):
 def test_a_session_started_for_one_small_check_gets_the_quick_start_jvm(monkeypatch, hist, tmp_path,
                                                                          small_events, expected):
     """A cold `harness check` of a small history starts its JVM with the JIT's first tier only
-    (faster to start; docs/benchmarks.md); a larger history's JVM keeps the defaults. The
-    session starts in a thread of its own (`SessionStart`): what starting it raised, the
-    check raises."""
+    (faster to start: docs/decisions.md, "A small check's JVM and plans"); a larger history's
+    JVM keeps the defaults. The session starts in a thread of its own (`SessionStart`): what
+    starting it raised, the check raises."""
     asked = {}
 
     def started(master=None, conf=None, memory=None, java_options=""):

@@ -322,8 +322,9 @@ def test_a_writer_process_that_died_is_an_error_at_close(tmp_path):
         writer.close()
 
 
-# A harness process: it records sends at up to 100,000 a second (200,000 events, about the highest
-# rate the full workload sustains on this machine, docs/benchmarks.md) and says on stdout, every
+# A harness process: it records sends at up to 100,000 a second (200,000 events; the highest rate
+# the full workload sustains is what the sweep of `python -m bench.workload_overhead` finds,
+# docs/benchmarks.md, "Workload recorder overhead") and says on stdout, every
 # 1,000 sends, the last value whose events it has recorded, with the time it recorded them.
 _WRITING_HARNESS = """
 import sys, time

@@ -259,7 +259,8 @@ def test_kill_9_of_the_daemon_leaves_no_mount(tmp_path):
         m.proc.send_signal(signal.SIGKILL)
         m.proc.wait(10)
         # libfuse's auto_unmount helper notices the daemon is gone and unmounts. On a
-        # busy machine that took more than 10 s once (the suite's other tests beside it).
+        # busy machine that once outlasted wait_for's default time-out (the suite's other
+        # tests beside it).
         wait_for(lambda: not m.is_mounted(), timeout=60, what="the mount to go away")
         assert os.listdir(m.mount) == []
         assert (m.source / "x").read_bytes() == b"x"

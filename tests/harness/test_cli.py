@@ -24,7 +24,8 @@ def test_the_named_subcommand_is_the_first_word_that_is_not_a_flag(argv, command
 
 def test_a_check_imports_no_other_subcommand_and_no_pandas():
     """`harness check` from the shell pays for its own imports only (the
-    others, pandas among them, took about 0.3 s more: docs/benchmarks.md)."""
+    others, pandas among them, cost more: docs/decisions.md, "A cold check's
+    start")."""
     others = [module for name, (module, _) in COMMANDS.items() if name != "check"]
     code = ("import sys\nfrom harness.cli import main\n"
             "status = main(['check', '/nonexistent/history.jsonl'])\n"
