@@ -1,5 +1,5 @@
 """The results folder as read: one record per run, what its run.json and
-results.json say (docs/history.md, "A run's folder"), and queries over them.
+results.json say (docs/running.md, "What a run leaves"), and queries over them.
 
 The index of runs, `harness serve`, the compare view and the nightly read
 runs through here; none of them parses a run's files itself.

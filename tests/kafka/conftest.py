@@ -74,7 +74,7 @@ def acks1_leader_kill(tmp_path_factory, shared_check_service):
     timeline) both read: (the completed process, its run folder). The
     dependable form of kafka-acks1-leader-kill, whose kills lose writes only
     where the followers lag at that moment: a run of it once lost none
-    (docs/scenarios.md, "Tallies")."""
+    (docs/decisions.md, "The tests' acks=1 run holds the followers back")."""
     folder = tmp_path_factory.mktemp("kafka-leader-kill") / "results"
     try:
         yield harness_run(folder, "--scenario", "kafka-acks1-leader-kill-slow-followers", "--time-limit", "30",
