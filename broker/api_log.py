@@ -53,6 +53,7 @@ class LogApis:
         responses = []
         bug_ack_early = self.cfg.bug("ack-before-replication")
         check_sequences = not self.cfg.bug("no-dedup")
+        min_isr = 0 if self.cfg.bug("ignore-min-isr") else self.cfg.min_insync_replicas
         for td in req.topic_data:
             parts = []
             for pd in td.partition_data:
@@ -72,10 +73,9 @@ class LogApis:
                         except records.InvalidBatch as e:
                             raise ProduceError(P.CORRUPT_MESSAGE if "CRC" in str(e) else P.INVALID_RECORD,
                                                str(e)) from None
-                        if acks == -1 and len(p.isr) < self.cfg.min_insync_replicas:
+                        if acks == -1 and len(p.isr) < min_isr:
                             raise ProduceError(P.NOT_ENOUGH_REPLICAS,
-                                               f"isr {p.isr} is smaller than min.insync.replicas "
-                                               f"{self.cfg.min_insync_replicas}")
+                                               f"isr {p.isr} is smaller than min.insync.replicas {min_isr}")
                         if self._forget(h):
                             # Acknowledged at the log end without being written: the next batch takes its offset.
                             log.warning("planted bug forget-acked-sometimes: acknowledging %d record(s) of %s "
@@ -106,7 +106,7 @@ class LogApis:
                 pr = responses[ti].partition_responses[pi]
                 if fut in done:
                     code = fut.result()
-                    if code == P.NONE and len(p.isr) < self.cfg.min_insync_replicas:
+                    if code == P.NONE and len(p.isr) < min_isr:
                         code = P.NOT_ENOUGH_REPLICAS_AFTER_APPEND
                         pr.error_message = f"isr {p.isr} shrank below min.insync.replicas after the append"
                     pr.error_code = code
@@ -147,6 +147,8 @@ class LogApis:
         R = P.FetchResponse
         replica = req.replica_id if req.replica_id is not None else -1
         is_follower = replica >= 0
+        # Planted bug serve-above-hw: a consumer reads up to the log end, as a follower does.
+        above_hw = is_follower or self.cfg.bug("serve-above-hw")
         now = time.monotonic()
         deadline = now + max(req.max_wait_ms, 0) / 1000.0
         wanted = []
@@ -177,7 +179,7 @@ class LogApis:
                             p.record_follower_fetch(replica, offset, now)
                             p.maybe_advance_hw()
                             hw = p.hw
-                        limit = p.leo if is_follower else p.hw
+                        limit = p.leo if above_hw else p.hw
                         if budget > 0:
                             data = p.log.read(offset, min(pmax, budget), limit)
                             budget -= len(data)

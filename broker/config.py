@@ -30,6 +30,10 @@ PLANTED_BUGS = {
     "elect-any-replica": "the controller elects the first live replica, in or out of the ISR",
     "skip-truncation": "a restarted or demoted follower keeps the records above its HW",
     "no-dedup": "idempotent producers' sequence numbers are not checked (retries duplicate)",
+    "serve-above-hw": "consumers' fetches are served up to the log end, past the high watermark: records "
+                      "the whole ISR does not hold yet, which a new leader may not have",
+    "ignore-min-isr": "acks=all is acknowledged whatever the ISR's size: min.insync.replicas is not enforced",
+    "early-isr-join": "a follower rejoins the ISR as soon as it fetches again, before it has caught up",
     "stall-after-restart": "a broker restarted on its old logs never acknowledges a produce again "
                            "(each times out, nothing appended): a cluster that does not recover",
     "forget-acked-sometimes": "in about half of all clusters (a coin flipped from the cluster id, which is "

@@ -367,8 +367,12 @@ class Partition:
         fp.last_fetch_leader_leo = leader_leo
         fp.last_fetch_time = now
 
-    def isr_change_wanted(self, now: float, lag_max_s: float, live: dict[int, int]) -> list[int] | None:
-        """The ISR the leader should write to ZooKeeper now, or None if it is right."""
+    def isr_change_wanted(self, now: float, lag_max_s: float, live: dict[int, int],
+                          join_early: bool = False) -> list[int] | None:
+        """The ISR the leader should write to ZooKeeper now, or None if it is right.
+        A follower joins once it has caught up: to the HW, into this leader's
+        epoch, and recently (`join_early`, the planted bug early-isr-join: as
+        soon as it fetches at all)."""
         if self.role != "leader" or self.isr_inflight is not None:
             return None
         new = [r for r in self.isr if r == self.broker_id
@@ -378,8 +382,9 @@ class Partition:
             if r in new or r == self.broker_id or r not in live:
                 continue
             fp = self.followers.get(r)
-            if fp and fp.leo >= 0 and fp.leo >= self.hw and fp.leo >= epoch_start \
-                    and now - fp.last_caught_up <= lag_max_s:
+            if fp and fp.leo >= 0 and (join_early and now - fp.last_fetch_time <= lag_max_s
+                                       or fp.leo >= self.hw and fp.leo >= epoch_start
+                                       and now - fp.last_caught_up <= lag_max_s):
                 new.append(r)
         if new == self.isr:
             return None

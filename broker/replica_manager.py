@@ -245,6 +245,7 @@ class ReplicaManager:
     async def isr_loop(self) -> None:
         lag = self.cfg.replica_lag_time_max_ms / 1000.0
         tick = max(0.05, min(lag / 4, 0.5))
+        join_early = self.cfg.bug("early-isr-join")
         while True:
             await asyncio.sleep(tick)
             now = time.monotonic()
@@ -252,12 +253,15 @@ class ReplicaManager:
             for tp, p in self.partitions.items():
                 if p.role != "leader" or p.state is None:
                     continue
-                new = p.isr_change_wanted(now, lag, live)
+                new = p.isr_change_wanted(now, lag, live, join_early)
                 if new is not None:
                     p.isr_inflight = new
-                    asyncio.get_running_loop().create_task(self._write_isr(tp, p, new, live))
+                    # Where each joining follower stood when the leader let it in (the log shows it).
+                    joined = "".join(f"; {r} joined at log end {p.replica_leo(r)} with the hw at {p.hw}"
+                                     for r in new if r not in p.isr)
+                    asyncio.get_running_loop().create_task(self._write_isr(tp, p, new, live, joined))
 
-    async def _write_isr(self, tp, p: Partition, new_isr: list[int], live: dict[int, int]) -> None:
+    async def _write_isr(self, tp, p: Partition, new_isr: list[int], live: dict[int, int], joined: str = "") -> None:
         st = p.state
         old = list(p.isr)
         incarnations = {}
@@ -295,8 +299,8 @@ class ReplicaManager:
         p.isr = list(new_isr)
         p.isr_inflight = None
         kind = "shrink" if len(new_isr) < len(old) else "expand" if len(new_isr) > len(old) else "change"
-        log.info("ISR %s: %s %s -> %s (leader %d, epoch %d, hw %d, log end %d)",
-                 p.name, kind, old, new_isr, self.id, st.leader_epoch, p.hw, p.leo)
+        log.info("ISR %s: %s %s -> %s (leader %d, epoch %d, hw %d, log end %d%s)",
+                 p.name, kind, old, new_isr, self.id, st.leader_epoch, p.hw, p.leo, joined)
         p.maybe_advance_hw()
 
     def write_checkpoint(self) -> None:

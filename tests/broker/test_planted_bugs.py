@@ -6,6 +6,7 @@ harness must catch; here we prove they are really planted.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -238,3 +239,81 @@ def test_stall_after_restart_acknowledges_nothing_once_restarted(make_cluster, b
     else:
         assert sorted(acked) == list(range(10, 20)) and not failed
     assert [v for _, _, v in read_all(cluster.bootstrap, "stall", 1, idle=2)][:10] == list(range(10))
+
+
+def _shrink_to_leader(cluster, topic: str) -> tuple[int, list[int]]:
+    """Kill both followers of partition 0 and wait until the leader has dropped them from the ISR."""
+    leader = cluster.leader(topic, 0)
+    followers = [b for b in cluster.brokers if b != leader]
+    for f in followers:
+        cluster.kill(f)
+    wait_for(lambda: cluster.isr(topic, 0) == [leader], 30, 0.1, "the ISR to shrink to the leader")
+    return leader, followers
+
+
+@pytest.mark.parametrize("bug", [False, True], ids=["correct", "ignore-min-isr"])
+def test_ignore_min_isr_acknowledges_acks_all_on_the_leader_alone(make_cluster, bug):
+    cluster = make_cluster(3, settings={**SAFE, "replica.lag.time.max.ms": "1000"},
+                           bugs=["ignore-min-isr"] if bug else [])
+    cluster.create_topic("minisr", partitions=1, replication_factor=3)
+    produce(cluster.bootstrap, "minisr", range(10), {"acks": "all"})
+    leader, _ = _shrink_to_leader(cluster, "minisr")
+    acked, failed = produce(cluster.bootstrap_of(leader), "minisr", range(100, 110),
+                            {"acks": "all", "retries": 0, "message.timeout.ms": 3000, "enable.idempotence": False},
+                            timeout=10)
+    if bug:
+        assert set(acked) == set(range(100, 110)) and not failed, "acknowledged by an ISR of one, below min 2"
+    else:
+        assert not acked and set(failed.values()) <= {"NOT_ENOUGH_REPLICAS", "_MSG_TIMED_OUT"}, failed
+
+
+@pytest.mark.parametrize("bug", [False, True], ids=["correct", "serve-above-hw"])
+def test_serve_above_hw_hands_consumers_records_the_isr_does_not_hold(make_cluster, bug):
+    # A long lag: the stopped followers stay in the ISR, so the high watermark stays where they left it.
+    cluster = make_cluster(3, settings={**SAFE, "replica.lag.time.max.ms": "60000"},
+                           bugs=["serve-above-hw"] if bug else [])
+    cluster.create_topic("hw", partitions=1, replication_factor=3)
+    produce(cluster.bootstrap, "hw", range(10), {"acks": "all"})
+    leader = cluster.leader("hw", 0)
+    followers = [b for b in cluster.brokers if b != leader]
+    for f in followers:
+        cluster.pause(f)
+    try:
+        acked, _ = produce(cluster.bootstrap_of(leader), "hw", range(100, 110), {"acks": "1"}, timeout=10)
+        assert set(acked) == set(range(100, 110))  # on the leader's log, above the high watermark
+        got = {v for _, _, v in read_all(cluster.bootstrap_of(leader), "hw", 1, expected=20 if bug else 10,
+                                          timeout=15, idle=2)}
+    finally:
+        for f in followers:
+            cluster.resume(f)
+    assert set(range(10)) <= got
+    if bug:
+        assert set(range(100, 110)) <= got, "with the bug a consumer reads past the high watermark"
+    else:
+        assert not got & set(range(100, 110)), "a consumer reads only what the whole ISR holds"
+
+
+@pytest.mark.parametrize("bug", [False, True], ids=["correct", "early-isr-join"])
+def test_early_isr_join_lets_a_follower_in_before_it_caught_up(make_cluster, bug):
+    # Small replica fetches and records of 1 KB: a follower returning to a backlog needs a
+    # round per record to catch up, many of the leader's ISR checks.
+    cluster = make_cluster(3, settings={**SAFE, "replica.lag.time.max.ms": "1000", "replica.fetch.max.bytes": "1024",
+                                        "min.insync.replicas": "1"},
+                           bugs=["early-isr-join"] if bug else [])
+    cluster.create_topic("join", partitions=1, replication_factor=3)
+    leader = cluster.leader("join", 0)
+    stale = next(b for b in cluster.brokers if b != leader)
+    cluster.pause(stale)
+    wait_for(lambda: stale not in cluster.isr("join", 0), 30, 0.1, "the stopped follower out of the ISR")
+    produce(cluster.bootstrap_of(leader), "join", range(5000), {"acks": "all", "batch.size": 400},
+            key_of=lambda v: "k" * 1000)
+    cluster.resume(stale)
+    wait_for(lambda: stale in cluster.isr("join", 0), 30, 0.1, "the follower back in the ISR")
+    # ZooKeeper holds the new ISR a moment before the leader logs it.
+    pattern = rf"ISR join-0: expand .*; {stale} joined at log end (\d+) with the hw at (\d+)"
+    joins = wait_for(lambda: re.findall(pattern, cluster.log_text(leader)), 10, 0.1, "the leader's log of the join")
+    at, hw = map(int, joins[-1])
+    if bug:
+        assert at < hw, f"with the bug, the follower rejoins behind the high watermark (at {at}, hw {hw})"
+    else:
+        assert at >= hw, f"a follower rejoins once caught up (at {at}, hw {hw})"
