@@ -11,6 +11,14 @@ the table, which is also printed. Running the same command again resumes:
 a (scenario, seed) already recorded is not run again. A run that could not
 be carried out is recorded as such and counts as a miss, never as a pass;
 a run cut short by Ctrl-C is not recorded at all.
+
+With --mutants, the scenarios chosen are those that plant bugs in the own
+broker (`debug-bug`), each run N times and its control N times (`harness
+run --scenario NAME --control`: the same settings and faults without the
+bugs, expecting valid); the mutation score table says, per planted bug, how
+often it was caught and how often its control stayed valid. A bug counts as
+caught where its control is valid: otherwise the scenario fails whatever
+the broker does.
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ def configure(parser) -> None:
     parser.add_argument("--scenario", action="append", metavar="NAME",
                         help="a scenario to calibrate (repeatable; default every one with an [expect] table)")
     parser.add_argument("--seeds", type=int, nargs="+", metavar="S", help="these seeds instead of 1..N")
+    parser.add_argument("--mutants", action="store_true",
+                        help="the scenarios that plant bugs (debug-bug), each with its control: the mutation score")
     parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
                         help=f"where calibration.json, calibration.md and the runs go (default {DEFAULT_OUT})")
 
@@ -58,6 +68,12 @@ class RunRecord:
     run_dir: str | None = None
     problem: str | None = None  # why it could not be carried out
     seconds: float = 0.0
+    bugs: list = field(default_factory=list)  # the bugs the scenario plants (debug-bug)
+    control: bool = False  # the run was the scenario's control: its bugs left out, expecting valid
+
+    @property
+    def label(self) -> str:
+        return f"{self.scenario} (control)" if self.control else self.scenario
 
 
 def seeds_for(runs: int | None, seeds: list[int] | None) -> list[int]:
@@ -75,25 +91,38 @@ def seeds_for(runs: int | None, seeds: list[int] | None) -> list[int]:
     return list(range(1, (runs or DEFAULT_RUNS) + 1))
 
 
-def chosen_scenarios(names: list[str] | None) -> list[dict]:
-    """The scenarios named (each must exist and have an [expect] table), or all that do."""
+def chosen_scenarios(names: list[str] | None, mutants: bool = False) -> list[dict]:
+    """The scenarios named (each must exist and have an [expect] table), or all
+    that do; with `mutants`, of those the ones that plant bugs."""
     if not names:
-        known = [s for s in scenarios.all_scenarios() if s["expect"]]
-        if not known:
-            raise UserError(f"no scenario with an [expect] table in {specs.SCENARIOS}")
-        return known
-    return [scenarios.load(specs.scenario_file(name)) for name in dict.fromkeys(names)]
+        chosen = [s for s in scenarios.all_scenarios() if s["expect"]]
+    else:
+        chosen = [scenarios.load(specs.scenario_file(name)) for name in dict.fromkeys(names)]
+    if mutants:
+        chosen = [s for s in chosen if bugs_of(s)]
+    if not chosen:
+        raise UserError(f"no scenario {'that plants a bug ' if mutants else ''}with an [expect] table "
+                        f"in {specs.SCENARIOS}" + (f" among {', '.join(names)}" if names else ""))
+    return chosen
 
 
-def run_one(scenario: dict, seed: int, out: Path) -> RunRecord:
-    """`harness run --scenario NAME --seed S` in a process of its own
-    (`harness.campaign.subrun`); its record. A Ctrl-C lets the run heal and tear
-    down, then KeyboardInterrupt goes on up, unrecorded."""
+def bugs_of(scenario: dict) -> list[str]:
+    """The bugs a scenario plants (its `debug-bug` setting)."""
+    bugs = scenario["settings"].get("debug-bug", scenario["settings"].get("debug_bug", []))
+    return [str(b) for b in bugs] if isinstance(bugs, list) else []
+
+
+def run_one(scenario: dict, seed: int, out: Path, control: bool = False) -> RunRecord:
+    """`harness run --scenario NAME --seed S` (with `control`: `--control`) in a
+    process of its own (`harness.campaign.subrun`); its record. A Ctrl-C lets
+    the run heal and tear down, then KeyboardInterrupt goes on up, unrecorded."""
     name = scenario["name"]
-    o = subrun.run(["run", "--scenario", name, "--seed", str(seed), "--results", str(out / "runs")],
-                   out / "logs" / f"{name}-seed{seed}.log")
-    record = RunRecord(scenario=name, system=scenario["system"], seed=seed, expect=scenario["expect"],
-                       verdict=o.verdict, met=False, run_dir=o.run_dir, seconds=o.seconds)
+    o = subrun.run(["run", "--scenario", name, "--seed", str(seed), "--results", str(out / "runs")]
+                   + (["--control"] if control else []),
+                   out / "logs" / f"{name}{'-control' if control else ''}-seed{seed}.log")
+    record = RunRecord(scenario=name, system=scenario["system"], seed=seed,
+                       expect={"valid": True} if control else scenario["expect"], verdict=o.verdict, met=False,
+                       run_dir=o.run_dir, seconds=o.seconds, bugs=bugs_of(scenario), control=control)
     if record.verdict == NOT_RUN:
         record.problem = o.problem
         record.misses = [f"not carried out: {record.problem}"]
@@ -101,7 +130,7 @@ def run_one(scenario: dict, seed: int, out: Path) -> RunRecord:
     results = o.results
     record.counts = {a: v.get("count", 0) for a, v in sorted(results.get("anomalies", {}).items())
                      if isinstance(v, dict) and v.get("count", 0) > 0}
-    record.met, record.misses = specs.expectation(scenario["expect"], results)
+    record.met, record.misses = specs.expectation(record.expect, results)
     return record
 
 
@@ -126,29 +155,57 @@ def save(out: Path, records: list[RunRecord]) -> None:
             "command": "harness calibrate " + " ".join(sys.argv[2:]),
             "runs": [asdict(r) for r in records]}
     write_whole(out / "calibration.json", json.dumps(data, indent=1) + "\n")
-    write_whole(out / "calibration.md", table(records) + "\n")
+    mutants = mutation_table(records)
+    write_whole(out / "calibration.md", table(records) + "\n" + (f"\n{mutants}\n" if mutants else ""))
+
+
+def _shown(runs: list[RunRecord]) -> str:
+    """The anomalies the runs showed, each with how many runs showed it."""
+    shown: dict[str, int] = {}
+    for r in runs:
+        for anomaly in r.counts:
+            shown[anomaly] = shown.get(anomaly, 0) + 1
+    return ", ".join(f"{a} ({n})" for a, n in sorted(shown.items())) or "none"
 
 
 def table(records: list[RunRecord]) -> str:
-    """The markdown table: one row per scenario, in the order first recorded."""
+    """The markdown table: one row per scenario (and control), in the order first recorded."""
     rows = ["| scenario | system | expected | runs | expectation met | seeds | anomalies (runs showing them) |",
             "| --- | --- | --- | --- | --- | --- | --- |"]
     by_name: dict[str, list[RunRecord]] = {}
     for r in records:
-        by_name.setdefault(r.scenario, []).append(r)
+        by_name.setdefault(r.label, []).append(r)
     for name, runs in by_name.items():
         not_run = sum(r.verdict == NOT_RUN for r in runs)
-        shown: dict[str, int] = {}
-        for r in runs:
-            for anomaly in r.counts:
-                shown[anomaly] = shown.get(anomaly, 0) + 1
         rows.append("| " + " | ".join([
             f"`{name}`", runs[0].system, specs.expect_words(runs[0].expect),
             f"{len(runs)}" + (f" ({not_run} could not run)" if not_run else ""),
             f"{sum(r.met for r in runs)}/{len(runs)}",
             ", ".join(str(r.seed) for r in runs),
-            ", ".join(f"{a} ({n})" for a, n in sorted(shown.items())) or "none",
+            _shown(runs),
         ]) + " |")
+    return "\n".join(rows)
+
+
+def mutation_table(records: list[RunRecord]) -> str:
+    """The mutation score: one row per scenario that plants bugs, how often the
+    bug was caught (the scenario's expectation met) and how often its control
+    stayed valid; '' when no run planted a bug."""
+    planted: dict[str, list[RunRecord]] = {}
+    controls: dict[str, list[RunRecord]] = {}
+    for r in records:
+        if r.bugs:
+            (controls if r.control else planted).setdefault(r.scenario, []).append(r)
+    if not planted:
+        return ""
+    rows = ["| planted bug | scenario | caught | control valid | anomalies when caught (runs) |",
+            "| --- | --- | --- | --- | --- |"]
+    for name, runs in planted.items():
+        ctl = controls.get(name, [])
+        rows.append(f"| {', '.join(f'`{b}`' for b in runs[0].bugs)} | `{name}` | "
+                    f"{sum(r.met for r in runs)} of {len(runs)} | "
+                    + (f"{sum(r.met for r in ctl)} of {len(ctl)}" if ctl else "not run")
+                    + f" | {_shown([r for r in runs if r.met])} |")
     return "\n".join(rows)
 
 
@@ -157,25 +214,29 @@ def table(records: list[RunRecord]) -> str:
 
 def run(args) -> int:
     seeds = seeds_for(args.runs, args.seeds)
-    chosen = chosen_scenarios(args.scenario)
+    chosen = chosen_scenarios(args.scenario, args.mutants)
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"--out {args.out}: cannot create: {e.strerror}") from None
     records = load_records(out / "calibration.json")
-    done = {(r.scenario, r.seed) for r in records}
-    todo = [(s, seed) for s in chosen for seed in seeds if (s["name"], seed) not in done]
-    if len(todo) < len(chosen) * len(seeds):
-        print(f"resuming: {len(chosen) * len(seeds) - len(todo)} of {len(chosen) * len(seeds)} runs "
+    done = {(r.scenario, r.seed, r.control) for r in records}
+    kinds = (False, True) if args.mutants else (False,)
+    # Seed by seed: a calibration cut short holds runs of every scenario, not all of a few.
+    planned = [(s, seed, control) for seed in seeds for s in chosen for control in kinds]
+    todo = [(s, seed, control) for s, seed, control in planned if (s["name"], seed, control) not in done]
+    if len(todo) < len(planned):
+        print(f"resuming: {len(planned) - len(todo)} of {len(planned)} runs "
               f"already recorded in {out / 'calibration.json'}", file=sys.stderr)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     interrupted = False
     try:
         with subrun.shared_checks(out / "logs"):
-            for i, (scenario, seed) in enumerate(todo, 1):
-                print(f"[{i}/{len(todo)}] {scenario['name']} seed {seed} ...", file=sys.stderr, flush=True)
-                record = run_one(scenario, seed, out)
+            for i, (scenario, seed, control) in enumerate(todo, 1):
+                print(f"[{i}/{len(todo)}] {scenario['name']}{' (control)' if control else ''} seed {seed} ...",
+                      file=sys.stderr, flush=True)
+                record = run_one(scenario, seed, out, control)
                 records.append(record)
                 save(out, records)
                 verdict = record.verdict + ("" if record.verdict == NOT_RUN else
@@ -187,7 +248,10 @@ def run(args) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     save(out, records)
-    print(table([r for r in records if r.scenario in {s["name"] for s in chosen}]))
+    shown = [r for r in records if r.scenario in {s["name"] for s in chosen}]
+    print(table(shown))
+    if mutation_table(shown):
+        print("\n" + mutation_table(shown))
     print(f"\nrecords: {out / 'calibration.json'}, table: {out / 'calibration.md'}")
     if interrupted:
         print(f"harness calibrate: interrupted; {len(records)} runs recorded; the same command resumes",

@@ -129,6 +129,9 @@ def add_arguments(parser) -> None:
     a = parser.add_argument
     a("-c", "--config", metavar="SPEC.toml", help="a spec file holding any of these settings")
     a("--scenario", metavar="NAME", help="a named scenario from scenarios/NAME.toml (see `harness scenarios`)")
+    a("--control", action="store_true",
+      help="run the scenario (or spec file) as its control: the same settings and faults without its planted "
+           "bugs (--debug-bug), expecting a valid run")
     a("--name", help="test name; results go to RESULTS/NAME/TIMESTAMP (default SYSTEM-NEMESIS)")
     a("--system", choices=list(SYSTEMS), help="the system under test (default own): "
                                               + "; ".join(f"{s.name}, {s.summary}" for s in SYSTEMS.values()))
@@ -200,11 +203,28 @@ def from_args(args) -> TestSpec:
         values.setdefault("name", args.scenario)
     if getattr(args, "config", None):
         values.update(load_file(args.config))
+    if getattr(args, "control", False):
+        values = control_of(values)
     for name in (*FIELDS, *SYSTEM_OPTIONS):
         flag = getattr(args, name, None)
         if flag is not None:
             values[name] = flag
     return build(values)
+
+
+def control_of(values: dict[str, Any]) -> dict[str, Any]:
+    """A spec that plants bugs, as its control: the same settings and faults
+    without the bugs, named NAME-control and expecting a valid run. A planted
+    bug counts as caught only where its control stays valid (the mutation
+    score, `harness calibrate --mutants`)."""
+    bugs = list(values.get("debug_bug") or ())
+    if not bugs:
+        raise UserError("--control: this spec plants no bug (debug-bug): it is its own control")
+    name = values.get("name") or "spec"
+    return {**values, "debug_bug": [], "expect": {"valid": True}, "name": f"{name}-control",
+            "description": f"The control of {name}: its settings and faults without the planted "
+                           f"bug{'s' if len(bugs) > 1 else ''} {', '.join(bugs)}; a correct broker stays "
+                           f"valid.\n\n{values.get('description', '')}".rstrip()}
 
 
 def build(values: dict[str, Any]) -> TestSpec:

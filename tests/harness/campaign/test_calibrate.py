@@ -11,7 +11,9 @@ import pytest
 
 from core.errors import UserError
 from harness.campaign import subrun
-from harness.campaign.calibrate import RunRecord, seeds_for, table
+from harness.campaign.calibrate import RunRecord, bugs_of, chosen_scenarios, mutation_table, seeds_for, table
+from harness.cli import build_parser
+from harness.run.spec import from_args
 from tests.support import harness
 
 
@@ -49,6 +51,32 @@ def test_seeds_and_the_table():
             RunRecord("s", "own", 3, {"valid": False}, "valid", False)]
     row = table(runs).splitlines()[2]
     assert row == "| `s` | own | invalid | 3 (1 could not run) | 1/3 | 1, 2, 3 | lost-write (1) |"
+
+
+def test_the_mutation_score_counts_a_bug_caught_beside_its_control():
+    def rec(seed, met, control=False, counts=None):
+        # A bug run meets its expectation when invalid, a control when valid.
+        verdict = "valid" if met == control else "invalid"
+        return RunRecord("own-bug-x", "own", seed, {"valid": control}, verdict, met, counts or {}, bugs=["x"],
+                         control=control)
+    runs = [rec(1, True, counts={"lost-write": 4}), rec(2, True, counts={"dirty-read": 1, "lost-write": 1}),
+            rec(3, False), rec(1, True, control=True), rec(2, False, control=True, counts={"duplicate": 2})]
+    assert mutation_table(runs).splitlines()[2] == \
+        "| `x` | `own-bug-x` | 2 of 3 | 1 of 2 | dirty-read (1), lost-write (2) |"
+    assert [ln.split(" | ")[0] for ln in table(runs).splitlines()[2:]] == ["| `own-bug-x`", "| `own-bug-x (control)`"]
+    assert mutation_table([r for r in runs if not r.control]).splitlines()[2].split(" | ")[3] == "not run"
+    assert mutation_table([RunRecord("s", "own", 1, {"valid": True}, "valid", True)]) == ""
+
+
+def test_the_mutants_are_the_scenarios_that_plant_bugs_and_each_has_a_control():
+    mutants = chosen_scenarios(None, mutants=True)
+    assert {s["name"] for s in mutants} >= {"own-bug-no-dedup", "own-bug-serve-above-hw", "own-bug-ignore-min-isr",
+                                           "own-bug-early-isr-join", "own-bug-elect-any-replica"}
+    assert all(bugs_of(s) for s in mutants) and all(s["system"] == "own" for s in mutants)
+    for s in mutants:
+        control = from_args(build_parser("run").parse_args(["run", "--scenario", s["name"], "--control"]))
+        assert control.system_options["debug_bug"] == () and control.expect == {"valid": True}
+        assert control.test_name == f"{s['name']}-control" and bugs_of(s)[0] in control.description
 
 
 @pytest.mark.integration

@@ -164,3 +164,21 @@ def test_expect_one_of_and_logged():
                 {"logged": "(unclosed"}, {"logged": [""]}, {"logged": 3}):
         with pytest.raises(UserError, match="expect"):
             build({"expect": bad})
+
+
+def test_a_scenarios_control_drops_its_bugs_and_expects_valid():
+    import argparse
+
+    from harness.run.spec import add_arguments, from_args
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    planted = from_args(parser.parse_args(["--scenario", "own-bug-ignore-min-isr", "--seed", "3"]))
+    control = from_args(parser.parse_args(["--scenario", "own-bug-ignore-min-isr", "--seed", "3", "--control"]))
+    assert planted.system_options["debug_bug"] == ("ignore-min-isr",) and planted.expect != {"valid": True}
+    assert not control.system_options.get("debug_bug") and control.expect == {"valid": True}
+    assert control.test_name == "own-bug-ignore-min-isr-control"
+    # Everything else the same: the faults, the settings, the seed.
+    same = ("nemesis", "schedule", "nodes", "acks", "min_insync", "unclean_election", "broker", "seed", "time_limit")
+    assert [getattr(control, f) for f in same] == [getattr(planted, f) for f in same]
+    with pytest.raises(UserError, match="plants no bug"):
+        from_args(parser.parse_args(["--scenario", "own-safe-one-fault", "--control"]))
