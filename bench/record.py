@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from pathlib import Path
 import orjson
 
 from core.files import write_whole
+from core.provenance import git_state
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results" / "bench"
@@ -95,20 +95,6 @@ def command_line(argv: list[str] | None = None) -> str:
     else:
         first = argv[:1]
     return shlex.join(first + argv[1:])
-
-
-def git_state() -> dict:
-    """The commit checked out and whether tracked files differ from it (None: no git)."""
-    def git(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=60)
-
-    try:
-        head, status = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
-    except (OSError, subprocess.TimeoutExpired):
-        return {"commit": None, "dirty": None}
-    if head.returncode != 0:
-        return {"commit": None, "dirty": None}
-    return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip()) if status.returncode == 0 else None}
 
 
 def memory_mib() -> int | None:

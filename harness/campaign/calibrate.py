@@ -5,9 +5,9 @@ N runs with distinct seeds (1..N, or --seeds), one after another, each the
 command a user would type: `harness run --scenario NAME --seed S` in a
 process of its own (so each run provisions, heals and tears down its own
 cluster exactly as that command does). Each run becomes one record (seed,
-verdict, anomaly counts, whether the expectation was met, run directory)
-in DIR/calibration.json, written after every run; DIR/calibration.md holds
-the table, which is also printed. Running the same command again resumes:
+verdict, anomaly counts, whether the expectation was met, run directory,
+the commit it ran on) in DIR/calibration.json, written after every run;
+DIR/calibration.md holds the table, which is also printed. Running the same command again resumes:
 a (scenario, seed) already recorded is not run again. A run that could not
 be carried out is recorded as such and counts as a miss, never as a pass;
 a run cut short by Ctrl-C is not recorded at all.
@@ -32,6 +32,7 @@ from pathlib import Path
 
 from core.errors import UserError
 from core.files import write_whole
+from core.provenance import git_state
 from harness.campaign import subrun
 from harness.campaign.subrun import NOT_RUN
 from harness.run import scenarios
@@ -70,6 +71,8 @@ class RunRecord:
     seconds: float = 0.0
     bugs: list = field(default_factory=list)  # the bugs the scenario plants (debug-bug)
     control: bool = False  # the run was the scenario's control: its bugs left out, expecting valid
+    commit: str | None = None  # the code the run was measured on (core.provenance.git_state)
+    dirty: bool | None = None
 
     @property
     def label(self) -> str:
@@ -117,12 +120,13 @@ def run_one(scenario: dict, seed: int, out: Path, control: bool = False) -> RunR
     process of its own (`harness.campaign.subrun`); its record. A Ctrl-C lets
     the run heal and tear down, then KeyboardInterrupt goes on up, unrecorded."""
     name = scenario["name"]
+    code = git_state()
     o = subrun.run(["run", "--scenario", name, "--seed", str(seed), "--results", str(out / "runs")]
                    + (["--control"] if control else []),
                    out / "logs" / f"{name}{'-control' if control else ''}-seed{seed}.log")
     record = RunRecord(scenario=name, system=scenario["system"], seed=seed,
                        expect={"valid": True} if control else scenario["expect"], verdict=o.verdict, met=False,
-                       run_dir=o.run_dir, seconds=o.seconds, bugs=bugs_of(scenario), control=control)
+                       run_dir=o.run_dir, seconds=o.seconds, bugs=bugs_of(scenario), control=control, **code)
     if record.verdict == NOT_RUN:
         record.problem = o.problem
         record.misses = [f"not carried out: {record.problem}"]
@@ -159,6 +163,12 @@ def save(out: Path, records: list[RunRecord]) -> None:
     write_whole(out / "calibration.md", table(records) + "\n" + (f"\n{mutants}\n" if mutants else ""))
 
 
+def measured_on(runs: list[RunRecord]) -> str:
+    """The commits the runs were measured on, short, in order ("+" for a tree that differed)."""
+    commits = dict.fromkeys((r.commit or "?")[:7] + ("+" if r.dirty else "") for r in runs)
+    return ", ".join(commits)
+
+
 def _shown(runs: list[RunRecord]) -> str:
     """The anomalies the runs showed, each with how many runs showed it."""
     shown: dict[str, int] = {}
@@ -170,8 +180,8 @@ def _shown(runs: list[RunRecord]) -> str:
 
 def table(records: list[RunRecord]) -> str:
     """The markdown table: one row per scenario (and control), in the order first recorded."""
-    rows = ["| scenario | system | expected | runs | expectation met | seeds | anomalies (runs showing them) |",
-            "| --- | --- | --- | --- | --- | --- | --- |"]
+    rows = ["| scenario | system | expected | runs | expectation met | seeds | anomalies (runs showing them) | commit |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     by_name: dict[str, list[RunRecord]] = {}
     for r in records:
         by_name.setdefault(r.label, []).append(r)
@@ -183,6 +193,7 @@ def table(records: list[RunRecord]) -> str:
             f"{sum(r.met for r in runs)}/{len(runs)}",
             ", ".join(str(r.seed) for r in runs),
             _shown(runs),
+            measured_on(runs),
         ]) + " |")
     return "\n".join(rows)
 
@@ -198,14 +209,14 @@ def mutation_table(records: list[RunRecord]) -> str:
             (controls if r.control else planted).setdefault(r.scenario, []).append(r)
     if not planted:
         return ""
-    rows = ["| planted bug | scenario | caught | control valid | anomalies when caught (runs) |",
-            "| --- | --- | --- | --- | --- |"]
+    rows = ["| planted bug | scenario | caught | control valid | anomalies when caught (runs) | commit |",
+            "| --- | --- | --- | --- | --- | --- |"]
     for name, runs in planted.items():
         ctl = controls.get(name, [])
         rows.append(f"| {', '.join(f'`{b}`' for b in runs[0].bugs)} | `{name}` | "
                     f"{sum(r.met for r in runs)} of {len(runs)} | "
                     + (f"{sum(r.met for r in ctl)} of {len(ctl)}" if ctl else "not run")
-                    + f" | {_shown([r for r in runs if r.met])} |")
+                    + f" | {_shown([r for r in runs if r.met])} | {measured_on(runs + ctl)} |")
     return "\n".join(rows)
 
 

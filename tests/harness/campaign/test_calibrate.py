@@ -49,8 +49,9 @@ def test_seeds_and_the_table():
     runs = [RunRecord("s", "own", 1, {"valid": False}, "invalid", True, {"lost-write": 3}),
             RunRecord("s", "own", 2, {"valid": False}, "could not run", False, problem="no ZooKeeper"),
             RunRecord("s", "own", 3, {"valid": False}, "valid", False)]
+    runs[0].commit, runs[1].commit, runs[2].commit, runs[2].dirty = "a" * 40, "a" * 40, "b" * 40, True
     row = table(runs).splitlines()[2]
-    assert row == "| `s` | own | invalid | 3 (1 could not run) | 1/3 | 1, 2, 3 | lost-write (1) |"
+    assert row == "| `s` | own | invalid | 3 (1 could not run) | 1/3 | 1, 2, 3 | lost-write (1) | aaaaaaa, bbbbbbb+ |"
 
 
 def test_the_mutation_score_counts_a_bug_caught_beside_its_control():
@@ -62,7 +63,7 @@ def test_the_mutation_score_counts_a_bug_caught_beside_its_control():
     runs = [rec(1, True, counts={"lost-write": 4}), rec(2, True, counts={"dirty-read": 1, "lost-write": 1}),
             rec(3, False), rec(1, True, control=True), rec(2, False, control=True, counts={"duplicate": 2})]
     assert mutation_table(runs).splitlines()[2] == \
-        "| `x` | `own-bug-x` | 2 of 3 | 1 of 2 | dirty-read (1), lost-write (2) |"
+        "| `x` | `own-bug-x` | 2 of 3 | 1 of 2 | dirty-read (1), lost-write (2) | ? |"
     assert [ln.split(" | ")[0] for ln in table(runs).splitlines()[2:]] == ["| `own-bug-x`", "| `own-bug-x (control)`"]
     assert mutation_table([r for r in runs if not r.control]).splitlines()[2].split(" | ")[3] == "not run"
     assert mutation_table([RunRecord("s", "own", 1, {"valid": True}, "valid", True)]) == ""
