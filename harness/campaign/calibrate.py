@@ -15,10 +15,11 @@ a run cut short by Ctrl-C is not recorded at all.
 With --mutants, the scenarios chosen are those that plant bugs in the own
 broker (`debug-bug`), each run N times and its control N times (`harness
 run --scenario NAME --control`: the same settings and faults without the
-bugs, expecting valid); the mutation score table says, per planted bug, how
-often it was caught and how often its control stayed valid. A bug counts as
-caught where its control is valid: otherwise the scenario fails whatever
-the broker does.
+bugs, expecting a valid run or the scenario's [control-expect]); the
+mutation score table says, per planted bug, how often it was caught and
+how often its control met its expectation. A bug counts as caught only
+beside a control that does: otherwise the scenario fails whatever the
+broker does.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class RunRecord:
     problem: str | None = None  # why it could not be carried out
     seconds: float = 0.0
     bugs: list = field(default_factory=list)  # the bugs the scenario plants (debug-bug)
-    control: bool = False  # the run was the scenario's control: its bugs left out, expecting valid
+    control: bool = False  # the scenario's control: bugs left out, expecting specs.control_expectation
     commit: str | None = None  # the code the run was measured on (core.provenance.git_state)
     dirty: bool | None = None
 
@@ -125,7 +126,8 @@ def run_one(scenario: dict, seed: int, out: Path, control: bool = False) -> RunR
                    + (["--control"] if control else []),
                    out / "logs" / f"{name}{'-control' if control else ''}-seed{seed}.log")
     record = RunRecord(scenario=name, system=scenario["system"], seed=seed,
-                       expect={"valid": True} if control else scenario["expect"], verdict=o.verdict, met=False,
+                       expect=specs.control_expectation(scenario["settings"]) if control else scenario["expect"],
+                       verdict=o.verdict, met=False,
                        run_dir=o.run_dir, seconds=o.seconds, bugs=bugs_of(scenario), control=control, **code)
     if record.verdict == NOT_RUN:
         record.problem = o.problem
@@ -201,7 +203,7 @@ def table(records: list[RunRecord]) -> str:
 def mutation_table(records: list[RunRecord]) -> str:
     """The mutation score: one row per scenario that plants bugs, how often the
     bug was caught (the scenario's expectation met) and how often its control
-    stayed valid; '' when no run planted a bug."""
+    met its own; '' when no run planted a bug."""
     planted: dict[str, list[RunRecord]] = {}
     controls: dict[str, list[RunRecord]] = {}
     for r in records:
@@ -209,7 +211,7 @@ def mutation_table(records: list[RunRecord]) -> str:
             (controls if r.control else planted).setdefault(r.scenario, []).append(r)
     if not planted:
         return ""
-    rows = ["| planted bug | scenario | caught | control valid | anomalies when caught (runs) | commit |",
+    rows = ["| planted bug | scenario | caught | control met | anomalies when caught (runs) | commit |",
             "| --- | --- | --- | --- | --- | --- |"]
     for name, runs in planted.items():
         ctl = controls.get(name, [])

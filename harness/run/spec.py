@@ -30,7 +30,7 @@ from nemesis.schedule import from_records
 from nemesis.targets import TARGETS, refusal
 from workloads.config import ACKS, CONSUMER_MODES
 
-TABLES = ("broker", "producer", "consumer", "expect", "disk")
+TABLES = ("broker", "producer", "consumer", "expect", "control_expect", "disk")
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 
@@ -92,6 +92,10 @@ class TestSpec:
     scenario: str = ""
     description: str = ""
     expect: dict = field(default_factory=dict)
+    # What this spec's control (--control: its planted bugs left out) must show;
+    # empty: valid. A scenario whose settings promise less than validity (an
+    # unclean election may lose records never acknowledged) names what they promise.
+    control_expect: dict = field(default_factory=dict)
     # An explicit fault schedule (steps as run.json's "schedule" holds them:
     # delay, action, fault, mode, picks, partition; or an await: delay,
     # action, until, partition, timeout), run instead of the one the seed
@@ -214,17 +218,22 @@ def from_args(args) -> TestSpec:
 
 def control_of(values: dict[str, Any]) -> dict[str, Any]:
     """A spec that plants bugs, as its control: the same settings and faults
-    without the bugs, named NAME-control and expecting a valid run. A planted
-    bug counts as caught only where its control stays valid (the mutation
-    score, `harness calibrate --mutants`)."""
+    without the bugs, named NAME-control and expecting what `control_expectation`
+    says. A planted bug counts as caught only where its control meets that (the
+    mutation score, `harness calibrate --mutants`)."""
     bugs = list(values.get("debug_bug") or ())
     if not bugs:
         raise UserError("--control: this spec plants no bug (debug-bug): it is its own control")
     name = values.get("name") or "spec"
-    return {**values, "debug_bug": [], "expect": {"valid": True}, "name": f"{name}-control",
+    return {**values, "debug_bug": [], "expect": control_expectation(values), "name": f"{name}-control",
             "description": f"The control of {name}: its settings and faults without the planted "
-                           f"bug{'s' if len(bugs) > 1 else ''} {', '.join(bugs)}; a correct broker stays "
-                           f"valid.\n\n{values.get('description', '')}".rstrip()}
+                           f"bug{'s' if len(bugs) > 1 else ''} {', '.join(bugs)}; a correct broker meets "
+                           f"{expect_words(control_expectation(values))}.\n\n{values.get('description', '')}".rstrip()}
+
+
+def control_expectation(values: dict[str, Any]) -> dict:
+    """What a spec's control must show: its [control-expect] table, else a valid run."""
+    return dict(values.get("control_expect") or {"valid": True})
 
 
 def build(values: dict[str, Any]) -> TestSpec:
@@ -369,32 +378,38 @@ def validate(s: TestSpec) -> None:
     system.check(s.system_options, s.broker)  # e.g. Kafka's version, mode and jars, before anything starts
     if s.disk:
         validate_settings(s.disk)
-    for key, want in s.expect.items():
+    check_expect("expect", s.expect, bad)
+    check_expect("control-expect", s.control_expect, bad)
+
+
+def check_expect(table: str, expect: dict, bad) -> None:
+    """An [expect] (or [control-expect]) table's keys and values, each error through `bad`."""
+    for key, want in expect.items():
         if key == "valid":
             if not isinstance(want, bool):
-                bad(f"expect.valid: expected true or false, not {want!r}")
+                bad(f"{table}.valid: expected true or false, not {want!r}")
         elif key in LIVENESS_LIMITS:
             if isinstance(want, bool) or not isinstance(want, (int, float)) or not 0 <= want <= 7 * 24 * 3600:
-                bad(f"expect.{key}: expected a number of seconds (0 or more), not {want!r}")
+                bad(f"{table}.{key}: expected a number of seconds (0 or more), not {want!r}")
         elif key == "hang":
             if want not in ("present", "absent"):
-                bad(f"expect.hang: expected \"present\" or \"absent\", not {want!r}")
+                bad(f"{table}.hang: expected \"present\" or \"absent\", not {want!r}")
         elif key == "one-of":
             if not isinstance(want, list) or not want or any(a not in ANOMALIES for a in want):
-                bad(f"expect.one-of: expected a list of anomaly names ({', '.join(ANOMALIES)}), not {want!r}")
+                bad(f"{table}.one-of: expected a list of anomaly names ({', '.join(ANOMALIES)}), not {want!r}")
         elif key == "logged":
             for pattern in want if isinstance(want, list) else [want]:
                 if not isinstance(pattern, str) or not pattern:
-                    bad(f"expect.logged: expected a regular expression or a list of them, not {want!r}")
+                    bad(f"{table}.logged: expected a regular expression or a list of them, not {want!r}")
                 try:
                     re.compile(pattern)
                 except re.error as e:
-                    bad(f"expect.logged {pattern!r}: not a regular expression ({e})")
+                    bad(f"{table}.logged {pattern!r}: not a regular expression ({e})")
         elif key not in ANOMALIES:
-            bad(f"expect.{key}: not an anomaly (known: valid, {', '.join(ANOMALIES)}, hang, "
+            bad(f"{table}.{key}: not an anomaly (known: valid, {', '.join(ANOMALIES)}, hang, "
                 f"{', '.join(LIVENESS_LIMITS)}, one-of, logged)")
         elif want not in ("present", "absent"):
-            bad(f"expect.{key}: expected \"present\" or \"absent\", not {want!r}")
+            bad(f"{table}.{key}: expected \"present\" or \"absent\", not {want!r}")
 
 
 # [expect] liveness limits, seconds -> the results.json `liveness` number each bounds.
@@ -530,7 +545,7 @@ def spec_file(values: dict, header: str = "") -> str:
             continue
         lines.append(f"{name.replace('_', '-')} = {_value(value)}")
     for name, table in list(tables.items()) + ([("expect", values["expect"])] if values.get("expect") else []):
-        lines += ["", f"[{name}]"] + [f"{_key(k)} = {_value(v)}" for k, v in table.items()]
+        lines += ["", f"[{name.replace('_', '-')}]"] + [f"{_key(k)} = {_value(v)}" for k, v in table.items()]
     for step in values.get("schedule") or []:  # a stop's mode and picks are empty: not written
         lines += ["", "[[schedule]]"] + [f"{_key(k)} = {_value(v)}" for k, v in step.items()
                                          if step.get("action") in ("start", "await")

@@ -175,10 +175,15 @@ def test_a_scenarios_control_drops_its_bugs_and_expects_valid():
     planted = from_args(parser.parse_args(["--scenario", "own-bug-ignore-min-isr", "--seed", "3"]))
     control = from_args(parser.parse_args(["--scenario", "own-bug-ignore-min-isr", "--seed", "3", "--control"]))
     assert planted.system_options["debug_bug"] == ("ignore-min-isr",) and planted.expect != {"valid": True}
-    assert not control.system_options.get("debug_bug") and control.expect == {"valid": True}
+    # An unclean election may lose records never acknowledged: this control must lose nothing acknowledged.
+    assert not control.system_options.get("debug_bug")
+    assert control.expect == {"lost-acked": "absent", "lost-write": "absent"}
     assert control.test_name == "own-bug-ignore-min-isr-control"
     # Everything else the same: the faults, the settings, the seed.
     same = ("nemesis", "schedule", "nodes", "acks", "min_insync", "unclean_election", "broker", "seed", "time_limit")
     assert [getattr(control, f) for f in same] == [getattr(planted, f) for f in same]
+    assert from_args(parser.parse_args(["--scenario", "own-bug-no-dedup", "--control"])).expect == {"valid": True}
     with pytest.raises(UserError, match="plants no bug"):
         from_args(parser.parse_args(["--scenario", "own-safe-one-fault", "--control"]))
+    with pytest.raises(UserError, match="control-expect.lost-acked"):
+        build({"debug_bug": ["no-dedup"], "control_expect": {"lost-acked": "gone"}})
