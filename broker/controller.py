@@ -4,8 +4,11 @@ znode, that elects partition leaders and keeps ISRs free of dead replicas.
 Every reconciliation reads the live brokers (with their incarnations, the
 czxid of their registration), the topics and every partition state from
 ZooKeeper, and writes what must change with a conditional multi-op that
-also checks this broker still holds /controller at the version it won.
-So a controller that lost its session cannot overwrite a newer one.
+also checks /controller_epoch is still at the version this controller
+wrote when it won (as Kafka's controller checks the epoch node's version).
+Each new controller bumps that node, so a deposed one cannot overwrite a
+newer one's work, even with a new session of its own. (/controller's own
+version would not do: a new controller's node starts at version 0 again.)
 
 Rules (docs/design.md, "The own broker"):
 - a leader that is gone, or came back as a new incarnation, is replaced by
@@ -42,7 +45,7 @@ class Controller:
         self.elect_any_bug = elect_any_bug
         self.active = False
         self.epoch = 0
-        self.node_version = -1
+        self.epoch_version = -1  # /controller_epoch's version as this controller wrote it: the fence
         self.node_czxid = 0
 
     # -- election ------------------------------------------------------------------
@@ -66,26 +69,27 @@ class Controller:
             log.info("CONTROLLER: broker %d still holds /controller from this session: taking the role up again",
                      self.broker_id)
         _, stat = self.zk.get(Z.CONTROLLER)
-        self.node_version, self.node_czxid = stat.version, stat.czxid
-        self.epoch = self._bump_epoch()
+        self.node_czxid = stat.czxid
+        self.epoch, self.epoch_version = self._bump_epoch()
         self.active = True
         log.info("CONTROLLER: broker %d is now the controller (controller epoch %d)", self.broker_id, self.epoch)
         return True
 
-    def _bump_epoch(self) -> int:
+    def _bump_epoch(self) -> tuple[int, int]:
+        """The new controller epoch, and the version of /controller_epoch that holds it."""
         while True:
             try:
                 data, stat = self.zk.get(Z.CONTROLLER_EPOCH)
             except NoNodeError:
                 try:
                     self.zk.create(Z.CONTROLLER_EPOCH, b"1", makepath=True)
-                    return 1
+                    return 1, 0
                 except NodeExistsError:
                     continue
             new = int(data or b"0") + 1
             try:
-                self.zk.set(Z.CONTROLLER_EPOCH, str(new).encode(), version=stat.version)
-                return new
+                written = self.zk.set(Z.CONTROLLER_EPOCH, str(new).encode(), version=stat.version)
+                return new, written.version
             except BadVersionError:
                 continue
 
@@ -185,7 +189,7 @@ class Controller:
                 reason = f"no live in-sync replica; partition offline (old leader {st.leader} lost)"
         try:
             tx = self.zk.transaction()
-            tx.check(Z.CONTROLLER, self.node_version)
+            tx.check(Z.CONTROLLER_EPOCH, self.epoch_version)
             tx.set_data(path, new.to_json(), version=st.version)
             results = tx.commit()
         except Exception as e:  # connection loss: the next pass retries
@@ -207,7 +211,7 @@ class Controller:
         try:
             self.zk.ensure_path(f"{Z.topic_path(topic)}/partitions/{p}")
             tx = self.zk.transaction()
-            tx.check(Z.CONTROLLER, self.node_version)
+            tx.check(Z.CONTROLLER_EPOCH, self.epoch_version)
             tx.create(Z.state_path(topic, p), st.to_json())
             results = tx.commit()
         except Exception as e:
