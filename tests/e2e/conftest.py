@@ -1,8 +1,9 @@
 """One real run that two end-to-end tests read: the own broker's planted
-ack-before-replication bug with a partition's leader cut off
-(`own-bug-ack-before-replication`, seed 10: the leader cut off from 8.5 s to
-25.3 s, far past the ZooKeeper session). tests/e2e/test_run.py checks the
-loss it shows, tests/e2e/test_stories.py its disk evidence and stories."""
+ack-before-replication bug with partition leaders cut off
+(`own-bug-ack-before-replication`: an explicit schedule cuts each
+partition's leader in turn until another is elected, past the ZooKeeper
+session). tests/e2e/test_run.py checks the loss it shows,
+tests/e2e/test_stories.py its disk evidence and stories."""
 
 from __future__ import annotations
 
