@@ -111,9 +111,8 @@ def chosen_scenarios(names: list[str] | None, mutants: bool = False) -> list[dic
 
 
 def bugs_of(scenario: dict) -> list[str]:
-    """The bugs a scenario plants (its `debug-bug` setting)."""
-    bugs = scenario["settings"].get("debug-bug", scenario["settings"].get("debug_bug", []))
-    return [str(b) for b in bugs] if isinstance(bugs, list) else []
+    """The bugs a scenario plants (its `debug-bug` setting, as `harness run --control` reads it)."""
+    return specs.planted_bugs(scenario["settings"])
 
 
 def run_one(scenario: dict, seed: int, out: Path, control: bool = False) -> RunRecord:
@@ -263,8 +262,9 @@ def run(args) -> int:
     save(out, records)
     shown = [r for r in records if r.scenario in {s["name"] for s in chosen}]
     print(table(shown))
-    if mutation_table(shown):
-        print("\n" + mutation_table(shown))
+    mutants = mutation_table(shown)
+    if mutants:
+        print("\n" + mutants)
     print(f"\nrecords: {out / 'calibration.json'}, table: {out / 'calibration.md'}")
     if interrupted:
         print(f"harness calibrate: interrupted; {len(records)} runs recorded; the same command resumes",

@@ -135,7 +135,7 @@ def add_arguments(parser) -> None:
     a("--scenario", metavar="NAME", help="a named scenario from scenarios/NAME.toml (see `harness scenarios`)")
     a("--control", action="store_true",
       help="run the scenario (or spec file) as its control: the same settings and faults without its planted "
-           "bugs (--debug-bug), expecting a valid run")
+           "bugs (--debug-bug), expecting a valid run or what its [control-expect] table says")
     a("--name", help="test name; results go to RESULTS/NAME/TIMESTAMP (default SYSTEM-NEMESIS)")
     a("--system", choices=list(SYSTEMS), help="the system under test (default own): "
                                               + "; ".join(f"{s.name}, {s.summary}" for s in SYSTEMS.values()))
@@ -221,14 +221,20 @@ def control_of(values: dict[str, Any]) -> dict[str, Any]:
     without the bugs, named NAME-control and expecting what `control_expectation`
     says. A planted bug counts as caught only where its control meets that (the
     mutation score, `harness calibrate --mutants`)."""
-    bugs = list(values.get("debug_bug") or ())
+    bugs = planted_bugs(values)
     if not bugs:
         raise UserError("--control: this spec plants no bug (debug-bug): it is its own control")
     name = values.get("name") or "spec"
-    return {**values, "debug_bug": [], "expect": control_expectation(values), "name": f"{name}-control",
+    expect = control_expectation(values)
+    return {**values, "debug_bug": [], "expect": expect, "name": f"{name}-control",
             "description": f"The control of {name}: its settings and faults without the planted "
                            f"bug{'s' if len(bugs) > 1 else ''} {', '.join(bugs)}; a correct broker meets "
-                           f"{expect_words(control_expectation(values))}.\n\n{values.get('description', '')}".rstrip()}
+                           f"{expect_words(expect)}.\n\n{values.get('description', '')}".rstrip()}
+
+
+def planted_bugs(values: dict[str, Any]) -> list[str]:
+    """The bugs a spec's values plant (its `debug-bug` setting)."""
+    return [str(b) for b in values.get("debug_bug") or ()]
 
 
 def control_expectation(values: dict[str, Any]) -> dict:
