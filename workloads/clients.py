@@ -97,10 +97,13 @@ class ClientContext:
         except (KafkaException, ValueError, TypeError) as e:
             raise UserError(f"workload producer settings rejected by the client: {first_line(e)}") from None
 
-    def make_consumer(self, pid: int, group_id: str, eof: bool, on_error: Callable) -> Consumer:
-        """A confluent-kafka Consumer for process `pid`; rejected settings are a UserError."""
-        conf = {**self.consumer_settings(group_id, eof), "client.id": f"harness-c{pid}", "error_cb": on_error,
-                "logger": client_log}
+    def make_consumer(self, pid: int, group_id: str, eof: bool, on_error: Callable,
+                      extra: dict | None = None) -> Consumer:
+        """A confluent-kafka Consumer for process `pid`, with the workload's own
+        `extra` settings over the user's (a group's commit mode); rejected
+        settings are a UserError."""
+        conf = {**self.consumer_settings(group_id, eof), **(extra or {}), "client.id": f"harness-c{pid}",
+                "error_cb": on_error, "logger": client_log}
         try:
             return Consumer(conf)
         except (KafkaException, ValueError, TypeError) as e:

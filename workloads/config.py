@@ -18,6 +18,11 @@ from core.errors import UserError
 
 CONSUMER_MODES = ("assign", "subscribe")
 ACKS = ("0", "1", "all")
+# How a consumer group commits (docs/workloads.md, "Consumer groups"):
+# what was handled (at-least-once), what was delivered before handling it
+# (at-most-once), or the client library's own periodic commit of what it
+# delivered (enable.auto.commit: the seed notes' loss when a member dies).
+COMMIT_MODES = ("after-processing", "before-processing", "auto")
 
 # librdkafka property -> the WorkloadConfig knob that owns it.
 RESERVED_PRODUCER = {
@@ -37,6 +42,52 @@ RESERVED_CONSUMER = {
 }
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_GROUP_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """One consumer group of the workload: `consumers` members in subscribe
+    mode, each handling every poll's records in a recorded `process` step
+    of `process_s` seconds, committing as `commit` says, at most every
+    `commit_interval_s` seconds (auto: the library's auto.commit.interval.ms)."""
+
+    name: str
+    consumers: int = 2
+    commit: str = "after-processing"
+    process_s: float = 0.05
+    commit_interval_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _GROUP_RE.match(self.name):
+            raise UserError(f"group name {self.name!r}: use 1-200 of letters, digits, '.', '_', '-'")
+        where = f"group {self.name}"
+        _int(self, "consumers", 1, where=where)
+        _number(self, "process_s", 0, where=where)
+        _number(self, "commit_interval_s", 0, where=where)
+        if self.commit not in COMMIT_MODES:
+            raise UserError(f"{where}: commit {self.commit!r}: expected one of {', '.join(COMMIT_MODES)}")
+        if self.commit == "auto" and self.commit_interval_s <= 0:
+            raise UserError(f"{where}: auto commits need a commit interval above 0 s")
+
+    @classmethod
+    def from_mapping(cls, data: Any, index: int) -> "GroupConfig":
+        """From a spec's `[[groups]]` table (keys with '-' or '_'); unknown keys are a UserError."""
+        if isinstance(data, GroupConfig):
+            return data
+        if not isinstance(data, Mapping):
+            raise UserError(f"groups[{index}] must be a table, not {type(data).__name__}")
+        values = {str(k).replace("-", "_"): v for k, v in data.items()}
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise UserError(f"groups[{index}]: unknown setting {unknown[0].replace('_', '-')!r} "
+                            f"(known: {', '.join(sorted(k.replace('_', '-') for k in known))})")
+        values.setdefault("name", f"harness-group-{index}")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -79,6 +130,8 @@ class WorkloadConfig:
     consumer_settings: Mapping[str, Any] = field(default_factory=dict)
     # Topic configs for create_topic, e.g. {"min.insync.replicas": "2"}.
     topic_settings: Mapping[str, Any] = field(default_factory=dict)
+    # Consumer groups beside the `consumers` above (GroupConfig, or tables of its fields).
+    groups: tuple = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.topic, str) or not _TOPIC_RE.match(self.topic) or self.topic in (".", ".."):
@@ -110,6 +163,7 @@ class WorkloadConfig:
             raise UserError(f"workload idempotent producers need acks=all, not acks={self.acks}")
         if not isinstance(self.group_id, str) or not self.group_id:
             raise UserError("workload group_id must be a non-empty string")
+        object.__setattr__(self, "groups", groups_of(self.groups, taken=(self.group_id, f"{self.group_id}-final")))
         for name, reserved in (("producer_settings", RESERVED_PRODUCER),
                                ("consumer_settings", RESERVED_CONSUMER),
                                ("topic_settings", {})):
@@ -131,6 +185,7 @@ class WorkloadConfig:
         out = dataclasses.asdict(self)
         for name in ("producer_settings", "consumer_settings", "topic_settings"):
             out[name] = dict(getattr(self, name))
+        out["groups"] = [g.to_dict() for g in self.groups]
         return out
 
     @property
@@ -146,18 +201,33 @@ class WorkloadConfig:
         return False
 
 
-def _int(cfg: WorkloadConfig, name: str, low: int, high: int | None = None) -> None:
+def groups_of(value: Any, taken: tuple[str, ...] = ()) -> tuple[GroupConfig, ...]:
+    """Groups from a list of GroupConfigs or tables of their fields, each
+    named once and none named as one of `taken` (the workload's own groups)."""
+    if not isinstance(value, (list, tuple)):
+        raise UserError(f"workload groups must be a list of tables, not {type(value).__name__}")
+    groups = tuple(GroupConfig.from_mapping(g, i) for i, g in enumerate(value))
+    names = [g.name for g in groups]
+    clash = sorted({n for n in names if names.count(n) > 1} | (set(taken) & set(names)))
+    if clash:
+        raise UserError(f"workload groups: group {clash[0]!r} named twice (or the workload's own group)")
+    return groups
+
+
+def _int(cfg, name: str, low: int, high: int | None = None, where: str = "workload") -> None:
     value = getattr(cfg, name)
     if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
         bound = f"an integer >= {low}" if high is None else f"an integer in {low}..{high}"
-        raise UserError(f"workload {name} must be {bound}, not {value!r}")
+        raise UserError(f"{where} {name.replace('_', '-') if where != 'workload' else name} must be {bound}, "
+                        f"not {value!r}")
 
 
-def _number(cfg: WorkloadConfig, name: str, low: float) -> None:
+def _number(cfg, name: str, low: float, where: str = "workload") -> None:
     value = getattr(cfg, name)
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value or value < low \
             or value == float("inf"):
-        raise UserError(f"workload {name} must be a number >= {low}, not {value!r}")
+        raise UserError(f"{where} {name.replace('_', '-') if where != 'workload' else name} must be a number "
+                        f">= {low}, not {value!r}")
 
 
 def _settings(name: str, value: Any, reserved: Mapping[str, str]) -> dict[str, Any]:

@@ -62,14 +62,24 @@ class Reader:
         self.records_read = 0
         self.commit_interval_s = commit_interval_s
         self.next_commit = time.monotonic() + commit_interval_s
+        self.last_records: list[dict] = []  # the records of the last poll, in delivery order
         self._record = clients.record
         self._stats = clients.stats
-        self.consumer = clients.make_consumer(pid, group_id or clients.config.group_id, eof, self._on_error)
+        self.consumer = clients.make_consumer(pid, group_id or clients.config.group_id, eof, self._on_error,
+                                              self.consumer_extra())
         if subscribe:
             self.consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
                                     on_lost=self._on_revoke)
         else:
             self.assign(partitions or [], start or {})
+
+    # What a kind of reader adds to the workload's consumer settings (workloads.group).
+    def consumer_extra(self) -> dict:
+        return {}
+
+    # What a kind of reader adds to its recorded `assign` and `commit` events (workloads.group).
+    def group_fields(self) -> dict:
+        return {}
 
     # -- assignment
 
@@ -80,7 +90,7 @@ class Reader:
         try:
             self.consumer.assign([TopicPartition(self.topic, p, start.get(p, OFFSET_BEGINNING)) for p in parts])
         except KafkaException as e:
-            name = _name(e)
+            name = exception_name(e)
             self._record(self.pid, "info", "assign", partitions=parts, error=name)
             self._stats.completion("assign", "info", name)
             self.crash_reason = name
@@ -95,14 +105,21 @@ class Reader:
             return
         new = sorted(partitions)
         # A group rebalance sets the partitions as one step: record it as an op that happened.
-        self._record(self.pid, "invoke", "assign", partitions=new)
-        self._record(self.pid, "ok", "assign", partitions=new)
+        fields = self.group_fields()
+        self._record(self.pid, "invoke", "assign", partitions=new, **fields)
+        self._record(self.pid, "ok", "assign", partitions=new, **fields)
         self._stats.op("assign", "ok")
+        added = [p for p in new if p not in self.assignment]
         self.assignment = new
         for p in list(self.next_offset):
             if p not in partitions:  # a later assignment starts from the committed offset
                 del self.next_offset[p]
                 self.committed.pop(p, None)
+        if added:
+            self.assigned(added)
+
+    def assigned(self, partitions: list[int]) -> None:
+        """A rebalance gave this reader `partitions` (a kind of reader may record where they start)."""
 
     def _current(self, consumer) -> set[int]:
         try:
@@ -135,10 +152,11 @@ class Reader:
         try:
             messages = self.consumer.consume(batch, timeout_s)
         except (KafkaException, RuntimeError) as e:
-            name = _name(e)
+            name = exception_name(e)
             self._record(self.pid, "info", "poll", error=name)
             self._stats.completion("poll", "info", name)
             self.crash_reason = name
+            self.last_records = []
             return []
         records = []
         eofs = []
@@ -169,6 +187,7 @@ class Reader:
                 self._stats.error(err.name())
         # Records that came before an error in the same batch were still read.
         self._record(self.pid, "ok", "poll", records=records)
+        self.last_records = records
         self._stats.read(len(records))
         self.records_read += len(records)
         return eofs
@@ -179,6 +198,10 @@ class Reader:
         if self.commit_interval_s <= 0 or now < self.next_commit:
             return
         self.next_commit = now + self.commit_interval_s
+        self.commit_positions()
+
+    def commit_positions(self) -> None:
+        """Commit the read positions of the assigned partitions that moved since their last commit."""
         assigned = set(self.assignment)
         offsets = [(p, o) for p, o in sorted(self.next_offset.items())
                    if p in assigned and self.committed.get(p) != o]
@@ -188,7 +211,8 @@ class Reader:
     def commit(self, offsets: list[tuple[int, int]]) -> str:
         """One recorded synchronous commit; returns its completion type."""
         listed = [{"partition": p, "offset": o} for p, o in offsets]
-        self._record(self.pid, "invoke", "commit", offsets=listed)
+        fields = self.group_fields()
+        self._record(self.pid, "invoke", "commit", offsets=listed, **fields)
         self._stats.op("commit", "invoke")
         try:
             result = self.consumer.commit(offsets=[TopicPartition(self.topic, p, o) for p, o in offsets],
@@ -200,7 +224,7 @@ class Reader:
         else:
             errors = [tp.error for tp in (result or []) if tp.error is not None]
             if not errors:
-                self._record(self.pid, "ok", "commit", offsets=listed)
+                self._record(self.pid, "ok", "commit", offsets=listed, **fields)
                 self._stats.op("commit", "ok")
                 self.committed.update(dict(offsets))
                 return "ok"
@@ -208,7 +232,7 @@ class Reader:
             # Some partitions committed and some not: the op as a whole is unknown.
             definite = len(errors) == len(offsets) and all(o.type == FAIL for o in outcomes)
             type_, error = (FAIL if definite else INFO), errors[0].name()
-        self._record(self.pid, type_, "commit", offsets=listed, error=error)
+        self._record(self.pid, type_, "commit", offsets=listed, error=error, **fields)
         self._stats.completion("commit", type_, error)
         if type_ == INFO and self.clients.config.replace_on_info:
             self.crash_reason = error
@@ -235,7 +259,8 @@ class Reader:
             log.debug("consumer process %d close: %s", self.pid, e)
 
 
-def _name(e: BaseException) -> str:
+def exception_name(e: BaseException) -> str:
+    """The client error's name in a raised exception (the exception's type where it carries none)."""
     if e.args and isinstance(e.args[0], KafkaError):
         return e.args[0].name()
     if isinstance(e, RuntimeError):

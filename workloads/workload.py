@@ -2,7 +2,7 @@
 
     wl = Workload(config, bootstrap, history)
     create_topic(bootstrap, config)          # workloads.topic
-    wl.start()                               # producer and consumer threads
+    wl.start()                               # producer, consumer and group member threads
     ... faults ...
     wl.stop(timeout=10)                      # every send completed, or left as an invoke
     ... heal, settle ...
@@ -27,6 +27,7 @@ from workloads.clients import ClientContext, check_bootstrap
 from workloads.recording import ProcessIds, Recorder, Stats
 from workloads.config import WorkloadConfig
 from workloads.consumer import ConsumerSlot, FinalReadReport, Reader, final_reads, new_reader
+from workloads.group import GroupSlot, final_committed
 from workloads.producer import ProducerClient, ProducerSlot, new_producer_client
 
 log = logging.getLogger(__name__)
@@ -105,10 +106,11 @@ class Workload:
         cfg = self.config
         producers = [ProducerSlot(self.clients, i, self._values, self.new_producer_client())
                      for i in range(cfg.producers)]
-        consumers = []
+        consumers: list[ConsumerSlot] = []
         for i in range(cfg.consumers):
             partitions = self.consumer_partitions(i)
             consumers.append(ConsumerSlot(self.clients, i, self.new_reader(partitions), partitions))
+        consumers += [GroupSlot(self.clients, i, group) for group in cfg.groups for i in range(group.consumers)]
         self._producers, self._consumers = producers, consumers
         for t in consumers + producers:
             t.start()
@@ -142,13 +144,15 @@ class Workload:
         self.clients.record.abandon()
 
     def final_reads(self, deadline_s: float) -> FinalReadReport:
-        """Read every partition from offset 0 with new process ids until each
+        """Each consumer group's committed offsets (every member has stopped),
+        then every partition read from offset 0 with new process ids until each
         reaches both the highest acknowledged offset and its high watermark,
         or `deadline_s` seconds from now have passed."""
         if self._started and not self._stopped:
             raise RuntimeError("stop() the workload before final reads")
         if deadline_s <= 0:
             raise UserError(f"final reads need a positive time limit, not {deadline_s}")
+        final_committed(self.clients)
         return final_reads(self.clients, deadline_s)
 
     def stats(self) -> dict[str, Any]:

@@ -201,7 +201,7 @@ def _execute(r: Run) -> None:
     workload_config = WorkloadConfig(
         topic="harness", partitions=s.partitions, replication_factor=s.replication_factor, rate=s.rate,
         producers=s.producers, consumers=s.consumers, consumer_mode=s.consumer_mode, acks=s.acks,
-        idempotent=s.idempotent, producer_settings=s.producer, consumer_settings=s.consumer,
+        idempotent=s.idempotent, producer_settings=s.producer, consumer_settings=s.consumer, groups=s.groups,
         topic_settings={"min.insync.replicas": str(s.min_insync),
                         "unclean.leader.election.enable": str(s.unclean_election).lower()})
 

@@ -28,7 +28,7 @@ from nemesis.partition import MODE_OF_TARGET
 from nemesis.registry import FAULT_GROUPS, FAULTS, needs_faultfs
 from nemesis.schedule import from_records
 from nemesis.targets import TARGETS, refusal
-from workloads.config import ACKS, CONSUMER_MODES
+from workloads.config import ACKS, CONSUMER_MODES, WorkloadConfig, groups_of
 
 TABLES = ("broker", "producer", "consumer", "expect", "control_expect", "disk")
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
@@ -101,6 +101,10 @@ class TestSpec:
     # action, until, partition, timeout), run instead of the one the seed
     # plans; `harness replay` and `harness shrink` write it.
     schedule: list = field(default_factory=list)
+    # Consumer groups beside the consumers (workloads.config.GroupConfig's
+    # fields, as [[groups]] tables give them: name, consumers, commit,
+    # process-s, commit-interval-s).
+    groups: list = field(default_factory=list)
 
     @property
     def uses_faultfs(self) -> bool:
@@ -259,6 +263,8 @@ def build(values: dict[str, Any]) -> TestSpec:
                                            if isinstance(r, dict) and isinstance(r.get("fault"), str)))
     if "schedule" in v and isinstance(v["schedule"], (list, tuple)):
         v["schedule"] = [dict(r) if isinstance(r, dict) else r for r in v["schedule"]]
+    if "groups" in v:
+        v["groups"] = _groups(v["groups"])
     for name in TABLES:
         if name in v and not isinstance(v[name], dict):
             raise UserError(f"[{name}] must be a table of settings")
@@ -271,6 +277,12 @@ def build(values: dict[str, Any]) -> TestSpec:
     if spec.seed is None:
         spec = dataclasses.replace(spec, seed=random.SystemRandom().randrange(2**31))
     return spec
+
+
+def _groups(value: Any) -> list[dict]:
+    """[[groups]] tables as GroupConfig's fields, checked as the workload
+    will (a one-line UserError before anything starts)."""
+    return [g.to_dict() for g in groups_of(value, taken=(WorkloadConfig.group_id, f"{WorkloadConfig.group_id}-final"))]
 
 
 def _names(name: str, value: Any) -> tuple[str, ...]:
@@ -304,8 +316,8 @@ def _system_options(v: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_type(name: str, value: Any, default: Any = dataclasses.MISSING) -> None:
-    if name in TABLES or name == "schedule":
-        return  # checked as tables above; the schedule by validate()
+    if name in TABLES or name in ("schedule", "groups"):
+        return  # checked as tables above; the schedule by validate(), the groups by _groups
     if default is dataclasses.MISSING:
         default = FIELDS[name].default if FIELDS[name].default is not dataclasses.MISSING else None
     flag = "--" + name.replace("_", "-")
@@ -515,7 +527,7 @@ def liveness_failed(expect: dict, results: dict) -> list[str]:
 # Always written, default or not, so that a spec file reads as a whole scenario.
 ALWAYS = ("system", "nodes", "zk_nodes", "partitions", "replication_factor", "acks", "min_insync", "nemesis",
           "time_limit", "final_time_limit", "rate", "seed")
-NEVER = ("results", "schedule", "description", "expect")  # written apart, or not at all
+NEVER = ("results", "schedule", "groups", "description", "expect")  # written apart, or not at all
 
 
 def _default(name: str):
@@ -552,6 +564,8 @@ def spec_file(values: dict, header: str = "") -> str:
         lines.append(f"{name.replace('_', '-')} = {_value(value)}")
     for name, table in list(tables.items()) + ([("expect", values["expect"])] if values.get("expect") else []):
         lines += ["", f"[{name.replace('_', '-')}]"] + [f"{_key(k)} = {_value(v)}" for k, v in table.items()]
+    for group in values.get("groups") or []:
+        lines += ["", "[[groups]]"] + [f"{k.replace('_', '-')} = {_value(v)}" for k, v in group.items()]
     for step in values.get("schedule") or []:  # a stop's mode and picks are empty: not written
         lines += ["", "[[schedule]]"] + [f"{_key(k)} = {_value(v)}" for k, v in step.items()
                                          if step.get("action") in ("start", "await")

@@ -187,3 +187,21 @@ def test_a_scenarios_control_drops_its_bugs_and_expects_valid():
         from_args(parser.parse_args(["--scenario", "own-safe-one-fault", "--control"]))
     with pytest.raises(UserError, match="control-expect.lost-acked"):
         build({"debug_bug": ["no-dedup"], "control_expect": {"lost-acked": "gone"}})
+
+
+def test_consumer_groups_come_from_groups_tables_and_go_back_to_a_spec_file(tmp_path):
+    from harness.run.spec import spec_file
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text('nemesis = ["kill"]\nseed = 2\n\n[[groups]]\nname = "g1"\ncommit = "auto"\nprocess-s = 0.2\n\n'
+                    '[[groups]]\nname = "g2"\nconsumers = 3\n')
+    s = build(load_file(str(spec)))
+    assert [(g["name"], g["commit"], g["consumers"], g["process_s"]) for g in s.groups] == [
+        ("g1", "auto", 2, 0.2), ("g2", "after-processing", 3, 0.05)]
+    again = tmp_path / "again.toml"
+    again.write_text(spec_file(s.to_dict()))
+    assert build(load_file(str(again))).groups == s.groups
+    for bad, words in ([{"name": "g", "commit": "never"}], "commit 'never'"), ("g1", "must be a list of tables"), \
+            ([{"name": "g"}, {"name": "g"}], "group 'g' named twice"):
+        with pytest.raises(UserError, match=words.replace("[", r"\[")):
+            build({"groups": bad})
