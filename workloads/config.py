@@ -48,14 +48,14 @@ _GROUP_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 @dataclass(frozen=True)
 class GroupConfig:
     """One consumer group of the workload: `consumers` members in subscribe
-    mode, each handling every poll's records in a recorded `process` step
-    of `process_s` seconds, committing as `commit` says, at most every
+    mode, each handling every record it is delivered in a recorded `process`
+    step of `process_s` seconds, committing as `commit` says, at most every
     `commit_interval_s` seconds (auto: the library's auto.commit.interval.ms)."""
 
     name: str
     consumers: int = 2
     commit: str = "after-processing"
-    process_s: float = 0.05
+    process_s: float = 0.002
     commit_interval_s: float = 1.0
 
     def __post_init__(self) -> None:
@@ -132,6 +132,9 @@ class WorkloadConfig:
     topic_settings: Mapping[str, Any] = field(default_factory=dict)
     # Consumer groups beside the `consumers` above (GroupConfig, or tables of its fields).
     groups: tuple = ()
+    # Run each group member as an OS process of its own (workloads/process_slot.py),
+    # which faults can kill or pause; False: a thread of the harness.
+    client_processes: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.topic, str) or not _TOPIC_RE.match(self.topic) or self.topic in (".", ".."):
@@ -156,7 +159,7 @@ class WorkloadConfig:
         if acks not in ACKS:
             raise UserError(f"workload acks {self.acks!r}: expected one of {', '.join(ACKS)}")
         object.__setattr__(self, "acks", acks)
-        for name in ("idempotent", "explicit_partitions", "replace_on_info"):
+        for name in ("idempotent", "explicit_partitions", "replace_on_info", "client_processes"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"workload {name} must be true or false, not {getattr(self, name)!r}")
         if self.idempotent and self.acks != "all":

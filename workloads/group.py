@@ -2,10 +2,10 @@
 their group says, and the groups' committed offsets read at the end.
 
 A group (workloads.config.GroupConfig) has members in subscribe mode. Each
-member's poll is followed by a recorded `process` step over the records it
-delivered, taking the group's `process_s` (the application's handling, so
-that a crash can land between delivery and handling), and commits per the
-group's mode:
+record a member's poll delivered is then handled in a recorded `process`
+step of its own, taking the group's `process_s` (the application's
+handling, so that a crash can land between delivery and handling), and the
+member commits per the group's mode:
 
 - `after-processing`: the handled positions, after the step, at most every
   `commit_interval_s` (0: after each step): at-least-once, a record handled
@@ -94,21 +94,24 @@ class GroupReader(Reader):
     # -- handling
 
     def handle(self) -> None:
-        """The last poll's records: committed before, handled, and committed
-        after, as the group's mode says."""
+        """The last poll's records: committed before, handled one by one, and
+        committed after, as the group's mode says."""
         records = self.last_records
         if not records or self.crash_reason is not None:
             return
         mode = self.group.commit
         if mode == "before-processing":
             self._commit_due()
-        handled = [{"partition": r["partition"], "offset": r["offset"], "value": r["value"]} for r in records]
-        self._record(self.pid, "invoke", "process", records=handled)
-        self._stats.op("process", "invoke")
-        if self.group.process_s > 0:
-            time.sleep(self.group.process_s)  # the handling: a crash meanwhile leaves it open (info)
-        self._record(self.pid, "ok", "process", records=handled)
-        self._stats.op("process", "ok")
+        # One step per record, in delivery order: a crash meanwhile leaves the
+        # step it cut open (info) and the records after it delivered, never handled.
+        for r in records:
+            handled = [{"partition": r["partition"], "offset": r["offset"], "value": r["value"]}]
+            self._record(self.pid, "invoke", "process", records=handled)
+            self._stats.op("process", "invoke")
+            if self.group.process_s > 0:
+                time.sleep(self.group.process_s)
+            self._record(self.pid, "ok", "process", records=handled)
+            self._stats.op("process", "ok")
         if mode == "after-processing":
             self._commit_due()
 
@@ -117,6 +120,13 @@ class GroupReader(Reader):
             self.maybe_commit(time.monotonic())
         else:
             self.commit_positions()
+
+    def serve(self, stopping) -> None:
+        """Poll and handle until `stopping` is set or the instance became unusable."""
+        cfg = self.clients.config
+        while not stopping.is_set() and self.crash_reason is None:
+            self.poll(cfg.poll_batch, cfg.poll_timeout_s)
+            self.handle()
 
     def commit_before_leaving(self) -> None:
         """On a clean stop: commit the positions not yet committed, as a member
@@ -200,11 +210,9 @@ class GroupSlot(ConsumerSlot):
 
     def _run(self) -> None:
         clients = self.clients
-        cfg = clients.config
         reader = self.reader
         while not clients.stopping.is_set():
-            reader.poll(cfg.poll_batch, cfg.poll_timeout_s)
-            reader.handle()
+            reader.serve(clients.stopping)
             if reader.crash_reason is not None and not clients.stopping.is_set():
                 log.info("group %s member %d replaced after %s", self.group.name, reader.pid, reader.crash_reason)
                 reader.close()

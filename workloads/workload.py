@@ -28,6 +28,7 @@ from workloads.recording import ProcessIds, Recorder, Stats
 from workloads.config import WorkloadConfig
 from workloads.consumer import ConsumerSlot, FinalReadReport, Reader, final_reads, new_reader
 from workloads.group import GroupSlot, final_committed
+from workloads.process_slot import ProcessSlot
 from workloads.producer import ProducerClient, ProducerSlot, new_producer_client
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class Workload:
         self._values = itertools.count(config.first_value)
         self._producers: list[ProducerSlot] = []
         self._consumers: list[ConsumerSlot] = []
+        self._members: list = []  # the groups' members: GroupSlot threads, or ProcessSlot supervisors
         self._started = False
         self._stopped = False
 
@@ -110,9 +112,10 @@ class Workload:
         for i in range(cfg.consumers):
             partitions = self.consumer_partitions(i)
             consumers.append(ConsumerSlot(self.clients, i, self.new_reader(partitions), partitions))
-        consumers += [GroupSlot(self.clients, i, group) for group in cfg.groups for i in range(group.consumers)]
+        members = ProcessSlot if cfg.client_processes else GroupSlot
+        self._members = [members(self.clients, i, group) for group in cfg.groups for i in range(group.consumers)]
         self._producers, self._consumers = producers, consumers
-        for t in consumers + producers:
+        for t in consumers + self._members + producers:
             t.start()
 
     def stop(self, timeout: float = 10.0) -> StopReport:
@@ -128,7 +131,7 @@ class Workload:
         clients = self.clients
         clients.stop_deadline = started + max(0.0, timeout)
         clients.stopping.set()
-        threads = self._producers + self._consumers
+        threads = self._producers + self._consumers + self._members
         # Leave room past the deadline for purged sends' reports and a consumer close.
         for t in threads:
             t.join(max(0.0, clients.stop_deadline + 2.0 - time.monotonic()))
@@ -138,6 +141,10 @@ class Workload:
         if left or outstanding:
             log.warning("workload stop: %d sends without completion, threads still running: %s", outstanding, left)
         return StopReport(time.monotonic() - started, outstanding, left)
+
+    def client_processes(self) -> list[ProcessSlot]:
+        """The group members that run as OS processes (`client_processes`), for faults that hit clients."""
+        return [m for m in self._members if isinstance(m, ProcessSlot)]
 
     def abandon(self) -> None:
         """The run is over: events from clients left behind are dropped, not raised."""

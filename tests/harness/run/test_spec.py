@@ -197,7 +197,7 @@ def test_consumer_groups_come_from_groups_tables_and_go_back_to_a_spec_file(tmp_
                     '[[groups]]\nname = "g2"\nconsumers = 3\n')
     s = build(load_file(str(spec)))
     assert [(g["name"], g["commit"], g["consumers"], g["process_s"]) for g in s.groups] == [
-        ("g1", "auto", 2, 0.2), ("g2", "after-processing", 3, 0.05)]
+        ("g1", "auto", 2, 0.2), ("g2", "after-processing", 3, 0.002)]
     again = tmp_path / "again.toml"
     again.write_text(spec_file(s.to_dict()))
     assert build(load_file(str(again))).groups == s.groups

@@ -1,0 +1,78 @@
+"""Group members as OS processes (workloads/process_slot.py, workloads/client_process.py),
+killed with SIGKILL mid-handling against a real local Apache Kafka: the seed notes' two sentences."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from checkers.check import Options, check_history as check
+from workloads.config import GroupConfig, WorkloadConfig
+from workloads.topic import create_topic
+from workloads.workload import Workload
+
+from tests.workloads.history_checks import check_history
+
+pytestmark = pytest.mark.integration
+
+
+def _wait_for(what, timeout: float = 30.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        found = what()
+        if found:
+            return found
+        time.sleep(0.02)
+    raise AssertionError("timed out")
+
+
+@pytest.mark.parametrize("commit", ["auto", "after-processing"])
+def test_a_member_killed_while_handling_a_poll(kafka, history, workloads, topic_name, commit):
+    # Slow handling (0.1 s a record) and a quick library commit (0.1 s): a poll's records
+    # are committed by the library long before they are all handled.
+    group = GroupConfig("g", consumers=1, commit=commit, process_s=0.1, commit_interval_s=0.1)
+    cfg = WorkloadConfig(topic=topic_name, partitions=1, replication_factor=2, rate=100, producers=1, consumers=0,
+                         groups=(group,), client_processes=True)
+    create_topic(kafka.bootstrap, cfg, timeout_s=30)
+    wl = Workload(cfg, kafka.bootstrap, history)
+    workloads.append(wl)
+    wl.start()
+    (slot,) = wl.client_processes()
+    # Once the member handles a poll of several records, kill it after its second step.
+    _wait_for(lambda: wl.stats()["ops"].get("process", {}).get("ok", 0) >= 1)
+    time.sleep(1.5)  # a poll's backlog of records piles up behind the slow steps
+    killed = slot.signal(signal.SIGKILL)
+    assert killed is not None
+    _wait_for(lambda: slot.pid != killed and slot.os_pid is not None)
+    # The successor joins once the group dropped the dead member (its 10 s session), and
+    # handles from where the group's commits stood.
+    handled = wl.stats()["ops"]["process"]["ok"]
+    _wait_for(lambda: wl.stats()["ops"]["process"]["ok"] > handled + 20, timeout=40)
+    stop = wl.stop(timeout=10)
+    report = wl.final_reads(30.0)
+    history.close()
+    assert not stop.threads_left and report.complete
+
+    facts = check_history(history.path)
+    mine = facts.by_process(killed)
+    # Its history is whole up to the kill: the step it was in ends info, then its crash; nothing after.
+    assert [(e["f"], e["type"]) for e in mine[-3:]] == [("process", "info"), ("crash", "invoke"), ("crash", "ok")]
+    assert mine[-3]["error"] == "SIGKILL"
+    assert sum(e["f"] == "process" and e["type"] == "invoke" for e in mine) == \
+        sum(e["f"] == "process" and e["type"] in ("ok", "info") for e in mine)
+    # A successor with a new process id joined the group and handled records.
+    successor = [e for e in facts.events if e["f"] == "process" and e["type"] == "ok" and e["process"] > killed]
+    assert successor and any(e["f"] == "assign" and e.get("group") == "g" and e["process"] > killed
+                             for e in facts.events)
+
+    results = check(history.path, Options(engine="local"))
+    found = {name: a["count"] for name, a in results["anomalies"].items()}
+    assert found["lost-commit"] == 0
+    if commit == "auto":
+        # Delivered, committed by the library, never handled: the seed's loss.
+        assert found["consumer-loss"] > 0 and not results["valid"]
+    else:
+        # Committed only once handled: nothing lost, the steps before the kill handled again.
+        assert found["consumer-loss"] == 0 and found["redelivery"] > 0 and results["valid"]
