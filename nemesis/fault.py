@@ -56,6 +56,9 @@ class Context:
     system: object
     topic: str
     names: list[str] = field(default_factory=list)  # the nodes faults may hit, sorted
+    # The workload's clients, for the faults that hit them (nemesis/clients.py):
+    # anything with `client_processes()`; None when no client can be hit.
+    clients: object = None
 
     def __post_init__(self) -> None:
         if not self.names:

@@ -46,7 +46,7 @@ from infra import net
 from infra.nodes import parallel
 from infra.system import BrokerSystem, ControllerQuorum
 from nemesis.fault import NETWORK, Context, Fault, FaultError, Step, how_words, natural, node_words, verdict
-from nemesis.targets import (TARGETS, controller, followers_of, kraft_controllers, leader_of, out_of_sync_of,
+from nemesis.targets import (PARTITION_TARGETS, controller, followers_of, kraft_controllers, leader_of, out_of_sync_of,
                              replicas_of, zookeeper)
 
 MAX_PROBES = 12  # cut pairs probed per partition (all of them on small clusters)
@@ -337,5 +337,5 @@ def describe_port_cut(value: dict, probes: dict, still: dict) -> tuple[str, str]
 PARTITION = Fault(
     name="partition", start_action="start-partition", start=start, stop_action="stop-partition", stop=stop,
     verified_by="every cut pair's TCP probe times out; after healing, every pair answers",
-    targets=TARGETS, draw=draw, sweep=sweep, sweep_stage=NETWORK, colour="#ffc9c9", label="partition",
+    targets=PARTITION_TARGETS, draw=draw, sweep=sweep, sweep_stage=NETWORK, colour="#ffc9c9", label="partition",
     describe=describe)

@@ -10,7 +10,8 @@ leaders, replicas, followers, out-of-sync, controller, kraft-controllers,
 zookeeper, all). With `zookeeper` they hit the ZooKeeper process on the
 ensemble's nodes instead of the broker (infra.zookeeper.ZooKeeper, found in
 the cluster's state): its end restarts or resumes ZooKeeper, and the sweep
-checks ZooKeeper's processes too.
+checks ZooKeeper's processes too. With `consumers` they hit a consumer
+group member's own process (nemesis/clients.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 from core.waiting import holds_within
 from infra.nodes import parallel
 from infra.zookeeper import ZooKeeper
+from nemesis import clients
 from nemesis.fault import PROCESSES, Context, Fault, Step, describe_nodes, per_node, process_state, verdict
 from nemesis.targets import PROCESS_TARGETS, draw_nodes, resolve, zookeeper
 
@@ -32,6 +34,8 @@ def _state(ctx: Context, procs, name: str) -> str | None:
 
 
 def start_kill(ctx: Context, step: Step) -> tuple[dict, dict]:
+    if step.mode == clients.CONSUMERS:
+        return clients.start_kill(ctx, step)
     names, how = resolve(ctx, step)
     on_zk = step.mode == "zookeeper"
     procs = _processes(ctx, on_zk)
@@ -44,6 +48,8 @@ def start_kill(ctx: Context, step: Step) -> tuple[dict, dict]:
 
 def restart(ctx: Context, state: dict) -> dict:
     """Starts the system (or ZooKeeper) again on the nodes in `state`; verified when it runs (not stopped)."""
+    if "member" in state:
+        return clients.after_kill(ctx, state)
     names = state["nodes"]
     procs = _processes(ctx, bool(state.get("zookeeper")))
     parallel(lambda n: procs.start(ctx.cluster.node(n)), names)
@@ -52,6 +58,8 @@ def restart(ctx: Context, state: dict) -> dict:
 
 
 def start_pause(ctx: Context, step: Step) -> tuple[dict, dict]:
+    if step.mode == clients.CONSUMERS:
+        return clients.start_pause(ctx, step)
     names, how = resolve(ctx, step)
     on_zk = step.mode == "zookeeper"
     procs = _processes(ctx, on_zk)
@@ -62,6 +70,8 @@ def start_pause(ctx: Context, step: Step) -> tuple[dict, dict]:
 
 
 def stop_pause(ctx: Context, state: dict) -> dict:
+    if "member" in state:
+        return clients.stop_pause(ctx, state)
     names = state["nodes"]
     procs = _processes(ctx, bool(state.get("zookeeper")))
     parallel(lambda n: procs.resume(ctx.cluster.node(n)), names)
@@ -92,6 +102,10 @@ def sweep(ctx: Context) -> dict:
                     done.setdefault("started", []).append(name + suffix)
             except Exception as e:
                 done.setdefault("errors", {})[name + suffix] = str(e)
+    try:
+        done.update(clients.sweep(ctx))
+    except Exception as e:
+        done.setdefault("errors", {})["consumers"] = str(e)
     return done
 
 
@@ -100,6 +114,10 @@ def _describe_probe(start: tuple[str, str, str], stop: tuple[str, str, str]):
     node, (its verified key, what yes says, what no says) at its start and end."""
 
     def describe(value: dict, stopping: bool) -> tuple[str, str]:
+        if isinstance(value, dict) and "clients" in value:
+            key, yes, no = stop if stopping else start
+            return clients.describe(value, stopping, {key: (yes, no), "successor_running": ("a successor runs",
+                                                                                           "no successor runs")})
         what, _ = describe_nodes(value, stopping)
         v = value.get("verified") if isinstance(value, dict) else None
         if not isinstance(v, dict):

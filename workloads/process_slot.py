@@ -68,8 +68,11 @@ class ProcessSlot(threading.Thread):
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         order = {"config": clients.config.to_dict(), "bootstrap": clients.bootstrap, "pid": pid,
                  "group": self.group.name}
-        child.stdin.write((json.dumps(order) + "\n").encode())
-        child.stdin.flush()
+        try:
+            child.stdin.write((json.dumps(order) + "\n").encode())
+            child.stdin.flush()
+        except OSError:  # it died at once: its exit status says how, below
+            pass
         with self._lock:
             self.pid, self.os_pid, self._child = pid, child.pid, child
             self.started_children += 1
@@ -80,6 +83,9 @@ class ProcessSlot(threading.Thread):
         open_sends: set[int] = set()
         open_ops: Counter = Counter()
         for line in child.stdout:
+            if not line.endswith(b"\n"):  # cut by its death mid-write: never recorded
+                log.warning("group %s member process %d: a cut last event dropped", self.group.name, pid)
+                break
             event = json.loads(line)
             type_, f = event.pop("type"), event.pop("f")
             event.pop("process", None)

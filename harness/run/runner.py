@@ -202,6 +202,7 @@ def _execute(r: Run) -> None:
         topic="harness", partitions=s.partitions, replication_factor=s.replication_factor, rate=s.rate,
         producers=s.producers, consumers=s.consumers, consumer_mode=s.consumer_mode, acks=s.acks,
         idempotent=s.idempotent, producer_settings=s.producer, consumer_settings=s.consumer, groups=s.groups,
+        client_processes=s.client_processes,
         topic_settings={"min.insync.replicas": str(s.min_insync),
                         "unclean.leader.election.enable": str(s.unclean_election).lower()})
 
@@ -250,7 +251,7 @@ def _execute(r: Run) -> None:
     r.info.update(r.workload.run_info())
     r.info.setdefault("producer", {})["enable.idempotence"] = s.idempotent
     r.dir.write_json("run.json", r.info)
-    r.nemesis = Nemesis(Context(r.cluster, r.system, workload_config.topic), steps, r.history)
+    r.nemesis = Nemesis(Context(r.cluster, r.system, workload_config.topic, clients=r.workload), steps, r.history)
     _phase(f"running clients for {s.time_limit:g} s with nemesis {','.join(s.nemesis) or 'none'}")
     observed("workload")
     r.workload.start()

@@ -105,6 +105,8 @@ class TestSpec:
     # fields, as [[groups]] tables give them: name, consumers, commit,
     # process-s, commit-interval-s).
     groups: list = field(default_factory=list)
+    # Run the groups' members as OS processes, which the target `consumers` can kill and pause.
+    client_processes: bool = False
 
     @property
     def uses_faultfs(self) -> bool:
@@ -168,6 +170,9 @@ def add_arguments(parser) -> None:
     a("--min-insync", type=int, help="min.insync.replicas (default 2)")
     a("--unclean-election", action="store_const", const=True, help="allow unclean leader election")
     a("--idempotent", action="store_const", const=True, help="idempotent producers")
+    a("--client-processes", action="store_const", const=True,
+      help="run the consumer groups' members ([[groups]] in a spec file) as OS processes, which "
+           "--nemesis kill,pause with the target consumers can hit")
     a("--seed", type=int, help="seed of the fault schedule (default: random, recorded in run.json)")
     a("--results", metavar="DIR", help="results folder (default results)")
     for owner, option in SYSTEM_OPTIONS.values():
@@ -364,6 +369,11 @@ def validate(s: TestSpec) -> None:
         why = refusal(str(target), s.system, s.system_options)
         if why:
             bad(why)
+    if "consumers" in used and not (s.groups and s.client_processes):
+        bad("consumers: the target needs group members running as processes ([[groups]] and "
+            "client-processes = true)")
+    if s.client_processes and not s.groups:
+        bad("--client-processes runs the groups' members as processes: the spec has no [[groups]]")
     if s.consumer_mode not in CONSUMER_MODES:
         bad(f"--consumer-mode {s.consumer_mode!r}: expected one of {', '.join(CONSUMER_MODES)}")
     if s.acks not in ACKS:

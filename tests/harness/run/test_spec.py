@@ -205,3 +205,15 @@ def test_consumer_groups_come_from_groups_tables_and_go_back_to_a_spec_file(tmp_
             ([{"name": "g"}, {"name": "g"}], "group 'g' named twice"):
         with pytest.raises(UserError, match=words.replace("[", r"\[")):
             build({"groups": bad})
+
+
+def test_the_consumers_target_needs_group_members_running_as_processes():
+    group = [{"name": "g", "commit": "auto"}]
+    with pytest.raises(UserError, match="consumers: the target needs group members running as processes"):
+        build({"nemesis": "kill", "nemesis_targets": "consumers", "groups": group})
+    with pytest.raises(UserError, match="--client-processes runs the groups' members as processes"):
+        build({"client_processes": True})
+    with pytest.raises(UserError, match="--nemesis-targets consumers: partition takes"):
+        build({"nemesis": "partition", "nemesis_targets": "consumers", "groups": group, "client_processes": True})
+    s = build({"nemesis": "kill,pause", "nemesis_targets": "consumers", "groups": group, "client_processes": True})
+    assert s.client_processes and s.nemesis_targets == "consumers"

@@ -1,0 +1,110 @@
+"""`kill` and `pause` of a client: target `consumers`.
+
+A consumer group's members can run as OS processes of their own (a run's
+`client-processes`, workloads/process_slot.py). With the target `consumers`
+the fault hits one of them, drawn by the seed among the members (the
+step's first pick, modulo their number), instead of a broker:
+
+- kill: SIGKILL of the member's process; verified when it is gone. Its
+  supervisor, like a service manager, starts a successor (a new process id
+  that joins the group again), so the fault's end starts nothing: it
+  verifies that a member runs in that place again;
+- pause: SIGSTOP; verified when the process is in state T; its end sends
+  SIGCONT and verifies it left that state.
+
+The history's value names the member's process id and group (`clients`,
+`group`), and its OS pid. The heal resumes every member process.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from core.waiting import holds_within
+from nemesis.fault import Context, FaultError, Step, verdict
+
+CONSUMERS = "consumers"
+
+
+def members(ctx: Context) -> list:
+    """The group members running as processes (their supervisors), in a fixed order."""
+    found = ctx.clients.client_processes() if ctx.clients is not None else []
+    if not found:
+        raise FaultError("consumers: no group member runs as a process of its own "
+                         "(a run needs [[groups]] and client-processes = true)")
+    return found
+
+
+def _chosen(ctx: Context, step: Step):
+    found = members(ctx)
+    return found[(step.picks[0] if step.picks else 0) % len(found)]
+
+
+def os_state(os_pid: int) -> str | None:
+    """A process's state letter (R, S, T, ...) from /proc; None when it is gone."""
+    try:
+        with open(f"/proc/{os_pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def start_kill(ctx: Context, step: Step) -> tuple[dict, dict]:
+    member = _chosen(ctx, step)
+    os_pid = member.os_pid
+    pid = member.signal(signal.SIGKILL)
+    if pid is None:
+        raise FaultError(f"consumers: member {member.name} runs no process now")
+    gone = holds_within(lambda: os_state(os_pid) in (None, "Z"), 5)
+    value = {"clients": [pid], "group": member.group.name, "os_pid": os_pid,
+             "verified": {"ok": gone, "process_gone": {str(pid): gone}}}
+    return value, {"member": member, "killed": pid}
+
+
+def after_kill(ctx: Context, state: dict) -> dict:
+    """A successor runs in the killed member's place (its supervisor started it)."""
+    member = state["member"]
+    running = holds_within(lambda: member.os_pid is not None and member.pid != state["killed"], 15)
+    return {"clients": [member.pid] if running else [], "group": member.group.name,
+            "verified": {"ok": running, "successor_running": running}}
+
+
+def start_pause(ctx: Context, step: Step) -> tuple[dict, dict]:
+    member = _chosen(ctx, step)
+    os_pid = member.os_pid
+    pid = member.signal(signal.SIGSTOP)
+    if pid is None:
+        raise FaultError(f"consumers: member {member.name} runs no process now")
+    stopped = holds_within(lambda: os_state(os_pid) == "T", 5)
+    value = {"clients": [pid], "group": member.group.name, "os_pid": os_pid,
+             "verified": {"ok": stopped, "stopped": {str(pid): stopped}}}
+    return value, {"member": member, "paused": pid, "os_pid": os_pid}
+
+
+def stop_pause(ctx: Context, state: dict) -> dict:
+    member = state["member"]
+    member.signal(signal.SIGCONT)
+    resumed = holds_within(lambda: os_state(state["os_pid"]) != "T", 5)
+    return {"clients": [state["paused"]], "group": member.group.name,
+            "verified": {"ok": resumed, "resumed": {str(state["paused"]): resumed}}}
+
+
+def sweep(ctx: Context) -> dict:
+    """Every member process resumed (a paused one would hold its partitions)."""
+    if ctx.clients is None:
+        return {}
+    resumed = [m.pid for m in ctx.clients.client_processes() if m.signal(signal.SIGCONT) is not None]
+    return {"clients_resumed": resumed} if resumed else {}
+
+
+def describe(value: dict, stopping: bool, yes_no: dict[str, tuple[str, str]]) -> tuple[str, str]:
+    """`consumer process 7 of group g1`, `verified: process gone`; `yes_no`:
+    the probe's key -> its words when it held and when not."""
+    pids = value.get("clients") or []
+    what = f"consumer process {' '.join(str(p) for p in pids) or '(none)'}"
+    if value.get("group"):
+        what += f" of group {value['group']}"
+    v = value.get("verified") if isinstance(value.get("verified"), dict) else {}
+    words = [yes if (all(x.values()) if isinstance(x, dict) else bool(x)) else no
+             for key, (yes, no) in yes_no.items() if (x := v.get(key)) is not None]
+    return what, verdict(value, "; ".join(words))
