@@ -36,6 +36,8 @@ PLANTED_BUGS = {
     "early-isr-join": "a follower rejoins the ISR as soon as it fetches again, before it has caught up",
     "stall-after-restart": "a broker restarted on its old logs never acknowledges a produce again "
                            "(each times out, nothing appended): a cluster that does not recover",
+    "commit-in-memory": "a group coordinator keeps committed offsets in its memory, not in ZooKeeper: a new "
+                        "coordinator (the old one died, or the group moved) knows none of them",
     "forget-acked-sometimes": "in about half of all clusters (a coin flipped from the cluster id, which is "
                               "random per cluster), each broker acknowledges the first plain (non-idempotent) "
                               "batch it leads without appending it: a failure that shows in some runs of one "

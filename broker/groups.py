@@ -88,13 +88,17 @@ class Group:
 
 
 class GroupCoordinator:
-    def __init__(self, broker_id: int, zk_call, min_session_ms: int, max_session_ms: int, initial_delay_ms: int):
+    def __init__(self, broker_id: int, zk_call, min_session_ms: int, max_session_ms: int, initial_delay_ms: int,
+                 offsets_in_memory: bool = False):
         self.broker_id = broker_id
         self.zk_call = zk_call  # async fn(callable, *args) running a kazoo call in a thread
         self.min_session_ms = min_session_ms
         self.max_session_ms = max_session_ms
         self.initial_delay_ms = initial_delay_ms
         self.groups: dict[str, Group] = {}
+        # Planted bug commit-in-memory: committed offsets kept here, where no other broker finds them.
+        self.offsets_in_memory = offsets_in_memory
+        self.memory: dict[tuple[str, str, int], tuple[int, int, str]] = {}
 
     def group(self, group_id: str) -> Group:
         g = self.groups.get(group_id)
@@ -346,6 +350,11 @@ class GroupCoordinator:
 
     async def store_offsets(self, group_id: str, offsets) -> dict:
         """offsets: [(topic, partition, offset, leader_epoch, metadata)] -> {(topic, p): error}."""
+        if self.offsets_in_memory:
+            for topic, p, off, epoch, meta in offsets:
+                self.memory[(group_id, topic, p)] = (off, epoch, meta or "")
+            return {(topic, p): P.NONE for topic, p, *_ in offsets}
+
         def write(client):
             errors = {}
             for topic, p, off, epoch, meta in offsets:
@@ -365,6 +374,13 @@ class GroupCoordinator:
 
     async def fetch_offsets(self, group_id: str, wanted) -> dict:
         """wanted: {topic: [partitions]} or None for all -> {(topic, p): (offset, epoch, metadata)}."""
+        if self.offsets_in_memory:
+            kept = {(t, p): v for (g, t, p), v in self.memory.items() if g == group_id}
+            if wanted is None:
+                return kept
+            return {(t, p): kept.get((t, p), (-1, -1, "")) for t, parts in wanted.items()
+                    for p in (parts if parts is not None else sorted(q for s, q in kept if s == t))}
+
         def read(client):
             out = {}
             base = f"{Z.CONSUMERS}/{group_id}/offsets"

@@ -317,3 +317,35 @@ def test_early_isr_join_lets_a_follower_in_before_it_caught_up(make_cluster, bug
         assert at < hw, f"with the bug, the follower rejoins behind the high watermark (at {at}, hw {hw})"
     else:
         assert at >= hw, f"a follower rejoins once caught up (at {at}, hw {hw})"
+
+
+@pytest.mark.parametrize("bug", [False, True], ids=["correct", "commit-in-memory"])
+def test_commit_in_memory_forgets_committed_offsets_when_the_coordinator_moves(make_cluster, bug):
+    from confluent_kafka import Consumer, TopicPartition
+
+    from broker.groups import coordinator_for
+
+    cluster = make_cluster(3, settings=SAFE, bugs=["commit-in-memory"] if bug else [])
+    cluster.create_topic("offsets", partitions=1, replication_factor=3)
+    produce(cluster.bootstrap, "offsets", range(10), {"acks": "all"})
+    group = f"g-{uuid.uuid4().hex[:8]}"
+
+    def consumer():
+        return Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False})
+
+    first = consumer()
+    first.commit(offsets=[TopicPartition("offsets", 0, 7)], asynchronous=False)
+    assert first.committed([TopicPartition("offsets", 0)], timeout=10)[0].offset == 7
+    first.close()
+    # The coordinator dies; the group moves to another broker.
+    old = coordinator_for(group, sorted(cluster.brokers))
+    cluster.kill(old)
+    wait_for(lambda: old not in cluster.registered(), 30, 0.1, "the dead coordinator's session to expire")
+    assert coordinator_for(group, sorted(b for b in cluster.brokers if b != old)) != old
+    second = consumer()
+    try:
+        found = second.committed([TopicPartition("offsets", 0)], timeout=20)[0].offset
+    finally:
+        second.close()
+    # With the bug the new coordinator knows no offset (librdkafka: OFFSET_INVALID, -1001).
+    assert found == (-1001 if bug else 7)
