@@ -44,7 +44,7 @@ from core.errors import HistoryError, UserError
 from core.history.batches import decode, file_tables
 from core.history.dumps import dumps as find_dumps
 from core.history.files import load_run_json, resolve
-from core.history.format import FINAL_READS
+from core.history.format import FINAL_READS, TYPES
 from core.history.jsonl import iter_jsonl
 from core.history.parquet import events_at, write_parquet
 from core.history.states import read_states
@@ -215,16 +215,20 @@ def _rows_again(files: list[Path], fold: dict[int, int], shards: int) -> list[li
 
 def _unfinished_processing(read: HistoryRead, files: list[Path], fold: dict[int, int]) -> r.Shard:
     """The records of `process` invocations never completed (PROCESSED_OPEN
-    rows): they may have been handled. Few: at most one per process, read
-    from the history by their indexes."""
-    indexes = read.unanswered("process")
-    if not len(indexes):
+    rows: they may have been handled) or answered fail or info
+    (PROCESSED_FAIL, PROCESSED_INFO: the completion need not repeat them).
+    Few: about one per crash, read from the history by their indexes."""
+    ended, how = read.pairs.process_ended()
+    kind_of = {int(i): (r.PROCESSED_FAIL if t == TYPES.index("fail") else r.PROCESSED_INFO)
+               for i, t in zip(ended.tolist(), how.tolist())}
+    kind_of.update({int(i): r.PROCESSED_OPEN for i in read.unanswered("process").tolist()})
+    if not kind_of:
         return r.Shard()
-    events = events_at(files, indexes.tolist(), ("process", "records"))
+    events = events_at(files, sorted(kind_of), ("process", "records"))
     parts = []
     for index, e in sorted(events.items()):
         records = e["records"] or []
-        parts.append(r.Rows.of(r.PROCESSED_OPEN, len(records), value=[x["value"] for x in records],
+        parts.append(r.Rows.of(kind_of[index], len(records), value=[x["value"] for x in records],
                                pos=r.packed(np.array([x["partition"] for x in records], np.int64),
                                             np.array([fold.get(x["offset"], x["offset"]) for x in records],
                                                      np.int64)),

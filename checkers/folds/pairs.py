@@ -4,8 +4,10 @@ latency histograms, the invocations by operation, and those never answered.
 A send is paired by its value (the invocations not yet answered are kept,
 sorted by value), every other operation by order within its process and
 `f` (the k-th completion answers the k-th invocation; a completion with no
-invocation left to answer refuses the history, by its index). From each
-pair, its completion is counted in a histogram by (operation, outcome,
+invocation left to answer refuses the history, by its index); a `process`
+that ended `fail` or `info` is kept as its invocation's index (its records
+are the invocation's: the contract has the completion repeat them only when
+ok). From each pair, its completion is counted in a histogram by (operation, outcome,
 second of completion, 4 % latency bucket) with the largest latency
 (checkers/stats.py reads quantiles off them). Each batch's sends' pairs are
 left on it (`Events.send_pairs`: each send completion's invocation's key,
@@ -49,11 +51,15 @@ class Pairs:
         self._invoked = np.zeros(0, np.int64)
         self._completed = np.zeros(0, np.int64)
         self._open = (_EMPTY, _EMPTY, _EMPTY)
+        # `process` invocations answered fail or info: their indexes and those types.
+        self._process_ended: list[tuple[np.ndarray, np.ndarray]] = []
+        self._process_op = -1
 
     def add(self, ev: Events) -> None:
         if len(ev.names.ops) > MAX_OPS:
             raise HistoryError(f"more than {MAX_OPS} distinct operation names ('f'): not a history of this contract")
         self._names = {i: name for name, i in ev.names.ops.items()}
+        self._process_op = ev.names.op("process")
         send = ev.is_op("send")
         invoke = ev.typ == INVOKE
         ev.send_pairs = self._pair_sends(ev.value, ev.key, ev.time, ev.index, send, invoke)
@@ -128,6 +134,10 @@ class Pairs:
         self._open = (keys[~answered], times[~answered], indexes[~answered])
         client = process[at[comp]] >= 0
         done = at[comp][client]
+        if self._process_op >= 0:
+            ended = (f[done] == self._process_op) & (typ[done] != TYPES.index("ok"))
+            if ended.any():
+                self._process_ended.append((indexes[i][client][ended], typ[done][ended]))
         self._add_latencies(f[done], typ[done], time[done], (time[done] - times[i][client]))
 
     def _add_latencies(self, f, typ, time, latency) -> None:
@@ -157,6 +167,12 @@ class Pairs:
         """The latency histograms' rows (stats.HISTOGRAM_COLUMNS), for `stats.latency`."""
         return [dict(zip(HISTOGRAM_COLUMNS, (self._names[f], TYPES[typ], second, bucket, n, m)))
                 for (f, typ, second, bucket), (n, m) in self._histogram.items()]
+
+    def process_ended(self) -> tuple[np.ndarray, np.ndarray]:
+        """The `process` invocations answered fail or info: their indexes and the types that answered them."""
+        if not self._process_ended:
+            return _EMPTY, _EMPTY
+        return tuple(np.concatenate(x) for x in zip(*self._process_ended))
 
     def unanswered(self, op: int) -> np.ndarray:
         """The indexes of the invocations of operation `op` (not a send) that no completion answered, in order."""

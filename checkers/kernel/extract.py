@@ -55,7 +55,9 @@ def extract(ev: Events, fold: dict[int, int] | None = None, shards: int = 1) -> 
         add(r.RUNS, _runs(ev, recs.parent, recs.slot, recs.partition, offset, recs.value).split_rows(
             r.RUNS, shards))
     processed = []
-    for kind, type_ in ((r.PROCESSED_OK, "ok"), (r.PROCESSED_FAIL, "fail"), (r.PROCESSED_INFO, "info")):
+    # A step that ended fail or info handled its invocation's records, which the
+    # completion need not repeat: the driver adds those (checkers/check.py).
+    for kind, type_ in ((r.PROCESSED_OK, "ok"),):
         done = ev.is_op("process") & ev.is_type(type_)
         if done.any():
             items = flatten(ev.table, "records", done)

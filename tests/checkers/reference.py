@@ -200,7 +200,7 @@ def _groups(client: list[dict], reads: list, final_read: list, ends: dict) -> di
         if g is None:
             continue
         if comp is None or comp["type"] in ("ok", "info"):
-            for rec in (comp or inv)["records"]:
+            for rec in inv["records"]:  # the step's records: a completion repeats them only when ok
                 handled.add((g, rec["value"]))
         if comp is not None and comp["type"] == "ok":
             for rec in comp["records"]:

@@ -88,6 +88,26 @@ def test_no_consumer_loss_above_the_commit_below_the_first_delivery_or_after_a_f
     assert [e["value"] for e in r["anomalies"]["consumer-loss"]["examples"]] == [4]
 
 
+def test_a_step_that_ended_unknown_or_failed_handled_its_invocation_s_records(hist, check):
+    # The contract has only an ok completion repeat the records: a step cut by a
+    # kill (info) or refused (fail) is answered by its error alone, as a
+    # supervisor records it for a killed client.
+    _log(hist, range(6))
+    hist.assign(4, [0], group="g1")
+    hist.committed(4, "g1", {0: 2})
+    hist.poll(4, (0, 2, 2), (0, 3, 3), (0, 4, 4))
+    hist.process(4, (0, 2, 2))
+    hist.process(4, (0, 3, 3), outcome=None)
+    hist.add(4, "info", "process", error="SIGKILL")  # perhaps handled
+    hist.process(4, (0, 4, 4), outcome=None)
+    hist.add(4, "fail", "process", error="REFUSED")  # certainly not: lost, below the commit
+    _final(hist, {0: list(range(6))})
+    hist.committed(21, "g1", {0: 5}, final=True)
+    r = check(hist)
+    assert r["counts_by_anomaly"] == only(consumer_loss=1)
+    assert [e["value"] for e in r["anomalies"]["consumer-loss"]["examples"]] == [4]
+
+
 def test_each_group_answers_for_its_own_members(hist, check):
     _log(hist, range(3))
     for process, group in ((4, "g1"), (5, "g2")):
