@@ -149,10 +149,14 @@ class Facts:
     reads_at: dict[int, list[Read]] = field(default_factory=dict)  # pos -> reads there
     final_start: int | None = None  # time the first final reads began
     final_events: list[dict] = field(default_factory=list)
+    # The consumer groups' own events, in the history's order: assigns, commits,
+    # committed reads, crashes, and the handling steps that ended unknown.
+    group_events: list[dict] = field(default_factory=list)
 
 
 SCAN_COLUMNS = ("index", "time", "process", "type", "f", "key", "value", "partition", "offset", "error",
-                "records", "partitions", "ends", "extra")
+                "records", "partitions", "ends", "offsets", "group", "generation", "final", "extra")
+GROUP_FS = ("assign", "commit", "committed", "crash")  # few in any history: a group's story reads them all
 
 
 @dataclass
@@ -194,6 +198,7 @@ def scan(source: HistorySource, indexes: set[int], values: set[int], positions: 
         if facts.final_start is None:
             facts.final_start = part.facts.final_start
         facts.final_events += part.facts.final_events
+        facts.group_events += part.facts.group_events
     _mark_final(facts)
     return facts
 
@@ -214,12 +219,17 @@ def _scan_part(tables, indexes: set[int], values: set[int], positions: set[int])
         pos = pc.add(pc.shift_left(table["partition"], POS), table["offset"])
         is_send = pc.equal(f, "send")
         keep = pc.or_kleene(pc.is_in(table["index"], value_set=want_i), pc.equal(f, FINAL_READS))
+        group_event = pc.or_kleene(pc.is_in(f, value_set=pa.array(GROUP_FS)),
+                                   pc.and_kleene(pc.equal(f, "process"), pc.equal(typ, "info")))
+        keep = pc.or_kleene(keep, group_event)
         keep = pc.or_kleene(keep, pc.and_kleene(is_send, pc.is_in(table["value"], value_set=want_v)))
         keep = pc.or_kleene(keep, pc.and_kleene(pc.and_kleene(is_send, pc.equal(typ, "ok")),
                                                 pc.is_in(pos, value_set=want_p)))
         for e in table_to_events(table.filter(pc.fill_null(keep, False))):
             if e["index"] in indexes:
                 facts.events[e["index"]] = e
+            if e["f"] in GROUP_FS or e["f"] == "process":
+                facts.group_events.append(e)
             if e["f"] == FINAL_READS:
                 facts.final_events.append(e)
                 if e["type"] == "invoke" and facts.final_start is None:
@@ -771,7 +781,9 @@ class Explainer:
         return st.done()
 
     def consumer_loss(self, name: str, ex: dict) -> dict:
-        """A record a consumer group committed past that no member handled."""
+        """A record a consumer group committed past that no member handled:
+        who it was delivered to, who committed past it and when, how that
+        member ended, and where the member that took the partition over began."""
         p, o, v, group = ex["partition"], ex["offset"], ex["value"], ex["group"]
         st = _Story(name, partition=p, offset=o, value=v, group=group)
         self._send(st, v, (p, o))
@@ -780,15 +792,55 @@ class Explainer:
         run = [r for r in reads if not r.final]
         if run:
             self._window(st, p, run[0].time, self._end() or run[-1].time)
+        first = next((r for r in run if r.index == ex.get("read_index")), run[0] if run else None)
+        said = [f"{v} at {p}:{o} was " + (f"delivered to process {first.process} at {_s(first.time)}" if first
+                                           else "never delivered to a member")]
+        if first is not None:
+            said += self._member_after(st, group, first.process, p, o, first.time)
         st.add(self._end(), f"group {group}'s final committed offset of partition {p} is "
                             f"{ex.get('final_committed')}: past {o}, which no member of it handled")
-        first = next((r for r in run if r.index == ex.get("read_index")), run[0] if run else None)
-        st.summary = (f"{v} at {p}:{o} was "
-                      + (f"delivered to process {first.process} at {_s(first.time)}" if first
-                         else "never delivered to a member")
-                      + f", never handled by group {group}, which committed past it "
-                        f"(to offset {ex.get('final_committed')}).")
+        st.summary = (", ".join(said) + f"; never handled by group {group}, which committed past it "
+                      f"(to offset {ex.get('final_committed')}).")
         return st.done()
+
+    def _member_after(self, st: _Story, group: str, proc: int, p: int, o: int, since: int) -> list[str]:
+        """After member `proc` was delivered p:o at `since`: its commit past o, how
+        it ended, and the member that took partition p next and its start offset;
+        the summary's words for each."""
+        said: list[str] = []
+        events = [e for e in self.facts.group_events if e["time"] >= since]
+        commit = next((e for e in events if e["process"] == proc and e["f"] == "commit" and e["type"] == "ok"
+                       and any(x["partition"] == p and x["offset"] > o for x in e.get("offsets") or [])), None)
+        if commit is not None:
+            c = next(x["offset"] for x in commit["offsets"] if x["partition"] == p)
+            st.add(commit["time"], f"process {proc} committed partition {p} to offset {c}, past {o}, at "
+                                   f"{_s(commit['time'])}", event=commit["index"])
+            said.append(f"committed past by it at {_s(commit['time'])}")
+        cut = next((e for e in events if e["process"] == proc and e["f"] == "process" and e["type"] == "info"), None)
+        crash = next((e for e in events if e["process"] == proc and e["f"] == "crash"), None)
+        if crash is not None:
+            killed = next((i for i in self.intervals if isinstance(i.get("hit"), dict)
+                           and proc in (i["hit"].get("clients") or [])), None)
+            how = f" ({cut['error']})" if cut is not None and cut.get("error") else ""
+            if killed is not None:
+                st.add(killed["start"], f"the nemesis's {killed['f']} hit process {proc} at {_s(killed['start'])}",
+                       event=killed["index"])
+            st.add(crash["time"], f"process {proc} ended{how} at {_s(crash['time'])}, before handling {o}",
+                   event=crash["index"])
+            said.append(f"and process {proc} " + ("was killed" if killed is not None else "ended")
+                        + f" at {_s(killed['start'] if killed is not None else crash['time'])} before handling it")
+            after = crash["time"]
+            took = next((e for e in events if e["time"] >= after and e["f"] == "assign" and e["type"] == "ok"
+                         and e.get("group") == group and p in (e.get("partitions") or [])), None)
+            if took is not None:
+                start = next((x["offset"] for e in events if e["process"] == took["process"]
+                              and e["f"] == "committed" and e["type"] == "ok" and e["index"] > took["index"]
+                              for x in e.get("offsets") or [] if x["partition"] == p), None)
+                frm = f" from offset {start}" if start is not None else ""
+                st.add(took["time"], f"process {took['process']} took partition {p} at {_s(took['time'])}{frm}",
+                       event=took["index"])
+                said.append(f"process {took['process']} took partition {p} at {_s(took['time'])}{frm}")
+        return said
 
 
 def _first_time(got: dict) -> int:
@@ -876,6 +928,15 @@ def explain(source: HistorySource, results: dict, stories: dict[str, Callable], 
     end = max([e["time"] for e in faults] + [facts.final_start or 0]) + 1
     # A fault never healed: to just past the end of the history.
     intervals = fault_intervals(faults, fault_ends or {}, end).intervals
+    # What each start's completion said it hit (a member process: `clients`).
+    done = {}
+    for e in sorted(faults, key=lambda e: e["index"]):
+        if e["type"] != "invoke" and e["f"] not in done:
+            done[e["f"]] = []
+        if e["type"] != "invoke":
+            done[e["f"]].append(e)
+    for i in intervals:
+        i["hit"] = next((e.get("value") for e in done.get(i["f"], []) if e["index"] > i["index"]), None)
     ex = Explainer(facts, Timeline(states), disk, intervals)
     out = []
     for name, example in chosen:

@@ -269,3 +269,46 @@ def test_a_history_in_parts_is_scanned_part_by_part_with_the_same_facts(hist, tm
             write_parquet(iter(hist.events[a:b]), folder / f"part-{n:05d}.parquet")
         assert len(resolve(folder).files) == len(cuts) + 1
         assert scan(resolve(folder), *wanted) == expected, cuts
+
+
+def test_consumer_loss_story_names_the_kill_the_commit_and_the_successor(hist, check, tmp_path):
+    for o, v in enumerate(range(10, 14)):
+        hist.send(0, v, 0, o)                                             # 0..7
+    hist.assign(4, [0], group="g1", generation=1)                         # 8, 9
+    hist.committed(4, "g1", {0: -1})                                      # 10, 11
+    hist.poll(4, (0, 0, 10), (0, 1, 11), (0, 2, 12), (0, 3, 13))          # 12, 13
+    hist.process(4, (0, 0, 10))                                           # 14, 15
+    hist.commit(4, "g1", {0: 4})                                          # 16, 17: the library's
+    hist.add("nemesis", "invoke", "kill", value={"mode": "consumers"})    # 18
+    hist.add("nemesis", "ok", "kill", value={"clients": [4], "group": "g1", "os_pid": 99,
+                                             "verified": {"ok": True, "process_gone": {"4": True}}})
+    hist.process(4, (0, 1, 11), outcome=None)                             # 20
+    hist.add(4, "info", "process", error="SIGKILL")                       # 21
+    hist.crash(4)                                                         # 22, 23
+    hist.add("nemesis", "invoke", "start", value={})                      # 24
+    hist.add("nemesis", "ok", "start", value={"clients": [5], "group": "g1", "verified": {"ok": True}})
+    hist.assign(5, [0], group="g1", generation=2)                         # 26, 27
+    hist.committed(5, "g1", {0: 4})                                       # 28, 29
+    hist.final_reads(20, [0])                                             # 30
+    hist.poll(20, (0, 0, 10), (0, 1, 11), (0, 2, 12), (0, 3, 13))         # 31, 32
+    hist.final_reads_ok(20, {0: 4})                                       # 33
+    hist.committed(21, "g1", {0: 4}, final=True)                          # 34, 35
+    _tenths(hist)
+    results = check(hist)
+    stories = _by(explain_run(resolve(tmp_path), results, STORIES, ENDS), "consumer-loss")
+    # 11's step was cut (info: maybe handled); 12 and 13 were never begun.
+    assert [s["value"] for s in stories] == [12, 13]
+    assert stories[0]["summary"] == (
+        "12 at 0:2 was delivered to process 4 at 1.3 s, committed past by it at 1.7 s, and process 4 was killed "
+        "at 1.8 s before handling it, process 5 took partition 0 at 2.7 s from offset 4; never handled by group "
+        "g1, which committed past it (to offset 4).")
+    texts = [s["text"] for s in stories[0]["steps"]]
+    assert texts[texts.index("delivered at 0:2 by process 4 at 1.3 s"):] == [
+        "delivered at 0:2 by process 4 at 1.3 s",
+        "process 4 committed partition 0 to offset 4, past 2, at 1.7 s",
+        "fault kill (consumers) from 1.8 s to 2.5 s",
+        "the nemesis's kill hit process 4 at 1.8 s",
+        "process 4 ended (SIGKILL) at 2.2 s, before handling 2",
+        "process 5 took partition 0 at 2.7 s from offset 4",
+        "group g1's final committed offset of partition 0 is 4: past 2, which no member of it handled",
+        "the final reads found it at 0:2 at 3.2 s"]
