@@ -222,6 +222,51 @@ def unread_png(unread: dict[str, list[list]], intervals: list[dict], end_s: floa
     return out
 
 
+GROUP_PARTITIONS = 6  # partitions drawn per group at most (the first ones)
+
+
+def groups_png(groups: dict[str, dict], intervals: list[dict]) -> str:
+    """Per consumer group (harness/run/evidence.py's `group_progress`), each
+    partition's log end, what the members had handled and what the group had
+    committed over time, with its members' rebalances and crashes: a committed
+    line above the handled one is what a crash now would skip."""
+    import matplotlib.pyplot as plt
+
+    names = sorted(groups)
+    fig, axes = plt.subplots(len(names), 1, figsize=(11, 3.2 * len(names)), squeeze=False)
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, name in zip(axes[:, 0], names):
+        g = groups[name]
+        _shade(ax, intervals)
+        for k, (p, series) in enumerate(sorted(g["partitions"].items())[:GROUP_PARTITIONS]):
+            colour = cycle[k % len(cycle)]
+            for key, style in (("end", {"ls": ":", "lw": 1.0}), ("handled", {"ls": "-", "lw": 1.0, "alpha": 0.6}),
+                               ("committed", {"ls": "-", "lw": 2.0})):
+                points = series.get(key) or []
+                if points:
+                    ax.step([x[0] for x in points], [x[1] for x in points], where="post", color=colour,
+                            label=f"p{p} {key}", **style)
+            read = [x for x in series.get("read back") or [] if x[1] >= 0]
+            if read:
+                ax.plot([x[0] for x in read], [x[1] for x in read], "o", color=colour, ms=4, mfc="none",
+                        label=f"p{p} committed, read back")
+        for t in g.get("rebalances") or []:
+            ax.axvline(t, color="#868e96", lw=0.6, alpha=0.5)
+        crashes = g.get("crashes") or []
+        if crashes:
+            top = ax.get_ylim()[1]
+            ax.plot([c[0] for c in crashes], [top] * len(crashes), "x", color="#e03131", ms=8, mew=2,
+                    label="a member crashed or was killed", clip_on=False)
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("offset")
+        ax.set_title(f"Consumer group {name}: log end (dotted), handled (thin), committed (thick); "
+                     "grey lines: rebalances", fontsize=9)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+    out = _png(fig)
+    plt.close(fig)
+    return out
+
+
 def draw(results: dict, ev) -> dict[str, str]:
     """The report's images as base64 PNGs, from results.json and the run's
     evidence (harness/run/evidence.py's Evidence): `latency`, `throughput`
@@ -295,6 +340,11 @@ def draw(results: dict, ev) -> dict[str, str]:
             out["unread"] = unread_png(series["unread"], intervals, ev.history_end / 1e9)
     except (KeyError, TypeError, ValueError) as e:
         log.warning("no lag or unread plot: %s", e)
+    try:
+        if getattr(ev, "groups", None):
+            out["groups"] = groups_png(ev.groups, intervals)
+    except (KeyError, TypeError, ValueError) as e:
+        log.warning("no consumer group figure: %s", e)
     return out
 
 
@@ -378,6 +428,13 @@ def figures_html(images: dict[str, str]) -> str:
                      "acknowledged values no poll had returned yet.</p>")
         parts += [f"<img alt='{k}' src='data:image/png;base64,{images[k]}'>" for k in ("lag", "unread")
                   if k in images]
+    if "groups" in images:
+        parts.append("<h2>Consumer groups</h2><p class='muted'>Per group and partition: the log's end, the "
+                     "highest offset its members had handled and what the group had committed (rings: "
+                     "committed offsets read back); where the committed line runs above the handled one, a "
+                     "member killed then skips what lies between. Shaded: fault intervals; crosses: members "
+                     "that crashed or were killed.</p>"
+                     f"<img alt='consumer groups' src='data:image/png;base64,{images['groups']}'>")
     if "timeline" in images:
         name = esc(images["timeline"])
         parts.append(f"<p><a href='{name}'>Timeline of operations per process</a> ({name}).</p>")

@@ -18,7 +18,7 @@ from pathlib import Path
 from core.errors import HistoryError
 from core.history.faults import fault_intervals as paired_intervals
 from core.history.files import HistorySource, iter_source_jsonl, load_run_json, resolve
-from core.history.format import NEMESIS_PROCESS_ID
+from core.history.format import COMMITTED, NEMESIS_PROCESS_ID
 from core.history.jsonl import ReadReport
 from core.history.parquet import events_to_table, table_to_events
 from core.history.states import read_states as read_states_file
@@ -59,6 +59,7 @@ class Evidence:
     marks: list[dict] = field(default_factory=list)  # the examples' events, at their partition and time
     excerpt: list[dict] = field(default_factory=list)  # the history events the page cites, with context
     timeline: tuple | None = None  # (operations to draw, how they were chosen)
+    groups: dict = field(default_factory=dict)  # per consumer group, its progress (`group_progress`)
     files: list[str] = field(default_factory=list)  # the run's files to link, relative to its folder
 
 
@@ -90,6 +91,11 @@ def gather(run_dir: Path, results: dict) -> Evidence:
             ev.timeline = timeline_ops(table, TIMELINE_BUDGET)
         except (KeyError, TypeError, ValueError) as e:
             log.warning("no timeline: %s", e)
+        if (ev.run.get("workload") or {}).get("groups"):
+            try:
+                ev.groups = group_progress(source, table)
+            except (KeyError, TypeError, ValueError, OSError, HistoryError) as e:
+                log.warning("no consumer group figure: %s", e)
     states = read_states(ev.folder)
     until = max([ev.history_end] + [s["time"] for s in states])
     try:
@@ -161,6 +167,101 @@ def _read_columns(source: HistorySource, columns: list[str], batch: int = 250_00
             events = []
     tables.append(events_to_table(events).select(columns))
     return pa.concat_tables(tables)
+
+
+GROUP_POINTS = 1_000  # points a series of the group figure holds at most
+
+
+def group_progress(source: HistorySource, table) -> dict:
+    """Per consumer group, over time: per partition the log's end (the highest
+    acknowledged offset + 1), what its members had handled (the highest handled
+    offset + 1), what it had committed (each ok commit) and what reads of its
+    committed offsets returned, with its members' rebalances and crashes:
+    {group: {"partitions": {p: {"end", "handled", "committed", "read back":
+    [[s, offset], ...]}}, "rebalances": [s, ...], "crashes": [[s, process],
+    ...]}}. `table`: the history's COLUMNS, already read."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    extra = _read_columns(source, ["process", "type", "f", "offsets", "group", "partitions"])
+    f = extra["f"]
+    is_group = pc.fill_null(pc.is_in(f, value_set=_pa_strings(("assign", "commit", COMMITTED))), False)
+    marked = extra.filter(is_group).append_column("time", table["time"].filter(is_group))
+    member: dict[int, str] = {}
+    reading: dict[int, str] = {}  # process -> the group of its committed read under way
+    out: dict[str, dict] = {}
+    for e in marked.to_pylist():
+        name = e["group"] if e["group"] is not None else reading.pop(e["process"], None)
+        if name is None:
+            continue
+        if e["f"] != COMMITTED:
+            member.setdefault(e["process"], name)
+        g = out.setdefault(name, {"partitions": {}, "rebalances": [], "crashes": []})
+        at = round(e["time"] / 1e9, 3)
+        if e["f"] == "assign" and e["type"] == "ok":
+            g["rebalances"].append(at)
+        elif e["type"] == "ok" and e["f"] in ("commit", COMMITTED):
+            series = "committed" if e["f"] == "commit" else "read back"
+            for x in e["offsets"] or []:
+                g["partitions"].setdefault(x["partition"], {}).setdefault(series, []).append([at, x["offset"]])
+        elif e["f"] == COMMITTED and e["type"] == "invoke":
+            reading[e["process"]] = name
+    if not out:
+        return {}
+    crashed = table.filter(pc.fill_null(pc.and_(pc.equal(table["f"], "crash"), pc.equal(table["type"], "ok")),
+                                        False))
+    for t, proc in zip(crashed["time"].to_pylist(), crashed["process"].to_pylist()):
+        if proc in member:
+            out[member[proc]]["crashes"].append([round(t / 1e9, 3), proc])
+    end_s = (int(table["time"][-1].as_py()) if table.num_rows else 0) / 1e9
+    grid = np.linspace(0.0, end_s, GROUP_POINTS)
+    # The log's end: every partition's acknowledged offsets, as a running maximum.
+    acks = table.filter(pc.fill_null(pc.and_(pc.equal(table["f"], "send"), pc.equal(table["type"], "ok")), False))
+    ends = _running_max(acks["time"].to_numpy(zero_copy_only=False) / 1e9,
+                        acks["partition"].to_numpy(zero_copy_only=False),
+                        acks["offset"].to_numpy(zero_copy_only=False) + 1, grid)
+    done = pc.fill_null(pc.and_(pc.equal(table["f"], "process"), pc.equal(table["type"], "ok")), False)
+    steps = table.filter(done)
+    procs = steps["process"].to_numpy(zero_copy_only=False)
+    records = steps["records"].combine_chunks()
+    parent = pc.list_parent_indices(records).to_numpy()
+    flat = pc.list_flatten(records)
+    times = steps["time"].to_numpy(zero_copy_only=False)[parent] / 1e9
+    for name, g in out.items():
+        mine = np.isin(procs[parent], [p for p, grp in member.items() if grp == name])
+        handled = _running_max(times[mine], flat.field("partition").to_numpy(zero_copy_only=False)[mine],
+                               flat.field("offset").to_numpy(zero_copy_only=False)[mine] + 1, grid)
+        for p in sorted(set(ends) | set(handled) | set(g["partitions"])):
+            into = g["partitions"].setdefault(p, {})
+            into["end"], into["handled"] = ends.get(p, []), handled.get(p, [])
+            into.setdefault("committed", [])
+            into.setdefault("read back", [])
+    return out
+
+
+def _pa_strings(values):
+    import pyarrow as pa
+
+    return pa.array(list(values), pa.string())
+
+
+def _running_max(time, partition, offset, grid) -> dict[int, list[list]]:
+    """Per partition, the running maximum of `offset` over `time` (in time
+    order), at the times of `grid` where it changed: [[s, offset], ...]."""
+    import numpy as np
+
+    out: dict[int, list[list]] = {}
+    for p in np.unique(partition).tolist():
+        at = partition == p
+        t, o = time[at], offset[at]
+        order = np.argsort(t, kind="stable")
+        t, o = t[order], np.maximum.accumulate(o[order])
+        i = np.searchsorted(t, grid, "right") - 1
+        seen = i >= 0
+        values = o[i[seen]]
+        keep = np.concatenate(([True], values[1:] != values[:-1])) if len(values) else values.astype(bool)
+        out[int(p)] = [[round(float(s), 3), int(v)] for s, v in zip(grid[seen][keep], values[keep])]
+    return out
 
 
 def history_table(source: HistorySource):

@@ -208,3 +208,47 @@ def test_timeline_in_chromium_has_no_overflow_errors_or_requests(tmp_path):
             # The SVG scrolls inside its frame; the page itself does not overflow.
             assert seen.scroll_width <= seen.inner_width == width
             assert seen.console_errors == [] and seen.requests == [] and seen.globals == {"pwned": None}
+
+
+def _offsets(**by_partition):
+    return [{"partition": int(p[1:]), "offset": o} for p, o in by_partition.items()]
+
+
+GROUP_ROWS = [
+    (1, "invoke", "send", 1, {"key": 0, "value": 10}),
+    (1, "ok", "send", 2, {"key": 0, "value": 10, "partition": 0, "offset": 0}),
+    (1, "invoke", "send", 3, {"key": 0, "value": 11}),
+    (1, "ok", "send", 4, {"key": 0, "value": 11, "partition": 0, "offset": 1}),
+    (4, "invoke", "assign", 5, {"partitions": [0], "group": "g1", "generation": 1}),
+    (4, "ok", "assign", 5, {"partitions": [0], "group": "g1", "generation": 1}),
+    (4, "invoke", "committed", 6, {"group": "g1", "partitions": [0]}),
+    (4, "ok", "committed", 7, {"offsets": _offsets(p0=-1)}),
+    (4, "invoke", "poll", 8, {}),
+    (4, "ok", "poll", 9, {"records": [_rec(0, 0, 10), _rec(0, 1, 11)]}),
+    (4, "invoke", "commit", 10, {"group": "g1", "offsets": _offsets(p0=2)}),  # the library's, before handling
+    (4, "ok", "commit", 11, {"group": "g1", "offsets": _offsets(p0=2)}),
+    (4, "invoke", "process", 12, {"records": [{"partition": 0, "offset": 0, "value": 10}]}),
+    (4, "ok", "process", 13, {"records": [{"partition": 0, "offset": 0, "value": 10}]}),
+    (4, "invoke", "crash", 14, {}),
+    (4, "ok", "crash", 14, {}),
+    (9, "invoke", "committed", 20, {"group": "g1", "partitions": [0], "final": True}),
+    (9, "ok", "committed", 21, {"offsets": _offsets(p0=2)}),
+]
+
+
+def test_a_consumer_group_s_progress_and_its_figure(tmp_path):
+    table = _history(tmp_path, GROUP_ROWS)
+    (tmp_path / "run.json").write_text(json.dumps({"workload": {"groups": [{"name": "g1"}]}}))
+    progress = E.group_progress(resolve(tmp_path), table)
+    end = 0.021  # the history's last time: the series are sampled up to it
+    assert progress == {"g1": {
+        "rebalances": [0.005], "crashes": [[0.014, 4]],
+        "partitions": {0: {"committed": [[0.011, 2]], "read back": [[0.007, -1], [0.021, 2]],
+                           "end": [[0.002, 1], [0.004, 2]], "handled": [[0.013, 1]]}}}}
+    assert max(x[0] for p in progress["g1"]["partitions"].values() for s in p.values() for x in s) <= end
+    ev = E.gather(tmp_path, {"anomalies": {}})
+    images = draw({"anomalies": {}}, ev)
+    assert "groups" in images and "Consumer groups" in figures_html(images)
+    # A run without groups draws none.
+    (tmp_path / "run.json").write_text(json.dumps({"workload": {"groups": []}}))
+    assert "groups" not in draw({"anomalies": {}}, E.gather(tmp_path, {"anomalies": {}}))
