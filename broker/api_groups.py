@@ -1,5 +1,7 @@
 """The consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup,
-Heartbeat, LeaveGroup, OffsetCommit and OffsetFetch.
+Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, and DescribeGroups and
+ListGroups (what `kafka-consumer-groups --describe` and an admin client's
+describe ask, such as which broker coordinates a group).
 
 Each checks that this broker coordinates the group (a stable hash over
 the live brokers, broker/groups.py) and hands the request to the group
@@ -27,10 +29,41 @@ class GroupApis:
         return {P.FIND_COORDINATOR: self.handle_find_coordinator, P.JOIN_GROUP: self.handle_join_group,
                 P.SYNC_GROUP: self.handle_sync_group, P.HEARTBEAT: self.handle_heartbeat,
                 P.LEAVE_GROUP: self.handle_leave_group, P.OFFSET_COMMIT: self.handle_offset_commit,
-                P.OFFSET_FETCH: self.handle_offset_fetch}
+                P.OFFSET_FETCH: self.handle_offset_fetch, P.DESCRIBE_GROUPS: self.handle_describe_groups,
+                P.LIST_GROUPS: self.handle_list_groups}
 
     def _is_coordinator(self, group: str) -> bool:
         return coordinator_for(group, list(self.metadata.live)) == self.id
+
+    async def handle_describe_groups(self, req, version, client_id):
+        R = P.DescribeGroupsResponse
+        G = R.DescribedGroup
+        M = G.DescribedGroupMember
+        described = []
+        for group_id in req.groups:
+            if not self._is_coordinator(group_id):
+                described.append(G(error_code=P.NOT_COORDINATOR, group_id=group_id, group_state="",
+                                   protocol_type="", protocol_data="", members=[]))
+                continue
+            g = self.groups.groups.get(group_id)
+            if g is None:  # a group this coordinator holds no members of (its offsets may still exist)
+                described.append(G(error_code=P.NONE, group_id=group_id, group_state="Dead", protocol_type="",
+                                   protocol_data="", members=[]))
+                continue
+            stable = g.state == "Stable"
+            described.append(G(
+                error_code=P.NONE, group_id=group_id, group_state=g.state, protocol_type=g.protocol_type or "",
+                protocol_data=g.protocol_name or "",
+                members=[M(member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+                           client_host="", member_metadata=m.metadata_for(g.protocol_name or "") if stable else b"",
+                           member_assignment=m.assignment if stable else b"") for m in g.members.values()]))
+        return R(throttle_time_ms=0, groups=described)
+
+    async def handle_list_groups(self, req, version, client_id):
+        R = P.ListGroupsResponse
+        mine = [g for gid, g in self.groups.groups.items() if self._is_coordinator(gid)]
+        return R(throttle_time_ms=0, error_code=P.NONE,
+                 groups=[R.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "") for g in mine])
 
     async def handle_find_coordinator(self, req, version, client_id):
         R = P.FindCoordinatorResponse

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import struct
 
-from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+from kafka.protocol.admin import (CreateTopicsRequest, CreateTopicsResponse, DescribeGroupsRequest,
+                                  DescribeGroupsResponse, ListGroupsRequest, ListGroupsResponse)
 from kafka.protocol.consumer import (FetchRequest, FetchResponse, HeartbeatRequest, HeartbeatResponse,
                                      JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
                                      ListOffsetsRequest, ListOffsetsResponse, OffsetCommitRequest,
@@ -71,6 +72,8 @@ JOIN_GROUP = 11
 HEARTBEAT = 12
 LEAVE_GROUP = 13
 SYNC_GROUP = 14
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
 API_VERSIONS = 18
 CREATE_TOPICS = 19
 INIT_PRODUCER_ID = 22
@@ -89,6 +92,8 @@ APIS = {
     12: (HeartbeatRequest, HeartbeatResponse, 0, 3),
     13: (LeaveGroupRequest, LeaveGroupResponse, 0, 3),
     14: (SyncGroupRequest, SyncGroupResponse, 0, 3),
+    15: (DescribeGroupsRequest, DescribeGroupsResponse, 0, 4),
+    16: (ListGroupsRequest, ListGroupsResponse, 0, 3),
     18: (ApiVersionsRequest, ApiVersionsResponse, 0, 3),
     19: (CreateTopicsRequest, CreateTopicsResponse, 2, 4),
     22: (InitProducerIdRequest, InitProducerIdResponse, 0, 1),

@@ -86,6 +86,21 @@ class BrokerBase:
             log.debug("metadata request failed: %s", e)
             return None
 
+    def group_coordinator(self, group: str, timeout: float = 5.0) -> str | None:
+        """The node coordinating consumer group `group`, as the brokers answer a
+        DescribeGroups request (None when none answers)."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap(), "socket.timeout.ms": int(timeout * 1000),
+                             "logger": client_log})
+        try:
+            found = admin.describe_consumer_groups([group], request_timeout=timeout)[group].result(timeout=timeout)
+        except (KafkaException, ValueError) as e:
+            log.debug("describing group %s failed: %s", group, e)
+            return None
+        return self.node_of(found.coordinator.id) if found.coordinator is not None else None
+
     def node_of(self, broker_id: int | None) -> str | None:
         """The node running broker `broker_id`, None if none does."""
         return {i: name for name, i in self._ids.items()}.get(broker_id)

@@ -102,6 +102,13 @@ class Primaries(Protocol):
 
 
 @runtime_checkable
+class GroupCoordinators(Protocol):
+    """Which node coordinates a consumer group, for faults aimed at it."""
+
+    def group_coordinator(self, group: str) -> str | None: ...
+
+
+@runtime_checkable
 class ControllerQuorum(Protocol):
     """The nodes voting in the system's KRaft controller quorum, for faults aimed at them."""
 

@@ -120,6 +120,8 @@ def how_words(value: dict) -> str:
         return f"the leader of partition {value['clients_of']}"
     if value.get("controller") is True:
         return "the controller"
+    if "coordinator_of" in value:
+        return f"the coordinator of group {value['coordinator_of']}"
     if value.get("kraft_controllers") is True:
         return "the KRaft controller quorum"
     if value.get("zookeeper") is True:

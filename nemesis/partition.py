@@ -11,9 +11,10 @@ it with iptables on the nodes and heals it. The schedule draws a shape
   it would cut nothing, and the draw gives isolate-one instead);
 - bridge: two halves that only one node, the bridge, hears both of;
 - isolate-leader, isolate-replicas, isolate-followers, isolate-out-of-sync,
-  isolate-controller: the leader, the replicas, the followers or the
-  out-of-sync replicas of a topic partition, or the controller, as the
-  system names them when the fault starts, cut off from every other node.
+  isolate-controller, isolate-group-coordinator: the leader, the replicas,
+  the followers or the out-of-sync replicas of a topic partition, the
+  controller, or the coordinator of the run's consumer group, as the system
+  names them when the fault starts, cut off from every other node.
 
 Three shapes cut one port, not whole nodes (infra.net.cut_ports), because
 what they cut shares its node with what must stay connected:
@@ -46,8 +47,8 @@ from infra import net
 from infra.nodes import parallel
 from infra.system import BrokerSystem, ControllerQuorum
 from nemesis.fault import NETWORK, Context, Fault, FaultError, Step, how_words, natural, node_words, verdict
-from nemesis.targets import (PARTITION_TARGETS, controller, followers_of, kraft_controllers, leader_of, out_of_sync_of,
-                             replicas_of, zookeeper)
+from nemesis.targets import (PARTITION_TARGETS, controller, followers_of, group_coordinator, kraft_controllers,
+                             leader_of, out_of_sync_of, replicas_of, watched_group, zookeeper)
 
 MAX_PROBES = 12  # cut pairs probed per partition (all of them on small clusters)
 PROBE_PORT = 22  # sshd answers on every node, whatever the system is doing
@@ -55,12 +56,14 @@ PARTITION_MODES = ("isolate-one", "halves", "majorities-ring", "bridge")  # draw
 # The shape a --nemesis-targets asks of a partition; any other target draws one of PARTITION_MODES.
 MODE_OF_TARGET = {"one": "isolate-one", "leaders": "isolate-leader", "replicas": "isolate-replicas",
                   "followers": "isolate-followers", "out-of-sync": "isolate-out-of-sync",
-                  "controller": "isolate-controller", "kraft-controllers": "split-kraft-controllers",
+                  "controller": "isolate-controller", "group-coordinator": "isolate-group-coordinator",
+                  "kraft-controllers": "split-kraft-controllers",
                   "zookeeper": "isolate-zookeeper", "clients": "cut-clients", "minority": "isolate-minority",
                   "majority": "isolate-majority", "all": "split-all"}
 # Shapes whose nodes are looked up when the fault starts (the seed's shuffle goes unused).
 ROLE_SHAPES = ("isolate-leader", "isolate-replicas", "isolate-followers", "isolate-out-of-sync",
-               "isolate-controller", "split-kraft-controllers", "isolate-zookeeper", "cut-clients")
+               "isolate-controller", "isolate-group-coordinator", "split-kraft-controllers", "isolate-zookeeper",
+               "cut-clients")
 CONTROL = "control"  # the control node, in a port cut's probes
 PORT_SHAPES = ("isolate-zookeeper", "split-kraft-controllers", "cut-clients")  # cut a port, not whole nodes
 
@@ -209,6 +212,11 @@ def start(ctx: Context, step: Step) -> tuple[dict, dict]:
         node = controller(ctx)
         grudge = net.isolate(ctx.cluster, [node])
         value = {"mode": mode, "isolated": node}
+    elif mode == "isolate-group-coordinator":
+        group = watched_group(ctx)
+        node = group_coordinator(ctx, group)
+        grudge = net.isolate(ctx.cluster, [node])
+        value = {"mode": mode, "coordinator_of": group, "isolated": node}
     else:
         grudge = grudge_for(mode, ctx.names, step.picks)
         value = {"mode": mode}

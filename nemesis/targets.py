@@ -15,6 +15,9 @@ out-of-sync replicas, the controller, the KRaft quorum, the ZooKeeper nodes).
   the fault is not applied, its start is an `info` event whose error says
   so (naming the partition and its ISR), and the run goes on;
 - controller: the controller when the fault starts;
+- group-coordinator: the node coordinating the run's first consumer group
+  (its `[[groups]]`, else the consumers' own group in subscribe mode) when
+  the fault starts, as the brokers answer DescribeGroups;
 - kraft-controllers: the nodes of the KRaft controller quorum (Kafka with
   `--kafka-mode kraft` only; any other system is refused before the run);
 - zookeeper: the nodes the run's ZooKeeper ensemble runs on (the first
@@ -40,17 +43,17 @@ from __future__ import annotations
 
 import random
 
-from infra.system import ControllerQuorum, PartitionStates, Primaries
+from infra.system import ControllerQuorum, GroupCoordinators, PartitionStates, Primaries
 from infra.zookeeper import ZooKeeper
 from nemesis.fault import Context, FaultError, Step
 
 TARGETS = ("random", "one", "minority", "majority", "leaders", "replicas", "followers", "out-of-sync",
-           "controller", "kraft-controllers", "zookeeper", "clients", "consumers", "all")
+           "controller", "group-coordinator", "kraft-controllers", "zookeeper", "clients", "consumers", "all")
 # Targets that name a topic partition, drawn by the schedule.
 PER_TOPIC_PARTITION = ("leaders", "replicas", "followers", "out-of-sync", "clients")
 # Targets looked up when the step runs (the seed's picks go unused).
-ROLE_TARGETS = ("leaders", "replicas", "followers", "out-of-sync", "controller", "kraft-controllers",
-                "zookeeper", "clients")
+ROLE_TARGETS = ("leaders", "replicas", "followers", "out-of-sync", "controller", "group-coordinator",
+                "kraft-controllers", "zookeeper", "clients")
 # Every fault on a node list but partition (clients is the partition's alone, consumers
 # the process faults' alone).
 NODE_TARGETS = tuple(t for t in TARGETS if t not in ("clients", "consumers"))
@@ -106,6 +109,9 @@ def resolve(ctx: Context, step: Step) -> tuple[list[str], dict]:
         return out_of_sync_of(ctx, partition)
     if step.mode == "controller":
         return [controller(ctx)], {"controller": True}
+    if step.mode == "group-coordinator":
+        group = watched_group(ctx)
+        return [group_coordinator(ctx, group)], {"coordinator_of": group}
     if step.mode == "kraft-controllers":
         return kraft_controllers(ctx), {"kraft_controllers": True}
     if step.mode == "zookeeper":
@@ -180,6 +186,25 @@ def controller(ctx: Context) -> str:
     node = ctx.system.controller() if isinstance(ctx.system, Primaries) else None
     if not node:
         raise FaultError("no controller known")
+    return node
+
+
+def watched_group(ctx: Context) -> str:
+    """The consumer group a group-coordinator fault aims at: the run's first [[groups]] table's,
+    else the consumers' own group in subscribe mode."""
+    config = getattr(ctx.clients, "config", None)
+    if config is not None and config.groups:
+        return config.groups[0].name
+    if config is not None and config.consumer_mode == "subscribe":
+        return config.group_id
+    raise FaultError("group-coordinator: the run has no consumer group ([[groups]] or --consumer-mode subscribe)")
+
+
+def group_coordinator(ctx: Context, group: str) -> str:
+    """The node coordinating `group` now."""
+    node = ctx.system.group_coordinator(group) if isinstance(ctx.system, GroupCoordinators) else None
+    if not node:
+        raise FaultError(f"group-coordinator: no coordinator known for group {group}")
     return node
 
 

@@ -369,6 +369,8 @@ def validate(s: TestSpec) -> None:
         why = refusal(str(target), s.system, s.system_options)
         if why:
             bad(why)
+    if "group-coordinator" in used and not (s.groups or s.consumer_mode == "subscribe"):
+        bad("group-coordinator: the target needs a consumer group ([[groups]] or --consumer-mode subscribe)")
     if "consumers" in used and not (s.groups and s.client_processes):
         bad("consumers: the target needs group members running as processes ([[groups]] and "
             "client-processes = true)")

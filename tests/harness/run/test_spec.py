@@ -207,6 +207,13 @@ def test_consumer_groups_come_from_groups_tables_and_go_back_to_a_spec_file(tmp_
             build({"groups": bad})
 
 
+def test_the_group_coordinator_target_needs_a_consumer_group():
+    with pytest.raises(UserError, match="group-coordinator: the target needs a consumer group"):
+        build({"nemesis": "kill", "nemesis_targets": "group-coordinator"})
+    assert build({"nemesis": "kill,partition", "nemesis_targets": "group-coordinator",
+                  "consumer_mode": "subscribe"}).nemesis_targets == "group-coordinator"
+
+
 def test_the_consumers_target_needs_group_members_running_as_processes():
     group = [{"name": "g", "commit": "auto"}]
     with pytest.raises(UserError, match="consumers: the target needs group members running as processes"):
