@@ -9,7 +9,8 @@ import re
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, ConsumerGroupState, Producer
+from confluent_kafka.admin import AdminClient
 
 from tests.broker.helpers import BackgroundProducer, check_partition_offsets, log_values, produce, read_all, wait_for
 
@@ -97,6 +98,23 @@ def test_group_rebalance_splits_partitions_between_members(make_cluster):
             return assigned[1] and assigned[2] and assigned[1] | assigned[2] == {0, 1, 2} \
                 and not assigned[1] & assigned[2]
         wait_for(split, 60, 0.0, "two members sharing three partitions")
+        # An admin client describes the group as its coordinator holds it (DescribeGroups),
+        # and lists it (ListGroups): what kafka-consumer-groups --describe asks.
+        from broker.groups import coordinator_for
+
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+
+        def described():
+            a.poll(0.1)
+            b.poll(0.1)
+            d = admin.describe_consumer_groups(["pair"])["pair"].result(timeout=10)
+            return d if d.state == ConsumerGroupState.STABLE else None
+        d = wait_for(described, 30, 0.0, "the group described as stable")
+        assert d.coordinator.id == coordinator_for("pair", sorted(cluster.brokers))
+        assert sorted(p.partition for m in d.members for p in m.assignment.topic_partitions) == [0, 1, 2]
+        assert len(d.members) == 2 and d.partition_assignor == "range"
+        listed = admin.list_consumer_groups().result(timeout=10).valid
+        assert "pair" in [g.group_id for g in listed]
     finally:
         a.close()
         b.close()
