@@ -38,6 +38,8 @@ PLANTED_BUGS = {
                            "(each times out, nothing appended): a cluster that does not recover",
     "commit-in-memory": "a group coordinator keeps committed offsets in its memory, not in ZooKeeper: a new "
                         "coordinator (the old one died, or the group moved) knows none of them",
+    "stale-offset-cache": "a group coordinator answers offset fetches from the offsets it committed itself, "
+                          "kept since: a group that moved away and back is told where it stood before the move",
     "forget-acked-sometimes": "in about half of all clusters (a coin flipped from the cluster id, which is "
                               "random per cluster), each broker acknowledges the first plain (non-idempotent) "
                               "batch it leads without appending it: a failure that shows in some runs of one "

@@ -89,7 +89,7 @@ class Group:
 
 class GroupCoordinator:
     def __init__(self, broker_id: int, zk_call, min_session_ms: int, max_session_ms: int, initial_delay_ms: int,
-                 offsets_in_memory: bool = False):
+                 offsets_in_memory: bool = False, stale_cache: bool = False):
         self.broker_id = broker_id
         self.zk_call = zk_call  # async fn(callable, *args) running a kazoo call in a thread
         self.min_session_ms = min_session_ms
@@ -99,6 +99,10 @@ class GroupCoordinator:
         # Planted bug commit-in-memory: committed offsets kept here, where no other broker finds them.
         self.offsets_in_memory = offsets_in_memory
         self.memory: dict[tuple[str, str, int], tuple[int, int, str]] = {}
+        # Planted bug stale-offset-cache: what this coordinator committed, answered from
+        # here ever after, though another coordinator may have committed since.
+        self.stale_cache = stale_cache
+        self.cache: dict[tuple[str, str, int], tuple[int, int, str]] = {}
 
     def group(self, group_id: str) -> Group:
         g = self.groups.get(group_id)
@@ -366,6 +370,8 @@ class GroupCoordinator:
                     except NoNodeError:
                         client.create(path, data, makepath=True)
                     errors[(topic, p)] = P.NONE
+                    if self.stale_cache:
+                        self.cache[(group_id, topic, p)] = (off, epoch, meta or "")
                 except Exception as e:  # connection loss: the client retries
                     log.warning("offset commit %s %s-%d failed: %s", group_id, topic, p, e)
                     errors[(topic, p)] = P.COORDINATOR_NOT_AVAILABLE
@@ -397,6 +403,9 @@ class GroupCoordinator:
                     except NoNodeError:
                         parts = []
                 for p in parts:
+                    if (group_id, topic, p) in self.cache:
+                        out[(topic, p)] = self.cache[(group_id, topic, p)]
+                        continue
                     try:
                         d = json.loads(client.get(Z.offset_path(group_id, topic, p))[0])
                         out[(topic, p)] = (int(d["offset"]), int(d.get("leader_epoch", -1)), d.get("metadata", ""))

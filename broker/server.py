@@ -58,7 +58,8 @@ class Broker(MetadataListener):
         self.groups = GroupCoordinator(self.id, self.metadata.zk_call, self.cfg.group_min_session_timeout_ms,
                                        self.cfg.group_max_session_timeout_ms,
                                        self.cfg.group_initial_rebalance_delay_ms,
-                                       offsets_in_memory=self.cfg.bug("commit-in-memory"))
+                                       offsets_in_memory=self.cfg.bug("commit-in-memory"),
+                                       stale_cache=self.cfg.bug("stale-offset-cache"))
         self.handlers = {**LogApis(self.cfg, self.metadata, self.replicas).handlers(),
                          **TopicApis(self.cfg, self.metadata).handlers(),
                          **GroupApis(self.id, self.metadata, self.groups).handlers()}

@@ -349,3 +349,43 @@ def test_commit_in_memory_forgets_committed_offsets_when_the_coordinator_moves(m
         second.close()
     # With the bug the new coordinator knows no offset (librdkafka: OFFSET_INVALID, -1001).
     assert found == (-1001 if bug else 7)
+
+
+@pytest.mark.parametrize("bug", [False, True], ids=["correct", "stale-offset-cache"])
+def test_stale_offset_cache_answers_what_the_group_committed_before_it_moved(make_cluster, bug):
+    from confluent_kafka import Consumer, TopicPartition
+
+    from broker.groups import coordinator_for
+
+    cluster = make_cluster(3, settings={**SAFE, "zookeeper.session.timeout.ms": "2000"},
+                           bugs=["stale-offset-cache"] if bug else [])
+    cluster.create_topic("offsets", partitions=1, replication_factor=3)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+
+    def commit(offset: int) -> None:
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False})
+        try:
+            c.commit(offsets=[TopicPartition("offsets", 0, offset)], asynchronous=False)
+        finally:
+            c.close()
+
+    def fetched() -> int:
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False})
+        try:
+            return c.committed([TopicPartition("offsets", 0)], timeout=20)[0].offset
+        finally:
+            c.close()
+
+    commit(7)
+    first = coordinator_for(group, sorted(cluster.brokers))
+    # The coordinator stops (not killed: it keeps what it holds); its session ends and the
+    # group moves to another broker, which takes a commit of 9.
+    cluster.pause(first)
+    wait_for(lambda: first not in cluster.registered(), 30, 0.1, "the paused coordinator's session to end")
+    commit(9)
+    assert fetched() == 9
+    # Back: it registers again and coordinates the group again.
+    cluster.resume(first)
+    wait_for(lambda: first in cluster.registered(), 30, 0.1, "the coordinator to register again")
+    time.sleep(1.0)  # every broker sees it live again
+    assert fetched() == (7 if bug else 9)
