@@ -1,12 +1,16 @@
 """Group members as OS processes (workloads/process_slot.py, workloads/client_process.py),
-killed with SIGKILL mid-handling against a real local Apache Kafka: the seed notes' two sentences."""
+killed with SIGKILL mid-handling against a real local Apache Kafka: the seed notes' two sentences,
+no process left and no stale member in the group."""
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
 import pytest
+
+from confluent_kafka.admin import AdminClient
 
 from checkers.check import Options, check_history as check
 from workloads.config import GroupConfig, WorkloadConfig
@@ -43,6 +47,7 @@ def test_a_member_killed_while_handling_a_poll(kafka, history, workloads, topic_
     # Once the member handles a poll of several records, kill it after its second step.
     _wait_for(lambda: wl.stats()["ops"].get("process", {}).get("ok", 0) >= 1)
     time.sleep(1.5)  # a poll's backlog of records piles up behind the slow steps
+    os_pid = slot.os_pid
     killed = slot.signal(signal.SIGKILL)
     assert killed is not None
     _wait_for(lambda: slot.pid != killed and slot.os_pid is not None)
@@ -50,6 +55,11 @@ def test_a_member_killed_while_handling_a_poll(kafka, history, workloads, topic_
     # handles from where the group's commits stood.
     handled = wl.stats()["ops"]["process"]["ok"]
     _wait_for(lambda: wl.stats()["ops"]["process"]["ok"] > handled + 20, timeout=40)
+    # The killed process is gone, and the group holds no stale member: only the successor.
+    assert not os.path.exists(f"/proc/{os_pid}") or open(f"/proc/{os_pid}/stat").read().split()[2] == "Z"
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    members = admin.describe_consumer_groups(["g"])["g"].result(timeout=10).members
+    assert [m.client_id for m in members] == [f"harness-c{slot.pid}"]
     stop = wl.stop(timeout=10)
     report = wl.final_reads(30.0)
     history.close()
