@@ -403,7 +403,8 @@ def _components(grudge: dict) -> list[list[str]] | None:
 def _fault_text(i: dict) -> str:
     """'start-partition n1 n5 | n2 n3 n4', 'start-partition (majorities-ring)', 'kill on n3'."""
     start = i["value"] if isinstance(i.get("value"), dict) else {}
-    v = {**start, **(i["end_value"] if isinstance(i.get("end_value"), dict) else {})}
+    hit = i["hit"] if isinstance(i.get("hit"), dict) else {}
+    v = {**start, **hit, **(i["end_value"] if isinstance(i.get("end_value"), dict) else {})}
     grudge = v.get("grudge")
     what = ""
     if isinstance(grudge, dict):
@@ -415,6 +416,8 @@ def _fault_text(i: dict) -> str:
         what = " on " + _nodes(v["nodes"])
     elif v.get("mode"):
         what = f" ({v['mode']})"
+    if isinstance(v.get("coordinator_of"), str):
+        what += f", the coordinator of group {v['coordinator_of']}"
     return f"{i['f']}{what}"
 
 
@@ -801,6 +804,41 @@ class Explainer:
                             f"{ex.get('final_committed')}: past {o}, which no member of it handled")
         st.summary = (", ".join(said) + f"; never handled by group {group}, which committed past it "
                       f"(to offset {ex.get('final_committed')}).")
+        return st.done()
+
+    def lost_commit(self, name: str, ex: dict) -> dict:
+        """An acknowledged commit a later read of the group's offsets did not
+        return: the commit, what happened to the group between (faults,
+        rebalances, crashes), and the read."""
+        group, p, c = ex["group"], ex["partition"], ex["acked"]
+        returned = "none" if ex["returned"] == -1 else ex["returned"]
+        st = _Story(name, group=group, partition=p, offset=c)
+        acked = self.facts.events.get(ex["acked_index"])
+        read = self.facts.events.get(ex["completion_index"])
+        if acked is None or read is None:
+            return None
+        st.add(acked["time"], f"process {acked['process']} committed partition {p} of group {group} to offset {c}: "
+                              f"acknowledged at {_s(acked['time'])}", event=acked["index"])
+        between = [e for e in self.facts.group_events if acked["time"] <= e["time"] <= read["time"]]
+        active = [i for i in self.intervals if i["start"] <= read["time"] and i["end"] >= acked["time"]]
+        for i in active[:SHOW_FAULTS]:
+            st.add(i["start"], f"fault {_fault_text(i)} from {_s(i['start'])} to {_s(i['end'])}", event=i["index"])
+        moves = [e for e in between if e["f"] == "assign" and e["type"] == "ok" and e.get("group") == group
+                 and p in (e.get("partitions") or [])]
+        for e in moves[:SHOW_CHANGES]:
+            gen = f" (generation {e['generation']})" if e.get("generation") is not None else ""
+            st.add(e["time"], f"process {e['process']} was given partition {p} at {_s(e['time'])}{gen}",
+                   event=e["index"])
+        for e in [e for e in between if e["f"] == "crash" and e["type"] == "ok"][:SHOW_CHANGES]:
+            st.add(e["time"], f"process {e['process']} ended at {_s(e['time'])}", event=e["index"])
+        st.add(read["time"], f"process {read['process']} read group {group}'s committed offset of partition {p} "
+                             f"at {_s(read['time'])}: {returned}", event=read["index"])
+        st.summary = (f"group {group}'s commit of partition {p} to {c}, acknowledged at {_s(acked['time'])} "
+                      f"(process {acked['process']}), was read back as {returned} at {_s(read['time'])} "
+                      f"(process {read['process']}), with no lower commit between"
+                      + (f"; meanwhile {len(active)} fault{'s' if len(active) != 1 else ''} and "
+                         f"{len(moves)} rebalance{'s' if len(moves) != 1 else ''} of that partition" if active or moves
+                         else "") + ".")
         return st.done()
 
     def _member_after(self, st: _Story, group: str, proc: int, p: int, o: int, since: int) -> list[str]:

@@ -280,7 +280,7 @@ LOST_COMMIT = Anomaly(
         c, at, group="group", partition="partition", invoke_index="invoke_index",
         completion_index="completion_index", acked="acked", acked_index="acked_index"),
         c.returned[at].tolist())], facts),
-    line=_lost_commit_line)
+    line=_lost_commit_line, story=lambda x, name, e: x.lost_commit(name, e))
 
 
 # --------------------------------------------------------------------------

@@ -312,3 +312,33 @@ def test_consumer_loss_story_names_the_kill_the_commit_and_the_successor(hist, c
         "process 5 took partition 0 at 2.7 s from offset 4",
         "group g1's final committed offset of partition 0 is 4: past 2, which no member of it handled",
         "the final reads found it at 0:2 at 3.2 s"]
+
+
+def test_lost_commit_story_names_the_commit_the_moves_between_and_the_read(hist, check, tmp_path):
+    for o, v in enumerate(range(10, 13)):
+        hist.send(0, v, 0, o)                                             # 0..5
+    hist.assign(4, [0], group="g1", generation=3)                         # 6, 7
+    hist.commit(4, "g1", {0: 3})                                          # 8, 9
+    hist.add("nemesis", "invoke", "kill", value={"mode": "group-coordinator"})  # 10
+    hist.add("nemesis", "ok", "kill", value={"nodes": ["n2"], "coordinator_of": "g1"})
+    hist.crash(4)                                                         # 12, 13
+    hist.assign(5, [0], group="g1", generation=1)                         # 14, 15
+    hist.committed(5, "g1", {0: -1})                                      # 16, 17: the new coordinator knows none
+    hist.add("nemesis", "invoke", "start", value={})                      # 18
+    hist.add("nemesis", "ok", "start", value={"nodes": ["n2"]})
+    hist.final_reads(20, [0])                                             # 20
+    hist.poll(20, (0, 0, 10), (0, 1, 11), (0, 2, 12))                     # 21, 22
+    hist.final_reads_ok(20, {0: 3})                                       # 23
+    _tenths(hist)
+    results = check(hist)
+    assert results["anomalies"]["lost-commit"]["count"] == 1
+    [story] = _by(explain_run(resolve(tmp_path), results, STORIES, ENDS), "lost-commit")
+    assert story["summary"] == (
+        "group g1's commit of partition 0 to 3, acknowledged at 0.9 s (process 4), was read back as none at 1.7 s "
+        "(process 5), with no lower commit between; meanwhile 1 fault and 1 rebalance of that partition.")
+    assert [s["text"] for s in story["steps"]] == [
+        "process 4 committed partition 0 of group g1 to offset 3: acknowledged at 0.9 s",
+        "fault kill on n2, the coordinator of group g1 from 1.0 s to 1.9 s",
+        "process 4 ended at 1.3 s",
+        "process 5 was given partition 0 at 1.5 s (generation 1)",
+        "process 5 read group g1's committed offset of partition 0 at 1.7 s: none"]
