@@ -1,8 +1,9 @@
-"""`kill` and `pause` of a client: target `consumers`.
+"""`kill` and `pause` of a client: targets `consumers`, `producers`, `clients`.
 
-A consumer group's members can run as OS processes of their own (a run's
-`client-processes`, workloads/process_slot.py). With the target `consumers`
-the fault hits one of them, drawn by the seed among the members (the
+The producers and the consumer groups' members can run as OS processes of
+their own (a run's `client-processes`, workloads/process_slot.py). With the
+target `consumers` the fault hits one of the members, with `producers` one
+of the producers, with `clients` any of them, drawn by the seed (the
 step's first pick, modulo their number), instead of a broker:
 
 - kill: SIGKILL of the member's process; verified when it is gone. Its
@@ -12,8 +13,9 @@ step's first pick, modulo their number), instead of a broker:
 - pause: SIGSTOP; verified when the process is in state T; its end sends
   SIGCONT and verifies it left that state.
 
-The history's value names the member's process id and group (`clients`,
-`group`), and its OS pid. The heal resumes every member process.
+The history's value names the client's process id (`clients`), its role
+(`role`: member or producer), a member's group, and its OS pid. The heal
+resumes every client process.
 """
 
 from __future__ import annotations
@@ -23,21 +25,28 @@ import signal
 from core.waiting import holds_within
 from nemesis.fault import Context, FaultError, Step, verdict
 
-CONSUMERS = "consumers"
+CONSUMERS, PRODUCERS, CLIENTS = "consumers", "producers", "clients"
+CLIENT_TARGETS = (CONSUMERS, PRODUCERS, CLIENTS)
+_ROLES = {CONSUMERS: ("member",), PRODUCERS: ("producer",), CLIENTS: ("member", "producer")}
 
 
-def members(ctx: Context) -> list:
-    """The group members running as processes (their supervisors), in a fixed order."""
-    found = ctx.clients.client_processes() if ctx.clients is not None else []
+def processes(ctx: Context, target: str) -> list:
+    """The clients running as processes (their supervisors) that `target` names, in a fixed order."""
+    found = [s for s in (ctx.clients.client_processes() if ctx.clients is not None else [])
+             if s.role in _ROLES[target]]
     if not found:
-        raise FaultError("consumers: no group member runs as a process of its own "
-                         "(a run needs [[groups]] and client-processes = true)")
+        raise FaultError(f"{target}: no such client runs as a process of its own "
+                         "(a run needs client-processes = true, and [[groups]] for consumers)")
     return found
 
 
 def _chosen(ctx: Context, step: Step):
-    found = members(ctx)
+    found = processes(ctx, step.mode)
     return found[(step.picks[0] if step.picks else 0) % len(found)]
+
+
+def _what(member) -> dict:
+    return {"role": member.role, **({"group": member.group.name} if member.group is not None else {})}
 
 
 def os_state(os_pid: int) -> str | None:
@@ -54,9 +63,9 @@ def start_kill(ctx: Context, step: Step) -> tuple[dict, dict]:
     os_pid = member.os_pid
     pid = member.signal(signal.SIGKILL)
     if pid is None:
-        raise FaultError(f"consumers: member {member.name} runs no process now")
+        raise FaultError(f"{step.mode}: {member.what} {member.name} runs no process now")
     gone = holds_within(lambda: os_state(os_pid) in (None, "Z"), 5)
-    value = {"clients": [pid], "group": member.group.name, "os_pid": os_pid,
+    value = {"clients": [pid], **_what(member), "os_pid": os_pid,
              "verified": {"ok": gone, "process_gone": {str(pid): gone}}}
     return value, {"member": member, "killed": pid}
 
@@ -65,7 +74,7 @@ def after_kill(ctx: Context, state: dict) -> dict:
     """A successor runs in the killed member's place (its supervisor started it)."""
     member = state["member"]
     running = holds_within(lambda: member.os_pid is not None and member.pid != state["killed"], 15)
-    return {"clients": [member.pid] if running else [], "group": member.group.name,
+    return {"clients": [member.pid] if running else [], **_what(member),
             "verified": {"ok": running, "successor_running": running}}
 
 
@@ -74,9 +83,9 @@ def start_pause(ctx: Context, step: Step) -> tuple[dict, dict]:
     os_pid = member.os_pid
     pid = member.signal(signal.SIGSTOP)
     if pid is None:
-        raise FaultError(f"consumers: member {member.name} runs no process now")
+        raise FaultError(f"{step.mode}: {member.what} {member.name} runs no process now")
     stopped = holds_within(lambda: os_state(os_pid) == "T", 5)
-    value = {"clients": [pid], "group": member.group.name, "os_pid": os_pid,
+    value = {"clients": [pid], **_what(member), "os_pid": os_pid,
              "verified": {"ok": stopped, "stopped": {str(pid): stopped}}}
     return value, {"member": member, "paused": pid, "os_pid": os_pid}
 
@@ -85,12 +94,12 @@ def stop_pause(ctx: Context, state: dict) -> dict:
     member = state["member"]
     member.signal(signal.SIGCONT)
     resumed = holds_within(lambda: os_state(state["os_pid"]) != "T", 5)
-    return {"clients": [state["paused"]], "group": member.group.name,
+    return {"clients": [state["paused"]], **_what(member),
             "verified": {"ok": resumed, "resumed": {str(state["paused"]): resumed}}}
 
 
 def sweep(ctx: Context) -> dict:
-    """Every member process resumed (a paused one would hold its partitions)."""
+    """Every client process resumed (a paused member would hold its partitions)."""
     if ctx.clients is None:
         return {}
     resumed = [m.pid for m in ctx.clients.client_processes() if m.signal(signal.SIGCONT) is not None]
@@ -98,10 +107,11 @@ def sweep(ctx: Context) -> dict:
 
 
 def describe(value: dict, stopping: bool, yes_no: dict[str, tuple[str, str]]) -> tuple[str, str]:
-    """`consumer process 7 of group g1`, `verified: process gone`; `yes_no`:
-    the probe's key -> its words when it held and when not."""
+    """`consumer process 7 of group g1`, `producer process 3`, `verified:
+    process gone`; `yes_no`: the probe's key -> its words when it held and when not."""
     pids = value.get("clients") or []
-    what = f"consumer process {' '.join(str(p) for p in pids) or '(none)'}"
+    role = "producer" if value.get("role") == "producer" else "consumer"
+    what = f"{role} process {' '.join(str(p) for p in pids) or '(none)'}"
     if value.get("group"):
         what += f" of group {value['group']}"
     v = value.get("verified") if isinstance(value.get("verified"), dict) else {}

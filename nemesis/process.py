@@ -10,8 +10,8 @@ leaders, replicas, followers, out-of-sync, controller, kraft-controllers,
 zookeeper, all). With `zookeeper` they hit the ZooKeeper process on the
 ensemble's nodes instead of the broker (infra.zookeeper.ZooKeeper, found in
 the cluster's state): its end restarts or resumes ZooKeeper, and the sweep
-checks ZooKeeper's processes too. With `consumers` they hit a consumer
-group member's own process (nemesis/clients.py).
+checks ZooKeeper's processes too. With `consumers`, `producers` or
+`clients` they hit a client's own process (nemesis/clients.py).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def _state(ctx: Context, procs, name: str) -> str | None:
 
 
 def start_kill(ctx: Context, step: Step) -> tuple[dict, dict]:
-    if step.mode == clients.CONSUMERS:
+    if step.mode in clients.CLIENT_TARGETS:
         return clients.start_kill(ctx, step)
     names, how = resolve(ctx, step)
     on_zk = step.mode == "zookeeper"
@@ -58,7 +58,7 @@ def restart(ctx: Context, state: dict) -> dict:
 
 
 def start_pause(ctx: Context, step: Step) -> tuple[dict, dict]:
-    if step.mode == clients.CONSUMERS:
+    if step.mode in clients.CLIENT_TARGETS:
         return clients.start_pause(ctx, step)
     names, how = resolve(ctx, step)
     on_zk = step.mode == "zookeeper"

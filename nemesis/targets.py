@@ -30,8 +30,9 @@ out-of-sync replicas, the controller, the KRaft quorum, the ZooKeeper nodes).
   consumers and the nemesis run) cut off from the broker port of the leader
   of the drawn partition, while the brokers still reach it and ZooKeeper:
   the zombie leader as the clients see it;
-- consumers: kill and pause only: a consumer group member running as a
-  process of its own, drawn by the seed (nemesis/clients.py), not a node.
+- consumers, producers: kill and pause only: a consumer group member, or a
+  producer, running as a process of its own, drawn by the seed
+  (nemesis/clients.py), not a node; clients: with kill and pause, either.
 
 How a step chose its nodes goes into the history's event value
 (`leader_of`, `replicas_of`, `followers_of`, `out_of_sync_of` with the ISR
@@ -48,7 +49,8 @@ from infra.zookeeper import ZooKeeper
 from nemesis.fault import Context, FaultError, Step
 
 TARGETS = ("random", "one", "minority", "majority", "leaders", "replicas", "followers", "out-of-sync",
-           "controller", "group-coordinator", "kraft-controllers", "zookeeper", "clients", "consumers", "all")
+           "controller", "group-coordinator", "kraft-controllers", "zookeeper", "clients", "consumers", "producers",
+           "all")
 # Targets that name a topic partition, drawn by the schedule.
 PER_TOPIC_PARTITION = ("leaders", "replicas", "followers", "out-of-sync", "clients")
 # Targets looked up when the step runs (the seed's picks go unused).
@@ -56,12 +58,12 @@ ROLE_TARGETS = ("leaders", "replicas", "followers", "out-of-sync", "controller",
                 "kraft-controllers", "zookeeper", "clients")
 # Every fault on a node list but partition (clients is the partition's alone, consumers
 # the process faults' alone).
-NODE_TARGETS = tuple(t for t in TARGETS if t not in ("clients", "consumers"))
+NODE_TARGETS = tuple(t for t in TARGETS if t not in ("clients", "consumers", "producers"))
 # A partition's: every target but consumers (a member process has no links of its own).
-PARTITION_TARGETS = tuple(t for t in TARGETS if t != "consumers")
+PARTITION_TARGETS = tuple(t for t in TARGETS if t not in ("consumers", "producers"))
 # Targets hitting processes: the ZooKeeper nodes are hit in their ZooKeeper process,
 # consumers in a group member's own process.
-PROCESS_TARGETS = NODE_TARGETS + ("consumers",)
+PROCESS_TARGETS = NODE_TARGETS + ("clients", "consumers", "producers")
 # Targets for faults through the brokers' faultfs (disk, power-loss): ZooKeeper's data is not on it.
 DISK_TARGETS = tuple(t for t in NODE_TARGETS if t != "zookeeper")
 
@@ -116,10 +118,8 @@ def resolve(ctx: Context, step: Step) -> tuple[list[str], dict]:
         return kraft_controllers(ctx), {"kraft_controllers": True}
     if step.mode == "zookeeper":
         return zookeeper_nodes(ctx), {"zookeeper": True}
-    if step.mode == "clients":
-        raise FaultError("clients: only a partition cuts the clients off (--nemesis partition)")
-    if step.mode == "consumers":
-        raise FaultError("consumers: only kill and pause hit a consumer (--nemesis kill,pause)")
+    if step.mode in ("clients", "consumers", "producers"):
+        raise FaultError(f"{step.mode}: only a partition (clients) and kill and pause hit the clients")
     return [ctx.names[i] for i in step.picks], {}
 
 

@@ -132,8 +132,8 @@ class WorkloadConfig:
     topic_settings: Mapping[str, Any] = field(default_factory=dict)
     # Consumer groups beside the `consumers` above (GroupConfig, or tables of its fields).
     groups: tuple = ()
-    # Run each group member as an OS process of its own (workloads/process_slot.py),
-    # which faults can kill or pause; False: a thread of the harness.
+    # Run each producer and group member as an OS process of its own
+    # (workloads/process_slot.py), which faults can kill or pause; False: threads.
     client_processes: bool = False
 
     def __post_init__(self) -> None:

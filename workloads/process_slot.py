@@ -1,20 +1,25 @@
-"""A group member run as OS processes, one after another, as a supervisor runs them.
+"""A client run as OS processes, one after another, as a supervisor runs them.
 
-`ProcessSlot` is a thread of the workload that starts a member as a child
-process (workloads/client_process.py, one history process id), records
-every event the child writes, in the order it writes them, and when the
-child ends:
+`ProcessSlot` is a thread of the workload that starts a client (a group
+member, or a producer) as a child process (workloads/client_process.py,
+one history process id), records every event the child writes, in the
+order it writes them, and when the child ends:
 
 - its invocations still open end as `info` (error: how it ended, such as
   `SIGKILL`): a killed client's history is whole up to its last event,
   and nothing after it is invented;
 - unless it stopped cleanly, its `crash` is recorded and a successor with
-  a new process id is started, which joins the group again.
+  a new process id is started (a member joins the group again; a producer
+  sends values of a block of its own, VALUE_BLOCK values from the first
+  value, so that no two processes send one value).
 
-The workload stopping closes the child's standard input (it commits what
-is due, leaves the group and exits); a child still running past the
-workload's stop deadline and CLOSE_BOUND_S is killed. `os_pid` is the
-running child's, for the faults that hit clients.
+The workload stopping writes `stop SECONDS` to the child's standard input
+(what is left of the workload's stop deadline) and closes it: a member
+commits what is due and leaves its group, a producer lets its sends
+complete; a child still running past the deadline and CLOSE_BOUND_S is
+killed. `os_pid` is the running child's, for the faults that hit clients;
+a producer's slot counts its sends and acknowledgements as a producer
+thread does (`Stats.add_producer`), for the final reads' targets.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from typing import Iterator
 
 from workloads.clients import ClientContext
 from workloads.config import GroupConfig
@@ -35,19 +41,39 @@ from workloads.consumer import CLOSE_BOUND_S, REPLACE_BACKOFF_S
 log = logging.getLogger(__name__)
 child_log = logging.getLogger("workloads.client_process")
 
+MEMBER, PRODUCER = "member", "producer"
+VALUE_BLOCK = 1 << 32  # values a producer process may send, from the first of its block
+
 
 class ProcessSlot(threading.Thread):
-    """One member of `group`, as successive child processes (module docstring)."""
+    """One client, as successive child processes (module docstring): a member of
+    `group`, or a producer (`blocks`: the first values of the blocks to send)."""
 
-    def __init__(self, clients: ClientContext, slot: int, group: GroupConfig):
-        super().__init__(name=f"wl-{group.name}-{slot}-proc", daemon=True)
+    def __init__(self, clients: ClientContext, slot: int, group: GroupConfig | None = None,
+                 blocks: Iterator[int] | None = None):
+        self.role = MEMBER if group is not None else PRODUCER
+        super().__init__(name=f"wl-{group.name if group else 'producer'}-{slot}-proc", daemon=True)
         self.clients = clients
         self.group = group
+        self.blocks = blocks
         self.pid: int | None = None  # the running child's history process id
         self.os_pid: int | None = None
         self._child: subprocess.Popen | None = None
         self._lock = threading.Lock()
-        self.started_children = 0
+        # A producer's counts, as Stats reads them of a producer client.
+        self.invoked = self.acked = 0
+        self.acked_max: dict[int, int] = {}
+        self.open_sends: set[int] = set()
+        if self.role == PRODUCER:
+            clients.stats.add_producer(self)
+
+    @property
+    def outstanding(self) -> int:
+        return len(self.open_sends)
+
+    @property
+    def what(self) -> str:
+        return f"group {self.group.name} member" if self.group is not None else "producer"
 
     def run(self) -> None:
         try:
@@ -56,7 +82,7 @@ class ProcessSlot(threading.Thread):
                 if not self.clients.stopping.is_set():
                     self.clients.stopping.wait(REPLACE_BACKOFF_S)
         except Exception as e:
-            log.exception("group %s: member process slot failed", self.group.name)
+            log.exception("%s process slot failed", self.what)
             self.clients.stats.thread_failed(f"{self.name}: {type(e).__name__}: {e}")
 
     # -- one child
@@ -64,10 +90,13 @@ class ProcessSlot(threading.Thread):
     def _one_child(self) -> None:
         clients = self.clients
         pid = clients.new_pid()
+        order = {"config": clients.config.to_dict(), "bootstrap": clients.bootstrap, "pid": pid, "role": self.role}
+        if self.role == MEMBER:
+            order["group"] = self.group.name
+        else:
+            order["first_value"] = next(self.blocks)
         child = subprocess.Popen([sys.executable, "-m", "workloads.client_process"], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-        order = {"config": clients.config.to_dict(), "bootstrap": clients.bootstrap, "pid": pid,
-                 "group": self.group.name}
         try:
             child.stdin.write((json.dumps(order) + "\n").encode())
             child.stdin.flush()
@@ -75,56 +104,73 @@ class ProcessSlot(threading.Thread):
             pass
         with self._lock:
             self.pid, self.os_pid, self._child = pid, child.pid, child
-            self.started_children += 1
         threading.Thread(target=_pass_log, args=(child.stderr, pid), name=f"{self.name}-log", daemon=True).start()
-        stopper = threading.Thread(target=self._stop_when_asked, args=(child,), name=f"{self.name}-stop",
-                                   daemon=True)
-        stopper.start()
-        open_sends: set[int] = set()
+        threading.Thread(target=self._stop_when_asked, args=(child,), name=f"{self.name}-stop", daemon=True).start()
+        self.open_sends = set()
         open_ops: Counter = Counter()
         for line in child.stdout:
             if not line.endswith(b"\n"):  # cut by its death mid-write: never recorded
-                log.warning("group %s member process %d: a cut last event dropped", self.group.name, pid)
+                log.warning("%s process %d: a cut last event dropped", self.what, pid)
                 break
             event = json.loads(line)
             type_, f = event.pop("type"), event.pop("f")
             event.pop("process", None)
             if f == "send":
-                (open_sends.add if type_ == "invoke" else open_sends.discard)(event.get("value"))
+                self._count_send(type_, event)
             else:
                 open_ops[f] += 1 if type_ == "invoke" else -1
             clients.record(pid, type_, f, **event)
-            clients.stats.op(f, type_)
+            if f != "send":
+                clients.stats.op(f, type_)
         code = child.wait()
         with self._lock:
             self.os_pid = self._child = None
         ended = f"{signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
-        for value in sorted(open_sends):
+        for value in sorted(self.open_sends):
             clients.record(pid, "info", "send", value=value, error=ended)
+            clients.stats.completion("send", "info", ended)
+        self.open_sends = set()
         for f, n in open_ops.items():
             for _ in range(max(0, n)):
                 clients.record(pid, "info", f, error=ended)
         if code != 0:
-            log.info("group %s member process %d (pid %d) ended: %s", self.group.name, pid, child.pid, ended)
+            log.info("%s process %d (pid %d) ended: %s", self.what, pid, child.pid, ended)
             clients.record_crash(pid)
 
+    def _count_send(self, type_: str, event: dict) -> None:
+        """A producer's send event, counted as Stats counts a producer client's."""
+        value = event.get("value")
+        if type_ == "invoke":
+            self.open_sends.add(value)
+            self.invoked += 1
+            return
+        self.open_sends.discard(value)
+        if type_ == "ok":
+            self.acked += 1
+            p, o = event.get("partition"), event.get("offset")
+            if isinstance(p, int) and isinstance(o, int) and o > self.acked_max.get(p, -1):
+                self.acked_max[p] = o
+        else:
+            self.clients.stats.completion("send", type_, event.get("error"))
+
     def _stop_when_asked(self, child: subprocess.Popen) -> None:
-        """The workload stopping: close the child's input, and kill it if it has not gone in time."""
+        """The workload stopping: tell the child the time it has, and kill it if it has not gone in time."""
         clients = self.clients
         while child.poll() is None and not clients.stopping.wait(0.2):
             pass
         if child.poll() is not None:
             return
+        left = max(0.0, clients.stop_deadline - time.monotonic())
         try:
+            child.stdin.write(f"stop {left:.3f}\n".encode())
             child.stdin.close()
         except OSError:
             pass
-        bound = min(CLOSE_BOUND_S, max(0.0, clients.stop_deadline - time.monotonic())) + 1.0
+        bound = min(CLOSE_BOUND_S, left) + 1.0 if self.role == MEMBER else left + 1.0
         try:
             child.wait(bound)
         except subprocess.TimeoutExpired:
-            log.warning("group %s member process %d did not stop within %.1f s: killed", self.group.name,
-                        self.pid, bound)
+            log.warning("%s process %d did not stop within %.1f s: killed", self.what, self.pid, bound)
             child.kill()
 
     # -- for the faults that hit clients

@@ -28,7 +28,7 @@ from workloads.recording import ProcessIds, Recorder, Stats
 from workloads.config import WorkloadConfig
 from workloads.consumer import ConsumerSlot, FinalReadReport, Reader, final_reads, new_reader
 from workloads.group import GroupSlot, final_committed
-from workloads.process_slot import ProcessSlot
+from workloads.process_slot import VALUE_BLOCK, ProcessSlot
 from workloads.producer import ProducerClient, ProducerSlot, new_producer_client
 
 log = logging.getLogger(__name__)
@@ -106,14 +106,18 @@ class Workload:
             raise RuntimeError("workload already started")
         self._started = True
         cfg = self.config
-        producers = [ProducerSlot(self.clients, i, self._values, self.new_producer_client())
-                     for i in range(cfg.producers)]
+        if cfg.client_processes:  # each producer an OS process, sending values of blocks of its own
+            blocks = itertools.count(cfg.first_value, VALUE_BLOCK)
+            producers = [ProcessSlot(self.clients, i, blocks=blocks) for i in range(cfg.producers)]
+        else:
+            producers = [ProducerSlot(self.clients, i, self._values, self.new_producer_client())
+                         for i in range(cfg.producers)]
         consumers: list[ConsumerSlot] = []
         for i in range(cfg.consumers):
             partitions = self.consumer_partitions(i)
             consumers.append(ConsumerSlot(self.clients, i, self.new_reader(partitions), partitions))
         members = ProcessSlot if cfg.client_processes else GroupSlot
-        self._members = [members(self.clients, i, group) for group in cfg.groups for i in range(group.consumers)]
+        self._members = [members(self.clients, i, group=group) for group in cfg.groups for i in range(group.consumers)]
         self._producers, self._consumers = producers, consumers
         for t in consumers + self._members + producers:
             t.start()
@@ -136,15 +140,16 @@ class Workload:
         for t in threads:
             t.join(max(0.0, clients.stop_deadline + 2.0 - time.monotonic()))
         left = [t.name for t in threads if t.is_alive()]
-        outstanding = sum(s.client.outstanding for s in self._producers)
-        outstanding += sum(c.outstanding for s in self._producers for c, _ in s.retiring)
+        outstanding = sum(_in_flight(s) for s in self._producers)
+        outstanding += sum(c.outstanding for s in self._producers for c, _ in getattr(s, "retiring", ()))
         if left or outstanding:
             log.warning("workload stop: %d sends without completion, threads still running: %s", outstanding, left)
         return StopReport(time.monotonic() - started, outstanding, left)
 
     def client_processes(self) -> list[ProcessSlot]:
-        """The group members that run as OS processes (`client_processes`), for faults that hit clients."""
-        return [m for m in self._members if isinstance(m, ProcessSlot)]
+        """The clients that run as OS processes (`client_processes`): the
+        producers, then the groups' members, for faults that hit clients."""
+        return [s for s in self._producers + self._members if isinstance(s, ProcessSlot)]
 
     def abandon(self) -> None:
         """The run is over: events from clients left behind are dropped, not raised."""
@@ -166,6 +171,11 @@ class Workload:
         """Live counters: ops per f and completion type, errors by name,
         records read, processes and crashes, sends in flight."""
         snap = self.clients.stats.snapshot()
-        snap["in_flight"] = sum(s.client.outstanding for s in self._producers)
-        snap["rate_skipped"] = sum(s.skipped for s in self._producers)
+        snap["in_flight"] = sum(_in_flight(s) for s in self._producers)
+        snap["rate_skipped"] = sum(getattr(s, "skipped", 0) for s in self._producers)
         return snap
+
+
+def _in_flight(slot) -> int:
+    """A producer slot's sends without completion: its client's (a thread), or its process's."""
+    return slot.outstanding if isinstance(slot, ProcessSlot) else slot.client.outstanding

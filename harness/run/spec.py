@@ -105,7 +105,8 @@ class TestSpec:
     # fields, as [[groups]] tables give them: name, consumers, commit,
     # process-s, commit-interval-s).
     groups: list = field(default_factory=list)
-    # Run the groups' members as OS processes, which the target `consumers` can kill and pause.
+    # Run the producers and the groups' members as OS processes, which the targets
+    # `producers`, `consumers` and `clients` can kill and pause.
     client_processes: bool = False
 
     @property
@@ -171,8 +172,8 @@ def add_arguments(parser) -> None:
     a("--unclean-election", action="store_const", const=True, help="allow unclean leader election")
     a("--idempotent", action="store_const", const=True, help="idempotent producers")
     a("--client-processes", action="store_const", const=True,
-      help="run the consumer groups' members ([[groups]] in a spec file) as OS processes, which "
-           "--nemesis kill,pause with the target consumers can hit")
+      help="run the producers and the consumer groups' members ([[groups]] in a spec file) as OS "
+           "processes, which --nemesis kill,pause with the targets producers, consumers, clients can hit")
     a("--seed", type=int, help="seed of the fault schedule (default: random, recorded in run.json)")
     a("--results", metavar="DIR", help="results folder (default results)")
     for owner, option in SYSTEM_OPTIONS.values():
@@ -374,8 +375,12 @@ def validate(s: TestSpec) -> None:
     if "consumers" in used and not (s.groups and s.client_processes):
         bad("consumers: the target needs group members running as processes ([[groups]] and "
             "client-processes = true)")
-    if s.client_processes and not s.groups:
-        bad("--client-processes runs the groups' members as processes: the spec has no [[groups]]")
+    hits_clients = ([step.get("fault") for step in s.schedule if step.get("action") == "start"
+                     and step.get("mode") == "clients"] if s.schedule
+                    else list(s.nemesis) if s.nemesis_targets == "clients" else [])
+    if not s.client_processes and ("producers" in used or {"kill", "pause"} & set(hits_clients)):
+        bad("producers, clients: kill and pause of a client need clients running as processes "
+            "(client-processes = true)")
     if s.consumer_mode not in CONSUMER_MODES:
         bad(f"--consumer-mode {s.consumer_mode!r}: expected one of {', '.join(CONSUMER_MODES)}")
     if s.acks not in ACKS:

@@ -59,7 +59,9 @@ def test_a_partition_takes_each_role_target_as_its_shape(target, shape):
 
 def test_which_faults_take_which_new_targets():
     for name, f in FAULTS.items():
-        assert ("clients" in f.targets) == (name == "partition"), name  # cutting clients is a partition
+        # Cutting clients off is a partition; killing or pausing a client's own process, kill and pause.
+        assert ("clients" in f.targets) == (name in ("partition", "kill", "pause")), name
+        assert ("consumers" in f.targets) == ("producers" in f.targets) == (name in ("kill", "pause")), name
         # Not on the faultfs; a ZooKeeper node's links are its broker's too.
         assert ("zookeeper" in f.targets) == (name in ("partition", "kill", "pause", "lossy-link", "slow-link")), name
         assert {"followers", "out-of-sync", "kraft-controllers"} <= set(f.targets), name
@@ -72,14 +74,18 @@ def test_which_faults_take_which_new_targets():
      "kraft-controllers: Kafka in ZooKeeper mode has no KRaft controller quorum"),
     ({"system": "kafka", "kafka_mode": "kraft", "nemesis": "partition", "nemesis_targets": "zookeeper"},
      "zookeeper: Kafka in KRaft mode does not use ZooKeeper"),
-    ({"nemesis": "kill", "nemesis_targets": "clients"}, "--nemesis-targets clients: kill takes"),
+    ({"nemesis": "kill", "nemesis_targets": "clients"}, "kill and pause of a client need clients running as"),
+    ({"nemesis": "disk-stall", "nemesis_targets": "clients"}, "--nemesis-targets clients: disk-stall takes"),
     ({"nemesis": "disk-stall", "nemesis_targets": "zookeeper"}, "--nemesis-targets zookeeper: disk-stall takes"),
     # An explicit schedule names the target (or a partition's shape) in each start.
     ({"nodes": 3, "schedule": [{"delay": 1, "action": "start", "fault": "partition", "mode": "split-kraft-controllers",
                                 "picks": []}]},
      "kraft-controllers: the own system has no KRaft controller quorum"),
     ({"nodes": 3, "schedule": [{"delay": 1, "action": "start", "fault": "kill", "mode": "clients", "picks": []}]},
-     "schedule step 1: mode 'clients': kill takes"),
+     "kill and pause of a client need clients running as processes"),
+    ({"nodes": 3, "schedule": [{"delay": 1, "action": "start", "fault": "disk-stall", "mode": "clients",
+                                "picks": []}]},
+     "schedule step 1: mode 'clients': disk-stall takes"),
     ({"nodes": 3, "partitions": 2, "schedule": [{"delay": 1, "action": "start", "fault": "partition",
                                                  "mode": "cut-clients", "picks": [], "partition": 2}]},
      "schedule step 1: partition 2: expected a topic partition 0 to 1"),
@@ -159,8 +165,8 @@ def test_a_system_without_a_kraft_quorum_or_a_cluster_without_zookeeper_is_a_fau
     ctx = _ctx(Answers(["n1"], "n1", ["n1"]))
     with pytest.raises(FaultError, match="runs no KRaft controller quorum"):
         resolve(ctx, Step(0, "start", "kill", "kraft-controllers", (0,)))
-    with pytest.raises(FaultError, match="only a partition cuts the clients off"):
-        resolve(ctx, Step(0, "start", "kill", "clients", (0,)))
+    with pytest.raises(FaultError, match=r"only a partition \(clients\) and kill and pause hit the clients"):
+        resolve(ctx, Step(0, "start", "disk-stall", "clients", (0,)))
 
 
 def test_port_cuts_in_words():

@@ -43,7 +43,7 @@ def test_a_member_killed_while_handling_a_poll(kafka, history, workloads, topic_
     wl = Workload(cfg, kafka.bootstrap, history)
     workloads.append(wl)
     wl.start()
-    (slot,) = wl.client_processes()
+    (slot,) = [s for s in wl.client_processes() if s.role == "member"]
     # Once the member handles a poll of several records, kill it after its second step.
     _wait_for(lambda: wl.stats()["ops"].get("process", {}).get("ok", 0) >= 1)
     time.sleep(1.5)  # a poll's backlog of records piles up behind the slow steps
@@ -86,3 +86,43 @@ def test_a_member_killed_while_handling_a_poll(kafka, history, workloads, topic_
     else:
         # Committed only once handled: nothing lost, the steps before the kill handled again.
         assert found["consumer-loss"] == 0 and found["redelivery"] > 0 and results["valid"]
+
+
+def test_a_producer_killed_mid_run_leaves_its_sends_in_doubt_and_a_successor_sends_on(kafka, history, workloads,
+                                                                                     topic_name):
+    from workloads.process_slot import VALUE_BLOCK
+
+    cfg = WorkloadConfig(topic=topic_name, partitions=2, replication_factor=2, rate=400, producers=2, consumers=1,
+                         client_processes=True)
+    create_topic(kafka.bootstrap, cfg, timeout_s=30)
+    wl = Workload(cfg, kafka.bootstrap, history)
+    workloads.append(wl)
+    wl.start()
+    producers = [s for s in wl.client_processes() if s.role == "producer"]
+    assert len(producers) == 2
+    _wait_for(lambda: wl.stats()["ops"].get("send", {}).get("ok", 0) >= 200)
+    victim = producers[0]
+    killed = victim.signal(signal.SIGKILL)
+    _wait_for(lambda: victim.pid != killed and victim.os_pid is not None)
+    acked = wl.stats()["ops"]["send"]["ok"]
+    _wait_for(lambda: wl.stats()["ops"]["send"]["ok"] > acked + 400)
+    stop = wl.stop(timeout=10)
+    report = wl.final_reads(30.0)
+    history.close()
+    assert report.complete and stop.sends_without_completion == 0
+
+    facts = check_history(history.path)
+    mine = facts.by_process(killed)
+    assert [(e["f"], e["type"]) for e in mine[-2:]] == [("crash", "invoke"), ("crash", "ok")]
+    doubt = [e for e in mine if e["f"] == "send" and e["type"] == "info"]
+    assert all(e["error"] == "SIGKILL" for e in doubt)
+    # Each producer process sends values of a block of its own: no value twice.
+    senders = {e["process"] for e in facts.of_type("send", "invoke")}
+    assert len(senders) == 3
+    blocks = {e["process"]: e["value"] // VALUE_BLOCK for e in facts.of_type("send", "invoke")}
+    assert len(set(blocks.values())) == 3
+    # Every acknowledged value is read back at its position: the kill lost nothing acknowledged.
+    for e in facts.of_type("send", "ok"):
+        assert (e["partition"], e["offset"]) in facts.reads[e["value"]]
+    results = check(history.path, Options(engine="local"))
+    assert results["valid"], {k: a["count"] for k, a in results["anomalies"].items() if a["count"]}
