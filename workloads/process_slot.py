@@ -17,7 +17,8 @@ The workload stopping writes `stop SECONDS` to the child's standard input
 (what is left of the workload's stop deadline) and closes it: a member
 commits what is due and leaves its group, a producer lets its sends
 complete; a child still running past the deadline and CLOSE_BOUND_S is
-killed. `os_pid` is the running child's, for the faults that hit clients;
+killed, and one whose harness dies gets SIGTERM (core/processes.py).
+`os_pid` is the running child's, for the faults that hit clients;
 a producer's slot counts its sends and acknowledgements as a producer
 thread does (`Stats.add_producer`), for the final reads' targets.
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -34,6 +36,7 @@ import time
 from collections import Counter
 from typing import Iterator
 
+from core.processes import die_with_parent
 from workloads.clients import ClientContext
 from workloads.config import GroupConfig
 from workloads.consumer import CLOSE_BOUND_S, REPLACE_BACKOFF_S
@@ -95,8 +98,11 @@ class ProcessSlot(threading.Thread):
             order["group"] = self.group.name
         else:
             order["first_value"] = next(self.blocks)
+        # Its own session (a Ctrl-C to the harness is the harness's to handle), and SIGTERM
+        # when this thread's process dies, even of a kill -9: no client outlives its run.
         child = subprocess.Popen([sys.executable, "-m", "workloads.client_process"], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                 preexec_fn=die_with_parent(os.getpid()))
         try:
             child.stdin.write((json.dumps(order) + "\n").encode())
             child.stdin.flush()
