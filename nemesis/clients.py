@@ -58,15 +58,22 @@ def os_state(os_pid: int) -> str | None:
         return None
 
 
-def start_kill(ctx: Context, step: Step) -> tuple[dict, dict]:
+def _signalled(ctx: Context, step: Step, sig: int, key: str, took) -> tuple:
+    """Send `sig` to the client the step draws and verify `took(os_pid)` within
+    5 s: (the history's value, the client's supervisor, its process id, its OS pid)."""
     member = _chosen(ctx, step)
     os_pid = member.os_pid
-    pid = member.signal(signal.SIGKILL)
+    pid = member.signal(sig)
     if pid is None:
         raise FaultError(f"{step.mode}: {member.what} {member.name} runs no process now")
-    gone = holds_within(lambda: os_state(os_pid) in (None, "Z"), 5)
-    value = {"clients": [pid], **_what(member), "os_pid": os_pid,
-             "verified": {"ok": gone, "process_gone": {str(pid): gone}}}
+    ok = holds_within(lambda: took(os_pid), 5)
+    return {"clients": [pid], **_what(member), "os_pid": os_pid, "verified": {"ok": ok, key: {str(pid): ok}}}, \
+        member, pid, os_pid
+
+
+def start_kill(ctx: Context, step: Step) -> tuple[dict, dict]:
+    value, member, pid, _ = _signalled(ctx, step, signal.SIGKILL, "process_gone",
+                                       lambda os_pid: os_state(os_pid) in (None, "Z"))
     return value, {"member": member, "killed": pid}
 
 
@@ -79,14 +86,8 @@ def after_kill(ctx: Context, state: dict) -> dict:
 
 
 def start_pause(ctx: Context, step: Step) -> tuple[dict, dict]:
-    member = _chosen(ctx, step)
-    os_pid = member.os_pid
-    pid = member.signal(signal.SIGSTOP)
-    if pid is None:
-        raise FaultError(f"{step.mode}: {member.what} {member.name} runs no process now")
-    stopped = holds_within(lambda: os_state(os_pid) == "T", 5)
-    value = {"clients": [pid], **_what(member), "os_pid": os_pid,
-             "verified": {"ok": stopped, "stopped": {str(pid): stopped}}}
+    value, member, pid, os_pid = _signalled(ctx, step, signal.SIGSTOP, "stopped",
+                                            lambda os_pid: os_state(os_pid) == "T")
     return value, {"member": member, "paused": pid, "os_pid": os_pid}
 
 

@@ -54,3 +54,19 @@ def workloads():
             except Exception:
                 logging.getLogger(__name__).exception("stopping a workload failed")
             wl.abandon()
+
+
+@pytest.fixture
+def started(kafka, history, workloads):
+    """started(config) -> a Workload on the session's Kafka, its topic created, its clients running."""
+    from workloads.topic import create_topic
+    from workloads.workload import Workload
+
+    def start(config):
+        create_topic(kafka.bootstrap, config, timeout_s=30)
+        wl = Workload(config, kafka.bootstrap, history)
+        workloads.append(wl)
+        wl.start()
+        return wl
+
+    return start

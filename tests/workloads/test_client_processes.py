@@ -14,8 +14,6 @@ from confluent_kafka.admin import AdminClient
 
 from checkers.check import Options, check_history as check
 from workloads.config import GroupConfig, WorkloadConfig
-from workloads.topic import create_topic
-from workloads.workload import Workload
 
 from tests.workloads.history_checks import check_history
 
@@ -33,16 +31,13 @@ def _wait_for(what, timeout: float = 30.0):
 
 
 @pytest.mark.parametrize("commit", ["auto", "after-processing"])
-def test_a_member_killed_while_handling_a_poll(kafka, history, workloads, topic_name, commit):
+def test_a_member_killed_while_handling_a_poll(kafka, history, started, topic_name, commit):
     # Slow handling (0.1 s a record) and a quick library commit (0.1 s): a poll's records
     # are committed by the library long before they are all handled.
     group = GroupConfig("g", consumers=1, commit=commit, process_s=0.1, commit_interval_s=0.1)
     cfg = WorkloadConfig(topic=topic_name, partitions=1, replication_factor=2, rate=100, producers=1, consumers=0,
                          groups=(group,), client_processes=True)
-    create_topic(kafka.bootstrap, cfg, timeout_s=30)
-    wl = Workload(cfg, kafka.bootstrap, history)
-    workloads.append(wl)
-    wl.start()
+    wl = started(cfg)
     (slot,) = [s for s in wl.client_processes() if s.role == "member"]
     # Once the member handles a poll of several records, kill it after its second step.
     _wait_for(lambda: wl.stats()["ops"].get("process", {}).get("ok", 0) >= 1)
@@ -88,16 +83,12 @@ def test_a_member_killed_while_handling_a_poll(kafka, history, workloads, topic_
         assert found["consumer-loss"] == 0 and found["redelivery"] > 0 and results["valid"]
 
 
-def test_a_producer_killed_mid_run_leaves_its_sends_in_doubt_and_a_successor_sends_on(kafka, history, workloads,
-                                                                                     topic_name):
+def test_a_producer_killed_mid_run_leaves_its_sends_in_doubt_and_a_successor_sends_on(history, started, topic_name):
     from workloads.process_slot import VALUE_BLOCK
 
     cfg = WorkloadConfig(topic=topic_name, partitions=2, replication_factor=2, rate=400, producers=2, consumers=1,
                          client_processes=True)
-    create_topic(kafka.bootstrap, cfg, timeout_s=30)
-    wl = Workload(cfg, kafka.bootstrap, history)
-    workloads.append(wl)
-    wl.start()
+    wl = started(cfg)
     producers = [s for s in wl.client_processes() if s.role == "producer"]
     assert len(producers) == 2
     _wait_for(lambda: wl.stats()["ops"].get("send", {}).get("ok", 0) >= 200)

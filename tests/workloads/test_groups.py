@@ -9,8 +9,6 @@ import pytest
 from checkers.check import Options, check_history as check
 from core.errors import UserError
 from workloads.config import GroupConfig, WorkloadConfig
-from workloads.topic import create_topic
-from workloads.workload import Workload
 
 from tests.workloads.history_checks import check_history
 
@@ -41,17 +39,13 @@ def test_groups_from_tables_take_dashed_keys_and_defaults():
 
 
 @pytest.mark.integration
-def test_group_members_record_processing_commits_and_the_final_committed_offsets(kafka, history, workloads,
-                                                                                  topic_name):
+def test_group_members_record_processing_commits_and_the_final_committed_offsets(history, started, topic_name):
     groups = (GroupConfig("after", consumers=2, commit="after-processing", process_s=0.001, commit_interval_s=0.3),
               GroupConfig("before", consumers=1, commit="before-processing", process_s=0.001, commit_interval_s=0),
               GroupConfig("auto", consumers=1, commit="auto", process_s=0.001, commit_interval_s=0.3))
     cfg = WorkloadConfig(topic=topic_name, partitions=3, replication_factor=2, rate=400, producers=1, consumers=0,
                          groups=groups)
-    create_topic(kafka.bootstrap, cfg, timeout_s=30)
-    wl = Workload(cfg, kafka.bootstrap, history)
-    workloads.append(wl)
-    wl.start()
+    wl = started(cfg)
     time.sleep(8.0)
     stop = wl.stop(timeout=10)
     report = wl.final_reads(30.0)
