@@ -17,7 +17,9 @@ member commits per the group's mode:
   delivered every `commit_interval_s`, whatever was handled: the seed
   notes' loss when a member dies mid-step. Its commits are recorded from
   the commit callback, as an invoke and its completion once the result is
-  known (docs/history.md).
+  known (docs/history.md); the library serves that callback at the
+  member's next poll, so a member killed while handling a poll made
+  commits no event shows (the next member's `committed` read shows them).
 
 Every `assign` and `commit` of a member carries its group (and the
 generation where the client says it); each partition a rebalance gives a
