@@ -111,3 +111,8 @@ class Broker(MetadataListener):
 
     def on_session_lost(self) -> None:
         self.replicas.step_down_all("ZooKeeper session lost")
+        # Its groups have moved to another coordinator meanwhile, where their members
+        # joined again: what this broker remembers of them (members, generations) is
+        # stale, and a commit checked against it would overwrite newer offsets.
+        if self.groups is not None:
+            self.groups.drop_groups(lambda g: False)
