@@ -966,15 +966,6 @@ def explain(source: HistorySource, results: dict, stories: dict[str, Callable], 
     end = max([e["time"] for e in faults] + [facts.final_start or 0]) + 1
     # A fault never healed: to just past the end of the history.
     intervals = fault_intervals(faults, fault_ends or {}, end).intervals
-    # What each start's completion said it hit (a member process: `clients`).
-    done = {}
-    for e in sorted(faults, key=lambda e: e["index"]):
-        if e["type"] != "invoke" and e["f"] not in done:
-            done[e["f"]] = []
-        if e["type"] != "invoke":
-            done[e["f"]].append(e)
-    for i in intervals:
-        i["hit"] = next((e.get("value") for e in done.get(i["f"], []) if e["index"] > i["index"]), None)
     ex = Explainer(facts, Timeline(states), disk, intervals)
     out = []
     for name, example in chosen:

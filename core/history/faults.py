@@ -26,7 +26,8 @@ HEAL = "heal"
 class FaultIntervals:
     """`intervals`: one per fault, in order of start, each
     {f (its start action), start, end (ns), index (its start's), value (its
-    start's target), end_value (what ended it said, or None)}; `final_heal`:
+    start's target), hit (what its start's completion said it hit, or None),
+    end_value (what ended it said, or None)}; `final_heal`:
     the final heal's completion time, or None."""
 
     intervals: list[dict] = field(default_factory=list)
@@ -54,8 +55,9 @@ def fault_intervals(events: list[dict], ends: dict[str, str], end: int | None = 
         if e["type"] != "invoke":
             continue
         if e["f"] in ends:
+            _, hit = completion(i)  # its own value back: no completion said what it hit
             fault = {"f": e["f"], "start": e["time"], "end": None, "index": e["index"], "value": e.get("value"),
-                     "end_value": None}
+                     "hit": hit if hit is not e.get("value") else None, "end_value": None}
             found.intervals.append(fault)
             open_.append(fault)
         elif e["f"] in stops:
