@@ -52,11 +52,7 @@ class EventPipe:
         self._lock = threading.Lock()  # the commit callback records from the library's threads too
 
     def __call__(self, process: int, type_: str, f: str, **fields: Any) -> None:
-        line = json.dumps({"process": process, "type": type_, "f": f, **fields}, separators=(",", ":")) + "\n"
-        data = line.encode()
-        with self._lock:
-            while data:
-                data = data[os.write(self._fd, data):]
+        self.lines([{"process": process, "type": type_, "f": f, **fields}])
 
     abandoned = False
 
@@ -64,7 +60,7 @@ class EventPipe:
         """Nothing to drop: the parent stops reading once the child is gone."""
 
     def lines(self, rows: list[dict]) -> None:
-        """Several events in one write (a producer's burst)."""
+        """Events in one write (one, or a producer's burst)."""
         data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows).encode()
         with self._lock:
             while data:
