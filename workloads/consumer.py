@@ -311,7 +311,11 @@ class ConsumerSlot(threading.Thread):
         old.close()
         clients.record_crash(old.pid)
         clients.stopping.wait(REPLACE_BACKOFF_S)
-        return new_reader(clients, self.partitions, dict(old.next_offset))
+        return self._successor(old)
+
+    def _successor(self, old: Reader) -> Reader:
+        """The instance after `old`: from its positions (assign), or joining the group again."""
+        return new_reader(self.clients, self.partitions, dict(old.next_offset))
 
 
 # --------------------------------------------------------------------------

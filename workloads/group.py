@@ -41,7 +41,7 @@ from core.history.format import COMMITTED
 from workloads.client_errors import INFO
 from workloads.clients import ClientContext
 from workloads.config import GroupConfig
-from workloads.consumer import CLOSE_BOUND_S, REPLACE_BACKOFF_S, ConsumerSlot, Reader, exception_name
+from workloads.consumer import CLOSE_BOUND_S, ConsumerSlot, Reader, exception_name
 
 log = logging.getLogger(__name__)
 
@@ -164,15 +164,12 @@ def read_committed(clients: ClientContext, pid: int, consumer: Consumer, group: 
     try:
         found = consumer.committed([TopicPartition(topic, p) for p in sorted(partitions)],
                                    timeout=COMMITTED_TIMEOUT_S)
+        error = next((tp.error.name() for tp in found if tp.error is not None), None)
     except (KafkaException, RuntimeError) as e:
-        name = exception_name(e)
-        clients.record(pid, INFO, COMMITTED, error=name)
-        clients.stats.completion(COMMITTED, INFO, name)
-        return
-    errors = [tp.error for tp in found if tp.error is not None]
-    if errors:
-        clients.record(pid, INFO, COMMITTED, error=errors[0].name())
-        clients.stats.completion(COMMITTED, INFO, errors[0].name())
+        error = exception_name(e)
+    if error is not None:
+        clients.record(pid, INFO, COMMITTED, error=error)
+        clients.stats.completion(COMMITTED, INFO, error)
         return
     offsets = [{"partition": tp.partition, "offset": tp.offset if tp.offset >= 0 else NO_OFFSET}
                for tp in sorted(found, key=lambda tp: tp.partition)]
@@ -216,13 +213,13 @@ class GroupSlot(ConsumerSlot):
         while not clients.stopping.is_set():
             reader.serve(clients.stopping)
             if reader.crash_reason is not None and not clients.stopping.is_set():
-                log.info("group %s member %d replaced after %s", self.group.name, reader.pid, reader.crash_reason)
-                reader.close()
-                clients.record_crash(reader.pid)
-                clients.stopping.wait(REPLACE_BACKOFF_S)
-                reader = self.reader = new_member(clients, self.group)
+                reader = self.reader = self._replace(reader)
         reader.commit_before_leaving()
         reader.close(min(CLOSE_BOUND_S, max(0.0, clients.stop_deadline - time.monotonic())))
+
+
+    def _successor(self, old: Reader) -> GroupReader:
+        return new_member(self.clients, self.group)
 
 
 def new_member(clients: ClientContext, group: GroupConfig) -> GroupReader:
