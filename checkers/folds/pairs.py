@@ -6,9 +6,10 @@ sorted by value), every other operation by order within its process and
 `f` (the k-th completion answers the k-th invocation; a completion with no
 invocation left to answer refuses the history, by its index); a `process`
 that ended `fail` or `info` is kept as its invocation's index (its records
-are the invocation's: the contract has the completion repeat them only when
-ok). From each pair, its completion is counted in a histogram by (operation, outcome,
-second of completion, 4 % latency bucket) with the largest latency
+are the invocation's: the contract has the completion repeat them only
+when ok). From each pair, its completion is counted in a histogram by
+(operation, outcome, second of completion, 4 % latency bucket) with the
+largest latency
 (checkers/stats.py reads quantiles off them). Each batch's sends' pairs are
 left on it (`Events.send_pairs`: each send completion's invocation's key,
 time and index, -1 where none) for the folds after this one.
@@ -26,7 +27,7 @@ from core.errors import HistoryError
 from core.history.batches import Events
 from core.history.format import TYPES
 
-INVOKE = TYPES.index("invoke")
+INVOKE, OK = TYPES.index("invoke"), TYPES.index("ok")
 _EMPTY = np.empty(0, np.int64)
 # An operation's place among its process's operations of one f, packed with the group.
 _ORDINAL_BITS = 40
@@ -135,7 +136,7 @@ class Pairs:
         client = process[at[comp]] >= 0
         done = at[comp][client]
         if self._process_op >= 0:
-            ended = (f[done] == self._process_op) & (typ[done] != TYPES.index("ok"))
+            ended = (f[done] == self._process_op) & (typ[done] != OK)
             if ended.any():
                 self._process_ended.append((indexes[i][client][ended], typ[done][ended]))
         self._add_latencies(f[done], typ[done], time[done], (time[done] - times[i][client]))
