@@ -181,12 +181,15 @@ def group_progress(source: HistorySource, table) -> dict:
     [[s, offset], ...]}}, "rebalances": [s, ...], "crashes": [[s, process],
     ...]}}. `table`: the history's COLUMNS, already read."""
     import numpy as np
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    extra = _read_columns(source, ["process", "type", "f", "offsets", "group", "partitions"])
-    f = extra["f"]
-    is_group = pc.fill_null(pc.is_in(f, value_set=_pa_strings(("assign", "commit", COMMITTED))), False)
-    marked = extra.filter(is_group).append_column("time", table["time"].filter(is_group))
+    # Only the group columns `table` lacks are read again, row for row beside it.
+    extra = _read_columns(source, ["offsets", "group", "partitions"])
+    is_group = pc.fill_null(pc.is_in(table["f"], value_set=pa.array(["assign", "commit", COMMITTED])), False)
+    marked = extra.filter(is_group)
+    for name in ("process", "type", "f", "time"):
+        marked = marked.append_column(name, table[name].filter(is_group))
     member: dict[int, str] = {}
     reading: dict[int, str] = {}  # process -> the group of its committed read under way
     out: dict[str, dict] = {}
@@ -237,12 +240,6 @@ def group_progress(source: HistorySource, table) -> dict:
             into.setdefault("committed", [])
             into.setdefault("read back", [])
     return out
-
-
-def _pa_strings(values):
-    import pyarrow as pa
-
-    return pa.array(list(values), pa.string())
 
 
 def _running_max(time, partition, offset, grid) -> dict[int, list[list]]:
