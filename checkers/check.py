@@ -32,6 +32,7 @@ import numpy as np
 from checkers import liveness, node_logs, offsets, registry, stats
 from checkers.engines import local as local_engine
 from checkers.engines import spark as spark_engine
+from checkers.folds import liveness as liveness_facts
 from checkers.history_read import HistoryRead
 from checkers.kernel import rows as r
 from checkers.kernel.extract import extract
@@ -107,6 +108,7 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
             starting = SessionStart(master=opts.master, conf=opts.spark_conf,
                                     java_options=QUICK_START_JAVA if ahead <= spark_engine.SMALL_EVENTS else "")
         read = HistoryRead(keep_rows=not in_spark, shards=local_engine.SHARDS)
+        read.liveness.keep = ahead <= liveness_facts.HOLD_EVENTS
         t = time.monotonic()
         try:
             prepared = prepare(source, scratch, read.absorb, digest=read.digest)
@@ -118,11 +120,13 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
         fold = offsets.folding(prepared.to_fold)
         facts = read.facts(fold, sorted(dumps), read_states(source.root / "states.jsonl"))
         faults = read.faults()
-        columns = read.liveness.columns()
+        known = read.liveness.known()
+        chunks = read.liveness.chunks(known) if read.liveness.keep else \
+            liveness_facts.chunks_again(prepared.files, known)
 
         def measured() -> dict:
             t = time.monotonic()
-            live = liveness.measure(columns, faults, opts.fault_ends, opts.hang_s)
+            live = liveness.measure(chunks, known, faults, opts.fault_ends, opts.hang_s)
             seconds["liveness"] = round(time.monotonic() - t, 3)
             return live
 

@@ -9,7 +9,8 @@ Numba's cache folder where that cannot be written), so a process compiles
 a loop only once per machine and types, and `nogil` lets the threads the
 checker runs its passes in use both cores.
 
-`first_not_below` is the binary search the compiled passes share.
+`first_not_below` is the binary search the compiled passes share, and
+`nondecreasing` their test of sortedness.
 """
 
 from __future__ import annotations
@@ -47,3 +48,12 @@ def raise_at(column, r, x):
     """Row `r` of a maximum's column takes `x` if greater (NONE is below any)."""
     if x > column[r]:
         column[r] = x
+
+
+@compiled
+def nondecreasing(x):
+    """Whether `x` never decreases: one compiled pass, no temporary."""
+    for i in range(1, len(x)):
+        if x[i] < x[i - 1]:
+            return False
+    return True

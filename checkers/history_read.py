@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from checkers.folds import FOLDS, Clock, Few, Groups, LivenessColumns, Pairs, Reads, Restarts
+from checkers.folds import FOLDS, Clock, Few, Groups, LivenessFacts, Pairs, Reads, Restarts
 from checkers.folds.few import committed_reads, faults, final_committed, final_logs
 from checkers.kernel import rows as r
 from checkers.kernel.extract import extract
@@ -94,8 +94,8 @@ class HistoryRead:
         return self.fold(Pairs).unanswered(i) if i >= 0 else np.empty(0, np.int64)
 
     @property
-    def liveness(self) -> LivenessColumns:
-        return self.fold(LivenessColumns)
+    def liveness(self) -> LivenessFacts:
+        return self.fold(LivenessFacts)
 
     @property
     def pairs(self) -> Pairs:

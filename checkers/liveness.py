@@ -33,21 +33,29 @@ seconds on the history's clock:
   partition's sends (attributed by key), the run having watched for `hang_s`
   (`hung_partitions`).
 
-The pass reads a few columns of the history's Parquet with Arrow, a batch
-of rows at a time (the driver keeps the arrays, not the table), and works
-on sorted NumPy arrays (searchsorted per wait, no Python loop per event), so
-it scales with the rest of the check; `measure` is a pure function of the
-columns, tested on hand-made histories.
+"At" a time means at or before it: every event of one time counts together.
+
+`measure` walks the history once, in time order, a chunk at a time
+(`Chunk`: a stretch of the history's sends and reads), and keeps only a
+row of state per partition from chunk to chunk: each wait is taken as it
+ends, into the longest so far, the faults it overlaps and the waits
+listed. What the walk must know of the whole history first (the faults,
+the heal, which key goes to which partition, the workload's end: `Known`)
+comes from the checker's first read (checkers/folds/liveness.py), so a
+history of any length is measured in memory that follows its partitions
+and faults, not its sends. The walk is one compiled pass (Numba), its
+definitions tested on hand-made histories (tests/checkers/test_liveness.py)
+cut into chunks anywhere.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 import numpy as np
 
 from checkers.compiled import compiled
-from checkers.key_rows import distinct_pairs
 from core.history.faults import fault_intervals
 
 HANG_S = 30.0  # no acknowledgement this long after the final heal: HANG
@@ -55,454 +63,462 @@ LIST_MIN_S = 1.0  # waits at least this long are listed in results.json
 LIST_MAX = 100  # at most this many listed, the longest first
 NS = 1e9
 
+_NONE = np.iinfo(np.int64).min  # no time (yet); as a gap's start: before the history
+_TOP = np.iinfo(np.int64).max  # no start of a consumers' wait in this gap
+_LIST_MIN_NS = int(LIST_MIN_S * NS)
+
 
 @dataclass
-class Columns:
-    """The history's columns liveness needs, as NumPy arrays (times in ns)."""
+class Chunk:
+    """A stretch of the history as the walk takes it: each kind in time
+    order (times in ns), the stretches in the history's order."""
 
     inv_time: np.ndarray  # send invocations
-    inv_key: np.ndarray  # -1 where the send had no key
+    inv_partition: np.ndarray  # the partition its key attributes it to (-1: none)
     comp_time: np.ndarray  # send completions, any outcome
-    comp_key: np.ndarray  # its invocation's key (-1: none, or no invocation)
-    comp_ok: np.ndarray  # bool
-    comp_partition: np.ndarray  # -1 where not ok
-    comp_offset: np.ndarray
+    comp_partition: np.ndarray  # the partition its invocation's key attributes it to (-1: none)
+    comp_ok: np.ndarray  # bool: an acknowledgement
+    ack_partition: np.ndarray  # the partition an acknowledged send went to (-1 where not ok)
+    ack_offset: np.ndarray  # and its offset
     read_time: np.ndarray  # one row per (poll during the run returning records, partition)
     read_partition: np.ndarray
     read_offset: np.ndarray  # the largest offset of that partition in the poll
-    end: int  # the workload's end: the last client event outside the final reads
-    polls: int = 0  # poll invocations during the run (none: no consumer to wait)
-
-
-# ---------------------------------------------------------------------------------
-# waits
-# ---------------------------------------------------------------------------------
 
 
 @dataclass
-class Waits:
-    """Waits as parallel arrays, ns: start, end, and whether the end is the
-    workload's end (no acknowledgement came)."""
+class Known:
+    """What the walk needs of the whole history before it starts, from the
+    first read (checkers/folds/liveness.py)."""
 
-    start: np.ndarray
-    end: np.ndarray
-    open: np.ndarray
+    end: int  # the workload's end: the last client event outside the final reads
+    polls: int  # poll invocations during the run (none: no consumer to wait)
+    keys: np.ndarray  # the keys whose acknowledged sends all went to one partition, sorted
+    key_partitions: np.ndarray  # and that partition
+    final: frozenset = frozenset()  # the processes that did final reads (their reads are none of the run's)
 
-    @staticmethod
-    def none() -> "Waits":
-        return Waits(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, bool))
-
-    def lengths(self) -> np.ndarray:
-        """Each wait's length, ns (computed once: a large history has tens of millions of waits)."""
-        if not hasattr(self, "_length"):
-            self._length = self.end - self.start
-        return self._length
-
-    def longest_ns(self) -> int:
-        return int(self.lengths().max()) if len(self.start) else 0
-
-    def overlapping(self, lo: int, hi: int) -> int:
-        """The longest wait overlapping [lo, hi], ns (0 if none). Waits one
-        after another (starts and ends both in order, as every kind here
-        is: each lies between two acknowledgements or reads) overlap an
-        interval in one run of them, found by searchsorted, its longest by
-        blocks of precomputed maxima: a history's thousands of faults then
-        cost no pass over its millions of waits each."""
-        if not hasattr(self, "_blocks"):
-            self._index()
-        if self._blocks is None:
-            m = (self.start <= hi) & (self.end >= lo)
-            return int((self.end[m] - self.start[m]).max()) if m.any() else 0
-        i0, i1 = int(np.searchsorted(self.end, lo, "left")), int(np.searchsorted(self.start, hi, "right"))
-        if i1 <= i0:
-            return 0
-        b0, b1 = -(-i0 // _BLOCK), i1 // _BLOCK  # whole blocks inside [i0, i1)
-        if b0 >= b1:
-            return int(self._length[i0:i1].max())
-        parts = [self._blocks[b0:b1].max()]
-        if i0 < b0 * _BLOCK:
-            parts.append(self._length[i0:b0 * _BLOCK].max())
-        if b1 * _BLOCK < i1:
-            parts.append(self._length[b1 * _BLOCK:i1].max())
-        return int(max(parts))
-
-    def _index(self) -> None:
-        self.lengths()
-        ordered = all(nondecreasing(x) for x in (self.start, self.end))
-        if not ordered or not len(self.start):
-            self._blocks = None
-            return
-        whole = len(self._length) // _BLOCK * _BLOCK
-        self._blocks = self._length[:whole].reshape(-1, _BLOCK).max(axis=1) if whole else np.empty(0, np.int64)
+    def partitions_of(self, keys: np.ndarray) -> np.ndarray:
+        """The partition each key attributes its sends to, -1 for none."""
+        if not len(self.keys) or not len(keys):
+            return np.full(len(keys), -1, np.int64)
+        i = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+        return np.where(self.keys[i] == keys, self.key_partitions[i], -1)
 
 
-_BLOCK = 1024  # waits per block of `Waits.overlapping`'s maxima
-
-
-@compiled
-def nondecreasing(x):
-    """Whether `x` never decreases: one compiled pass, no temporary."""
-    for i in range(1, len(x)):
-        if x[i] < x[i - 1]:
-            return False
-    return True
-
-
-def producer_waits(inv_t: np.ndarray, comp_t: np.ndarray, ack_t: np.ndarray, end: int) -> Waits:
-    """The waits of sends (module docstring); all three arrays sorted. The
-    gaps (before the first acknowledgement, between each two, after the
-    last) are taken _CHUNK at a time: a history's tens of millions of
-    acknowledgements need no dozen arrays of that length at once."""
-    if len(inv_t) == 0:
-        return Waits.none()
-    n, last = len(ack_t) + 1, max(end, int(inv_t[-1]))
-    # Filled in place and then cut to what was kept: joining the chunks' waits
-    # at the end would hold them twice.
-    waits = Waits(np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, bool))
-    count = 0
-    for a in range(0, n, _CHUNK):
-        b = min(n, a + _CHUNK)
-        prev = ack_t[max(a - 1, 0):b - 1]
-        if a == 0:
-            prev = np.concatenate(([np.iinfo(np.int64).min], prev))
-        upto = ack_t[a:b] if b < n else np.concatenate((ack_t[a:], [last]))
-        nxt = _searched_right(inv_t, prev)
-        outstanding = nxt > _searched_right(comp_t, prev)
-        first_inv = inv_t[np.minimum(nxt, len(inv_t) - 1)]
-        keep = outstanding | ((nxt < len(inv_t)) & (first_inv <= upto))
-        start = np.where(outstanding, prev, first_inv)
-        is_open = np.zeros(b - a, bool)
-        if b == n:
-            is_open[-1] = True
-        k = int(np.count_nonzero(keep))
-        waits.start[count:count + k] = np.minimum(start[keep], upto[keep])
-        waits.end[count:count + k], waits.open[count:count + k] = upto[keep], is_open[keep]
-        count += k
-    for column in (waits.start, waits.end, waits.open):
-        column.resize(count, refcheck=False)  # in place: nothing else refers to them yet
-    return waits
-
-
-_CHUNK = 1 << 22  # elements at a time of the passes over every send: bounds their temporaries
-
-
-def consumer_waits(ack_t: np.ndarray, ack_o: np.ndarray, read_t: np.ndarray, read_o: np.ndarray,
-                   end: int) -> Waits:
-    """The waits of consumers on one partition (module docstring): acknowledgements
-    and reads of that partition, each sorted by time."""
-    if len(ack_t) == 0:
-        return Waits.none()
-    ackmax = np.maximum.accumulate(ack_o)
-    readmax = np.maximum.accumulate(read_o) if len(read_o) else read_o
-    prev = np.concatenate(([np.iinfo(np.int64).min], read_t))
-    upto = np.concatenate((read_t, [max(end, int(ack_t[-1]))]))
-    seen = np.concatenate(([-1], readmax))  # highest offset read as of each prev
-    # The first acknowledgement beyond what was read: ackmax is non-decreasing.
-    first_beyond = _searched_right(ackmax, seen)
-    beyond_t = ack_t[np.minimum(first_beyond, len(ack_t) - 1)]
-    exists = first_beyond < len(ack_t)
-    start = np.maximum(prev, beyond_t)
-    keep = exists & (start < upto)
-    is_open = np.zeros(len(prev), bool)
-    is_open[-1] = True
-    return Waits(start[keep], upto[keep], is_open[keep])
-
-
-def consumer_overall(parts: dict[int, tuple], reads: np.ndarray, end: int) -> Waits:
-    """Consumers overall: a wait ends at each poll returning records of any
-    partition, and starts at the previous one if some partition had a backlog
-    then, else at the first acknowledgement that made one. `parts`: per
-    partition (ack times, ack offsets, read times, read offsets), each sorted
-    by time; `reads`: the distinct times of those polls, sorted. One vector
-    pass per partition over the gaps in which it can matter: from the one
-    its first acknowledgement ends to the one in which everything it
-    acknowledged has been read."""
-    big = np.iinfo(np.int64).max
-    prev = np.concatenate(([np.iinfo(np.int64).min], reads))
-    upto = np.concatenate((reads, [end]))
-    for ack_t, _, _, _ in parts.values():
-        if len(ack_t):
-            upto[-1] = max(upto[-1], int(ack_t[-1]))
-    best = np.full(len(prev), big)
-    for ack_t, ack_o, r_t, r_o in parts.values():
-        if len(ack_t) == 0:
-            continue
-        ackmax = np.maximum.accumulate(ack_o)
-        readmax = np.concatenate(([-1], np.maximum.accumulate(r_o))) if len(r_o) else np.array([-1])
-        # Before the gap its first acknowledgement ends, a backlog would start
-        # after the gap; from the read that caught up with its last, it has none.
-        g0 = int(np.searchsorted(upto, ack_t[0], "right")) if len(upto) < 2 or upto[-1] >= upto[-2] else 0
-        caught_up = np.flatnonzero(readmax[1:] >= ackmax[-1])
-        g1 = int(np.searchsorted(prev, r_t[caught_up[0]], "left")) if len(caught_up) else len(prev)
-        if g1 <= g0:
-            continue
-        gaps = prev[g0:g1]
-        seen = readmax[_searched_right(r_t, gaps)]  # highest offset of p read as of prev
-        first_beyond = _searched_right(ackmax, seen)
-        exists = first_beyond < len(ack_t)
-        start = np.maximum(gaps, ack_t[np.minimum(first_beyond, len(ack_t) - 1)])
-        best[g0:g1] = np.where(exists, np.minimum(best[g0:g1], start), best[g0:g1])
-    keep = best < upto
-    is_open = np.zeros(len(prev), bool)
-    is_open[-1] = True
-    return Waits(best[keep], upto[keep], is_open[keep])
+def measure(chunks: Iterable[Chunk], known: Known, nemesis: list[dict], ends: dict[str, str],
+            hang_s: float = HANG_S) -> dict:
+    """results.json's `liveness` (docs/checker.md): the history's chunks
+    walked once, in order; `nemesis`: the nemesis's events, `ends` the
+    fault registry's pairs of start and stop actions."""
+    found = fault_intervals(nemesis, ends)
+    heal = found.final_heal
+    walk = _Walk(found.intervals, heal)
+    for chunk in chunks:
+        walk.feed(chunk)
+    walk.finish(known.end)
+    return walk.results(found.intervals, heal, known, hang_s)
 
 
 # ---------------------------------------------------------------------------------
-# the measure
+# the walk's state: a row of scalars (G_*) and a row per partition (P_*), int64
 # ---------------------------------------------------------------------------------
+
+# The time of the events being taken (a group: every event of one time), and
+# whether an acknowledgement or read was among them.
+G_TIME, G_GROUP_ACKED, G_GROUP_READ = 0, 1, 2
+# Producers overall: sends invoked and completed so far, the last acknowledgement's
+# time, whether a send was outstanding then, the first invocation since, the
+# longest wait, the last invocation, invocations and completions up to the heal.
+G_INVOKED, G_COMPLETED, G_PREV, G_OUTSTANDING, G_FIRST = 3, 4, 5, 6, 7
+G_LONGEST, G_LAST_INVOKED, G_INVOKED_BY_HEAL, G_COMPLETED_BY_HEAL = 8, 9, 10, 11
+# Consumers overall: the start of the current gap's wait (_TOP: none yet), the
+# partitions with acknowledged records beyond what was read, the longest wait,
+# the last acknowledgement of a partition.
+G_START, G_BACKLOGS, G_C_LONGEST, G_LAST_ACK = 12, 13, 14, 15
+# The next query time (fault ends, the heal) to answer with the first
+# acknowledgement and the first read after it; sends of no partition.
+G_NEXT_ACK_QUERY, G_NEXT_READ_QUERY, G_UNATTRIBUTED = 16, 17, 18
+# The faults overlapping the current waits: the next to take in and how many are.
+G_P_NEXT_FAULT, G_P_ACTIVE, G_C_NEXT_FAULT, G_C_ACTIVE = 19, 20, 21, 22
+# The partitions acknowledged and read in the current group; waits listed so far.
+G_GROUP_ACKS, G_GROUP_READS, G_P_LISTED, G_C_LISTED = 23, 24, 25, 26
+G_COLUMNS = 27
+
+# Per partition: as overall, for its attributed sends and its acknowledgements
+# (P_MARK: the group of its last acknowledgement); its consumers' highest
+# acknowledged and read offsets, the start of its current wait (_NONE: none), the
+# longest, the group of its last read; its last acknowledgement, whether it was
+# acknowledged or read at all; the first acknowledgement and read after the heal.
+P_INVOKED, P_COMPLETED, P_PREV, P_OUTSTANDING, P_FIRST, P_LONGEST, P_MARK = 0, 1, 2, 3, 4, 5, 6
+P_ACKED_TOP, P_READ_TOP, P_START, P_C_LONGEST, P_READ_MARK = 7, 8, 9, 10, 11
+P_LAST_ACK, P_ACKED, P_READ, P_LAST_INVOKED, P_INVOKED_BY_HEAL, P_COMPLETED_BY_HEAL = 12, 13, 14, 15, 16, 17
+P_ACK_AFTER_HEAL, P_READ_AFTER_HEAL = 18, 19
+P_COLUMNS = 20
+
+
+def _partition_rows(n: int) -> np.ndarray:
+    rows = np.zeros((n, P_COLUMNS), np.int64)
+    for c in (P_PREV, P_FIRST, P_MARK, P_START, P_READ_MARK, P_LAST_ACK, P_LAST_INVOKED, P_ACK_AFTER_HEAL,
+              P_READ_AFTER_HEAL):
+        rows[:, c] = _NONE
+    rows[:, P_ACKED_TOP] = rows[:, P_READ_TOP] = -1
+    return rows
+
+
+class _Walk:
+    """The walk over the history's chunks (the module docstring's
+    definitions, event by event in time order): its state, carried from
+    chunk to chunk, and the waits it listed."""
+
+    def __init__(self, faults: list[dict], heal: int | None) -> None:
+        g = np.zeros(G_COLUMNS, np.int64)
+        g[[G_TIME, G_PREV, G_FIRST, G_LAST_INVOKED, G_LAST_ACK]] = _NONE
+        g[G_START] = _TOP
+        self.g = g
+        self.rows = _partition_rows(0)
+        self.group = np.zeros((2, 0), np.int64)
+        self.heal = _NONE if heal is None else heal
+        self.fault_start = np.array([f["start"] for f in faults], np.int64)
+        self.fault_end = np.array([f["end"] for f in faults], np.int64)
+        self.fault_producers = np.zeros(len(faults), np.int64)  # the longest wait overlapping each
+        self.fault_consumers = np.zeros(len(faults), np.int64)
+        self.active = np.zeros((2, len(faults)), np.int64)
+        # The times after which the first acknowledgement and read are asked for.
+        self.queries = np.unique(np.array([f["end"] for f in faults] + ([heal] if heal is not None else []),
+                                          np.int64))
+        self.ack_after = np.full(len(self.queries), _NONE, np.int64)
+        self.read_after = np.full(len(self.queries), _NONE, np.int64)
+        self.listed: tuple[list, list] = ([], [])
+
+    def _grow(self, top: int) -> None:
+        if top >= len(self.rows):
+            self.rows = np.concatenate((self.rows, _partition_rows(top + 1 - len(self.rows))))
+            # The partitions acknowledged and read in the current group, which may go on in the next chunk.
+            grown = np.zeros((2, len(self.rows)), np.int64)
+            grown[:, :self.group.shape[1]] = self.group
+            self.group = grown
+
+    def feed(self, c: Chunk) -> None:
+        top = max((int(a.max()) for a in (c.inv_partition, c.comp_partition, c.ack_partition, c.read_partition)
+                   if len(a)), default=-1)
+        self._grow(top)
+        out = (np.empty((len(c.comp_time) + 1, 3), np.int64), np.empty((len(c.read_time) + 1, 3), np.int64))
+        self.g[[G_P_LISTED, G_C_LISTED]] = 0
+        _walk(c.inv_time, c.inv_partition, c.comp_time, c.comp_partition, c.comp_ok, c.ack_partition,
+              c.ack_offset, c.read_time, c.read_partition, c.read_offset, *self._state(), *out)
+        self._keep_listed(out)
+
+    def finish(self, end: int) -> None:
+        """The waits still running at the workload's end (`end`, or the last
+        invocation if later)."""
+        out = (np.empty((1, 3), np.int64), np.empty((1, 3), np.int64))
+        self.g[[G_P_LISTED, G_C_LISTED]] = 0
+        self.end = _finish(end, *self._state(), *out)
+        self._keep_listed(out)
+
+    def _state(self) -> tuple:
+        return (self.g, self.rows, self.group[0], self.group[1],
+                self.heal, self.queries, self.ack_after, self.read_after, self.fault_start, self.fault_end,
+                self.fault_producers, self.fault_consumers, self.active[0], self.active[1])
+
+    def _keep_listed(self, out: tuple) -> None:
+        for kept, rows, n in zip(self.listed, out, (self.g[G_P_LISTED], self.g[G_C_LISTED])):
+            if n:
+                kept.append(rows[:n].copy())
+
+    def results(self, faults: list[dict], heal: int | None, known: Known, hang_s: float) -> dict:
+        g, rows, end = self.g, self.rows, self.end
+        consumers = known.polls > 0
+
+        def after(t_after: np.ndarray, at: int | None) -> float | None:
+            """Seconds from `at` (a query) to the first event after it."""
+            if at is None:
+                return None
+            first = int(t_after[np.searchsorted(self.queries, at)])
+            return None if first == _NONE else _s(first - at)
+
+        def attempted_after_heal(invoked, last_invoked, invoked_by_heal, completed_by_heal) -> bool:
+            """Whether a send was invoked after the heal, or outstanding at it."""
+            return heal is not None and invoked > 0 and (last_invoked > heal or invoked_by_heal > completed_by_heal)
+
+        starts = np.array([f["start"] for f in faults], np.int64)
+        stops = np.array([f["end"] for f in faults], np.int64)
+        fault_rows = []
+        for i, f in enumerate(faults):
+            lo, hi = f["start"], f["end"]
+            pw, cw = int(self.fault_producers[i]), int(self.fault_consumers[i]) if consumers else 0
+            # The other faults in force at some time of this one (their start actions, by start).
+            together = (starts < hi) & (lo < stops)
+            together[i] = False
+            mode = f["value"].get("mode") if isinstance(f["value"], dict) else None
+            fault_rows.append({
+                "fault": f["f"], **({"mode": mode} if mode else {}), "index": f["index"],
+                "start": _s(lo), "end": _s(hi), "overlapping": [faults[j]["f"] for j in np.flatnonzero(together)],
+                "unavailable_s": _s(max(pw, cw)), "producer_unavailable_s": _s(pw), "consumer_unavailable_s": _s(cw),
+                "recovery_s": after(self.ack_after, hi), "consumer_recovery_s": after(self.read_after, hi)})
+
+        recovery = after(self.ack_after, heal)
+        hang = attempted_after_heal(g[G_INVOKED], g[G_LAST_INVOKED], g[G_INVOKED_BY_HEAL],
+                                    g[G_COMPLETED_BY_HEAL]) and (recovery is None or recovery > hang_s)
+        by_partition, hung_partitions = {}, []
+        for p in np.flatnonzero(rows[:, P_ACKED] | rows[:, P_READ]).tolist():
+            row = rows[p]
+            p_recovery = None if heal is None or row[P_ACK_AFTER_HEAL] == _NONE else _s(row[P_ACK_AFTER_HEAL] - heal)
+            by_partition[str(p)] = {
+                "producer_unavailable_s": _s(row[P_LONGEST]),
+                "consumer_unavailable_s": _s(row[P_C_LONGEST] if consumers else 0),
+                "recovery_s": p_recovery,
+                "consumer_recovery_s": None if heal is None or row[P_READ_AFTER_HEAL] == _NONE
+                else _s(row[P_READ_AFTER_HEAL] - heal)}
+            # One partition that never comes back is a hang too, though the others recovered
+            # (a replica marked failed, a leader that never returns); without an acknowledgement
+            # it needs the run to have watched it for hang_s, as the runner does.
+            if attempted_after_heal(row[P_INVOKED], row[P_LAST_INVOKED], row[P_INVOKED_BY_HEAL],
+                                    row[P_COMPLETED_BY_HEAL]) and (
+                    (p_recovery is None and end - heal > hang_s * 1e9) or (p_recovery or 0) > hang_s):
+                hung_partitions.append(p)
+        producers_longest = int(g[G_LONGEST])
+        consumers_longest = int(g[G_C_LONGEST]) if consumers else 0
+        return {
+            "verdict": "hang" if hang or hung_partitions else "ok",
+            "hang_after_s": hang_s,
+            "hung_partitions": hung_partitions,
+            "heal": _s(heal),
+            "recovery_s": recovery,
+            "consumer_recovery_s": after(self.read_after, heal),
+            # Without a recovery: how long the run watched after the heal and saw none.
+            "unrecovered_s": _s(end - heal) if heal is not None and recovery is None and end > heal else None,
+            "unavailable_s": _s(max(producers_longest, consumers_longest)),
+            "faults": fault_rows,
+            "producers": {"unavailable_s": _s(producers_longest), "waits": _listed(self.listed[0])},
+            "consumers": {"unavailable_s": _s(consumers_longest),
+                          "waits": _listed(self.listed[1]) if consumers else []},
+            "by_partition": by_partition,
+            "unattributed_sends": int(g[G_UNATTRIBUTED]),
+        }
 
 
 def _s(ns) -> float | None:
-    return None if ns is None else round(ns / NS, 3)
+    return None if ns is None else round(int(ns) / NS, 3)
 
 
-def _listed(w: Waits) -> list[list]:
-    """Waits of at least LIST_MIN_S, the longest LIST_MAX, in time order: [start, end, open]."""
-    length = w.lengths()
-    idx = np.flatnonzero(length >= LIST_MIN_S * NS)
-    idx = idx[np.argsort(-length[idx], kind="stable")][:LIST_MAX]
+def _listed(parts: list[np.ndarray]) -> list[list]:
+    """The waits of at least LIST_MIN_S (kept as the walk found them, in time
+    order), the longest LIST_MAX, in time order: [start, end, open]."""
+    if not parts:
+        return []
+    w = np.concatenate(parts)
+    idx = np.argsort(-(w[:, 1] - w[:, 0]), kind="stable")[:LIST_MAX]
     idx.sort()
-    return [[_s(int(w.start[i])), _s(int(w.end[i])), bool(w.open[i])] for i in idx]
+    return [[_s(w[i, 0]), _s(w[i, 1]), bool(w[i, 2])] for i in idx.tolist()]
 
 
-def _first_after(t_sorted: np.ndarray, at: int) -> int | None:
-    i = np.searchsorted(t_sorted, at, "right")
-    return int(t_sorted[i]) if i < len(t_sorted) else None
-
-
-def _since(t_sorted: np.ndarray, at: int | None) -> float | None:
-    if at is None:
-        return None
-    first = _first_after(t_sorted, at)
-    return None if first is None else _s(first - at)
-
-
-def measure(c: Columns, nemesis: list[dict], ends: dict[str, str], hang_s: float = HANG_S) -> dict:
-    """results.json's `liveness` (docs/checker.md) from the columns and the
-    nemesis's events. It lets go of the completions' partitions and offsets
-    once it has the acknowledgements', and of the keys once it has the
-    sends' partitions (a large history's columns are gigabytes): `c` is
-    not to be measured again."""
-    # A history is in time order, so these are sorted already (no copies then).
-    inv_t, inv_key = _by_time(c.inv_time, c.inv_key)
-    comp_t, comp_key, comp_ok, comp_p, comp_o = _by_time(c.comp_time, c.comp_key, c.comp_ok, c.comp_partition,
-                                                        c.comp_offset)
-    ack_t, ack_key, ack_p, ack_o = comp_t[comp_ok], comp_key[comp_ok], comp_p[comp_ok], comp_o[comp_ok]
-    c.comp_ok = c.comp_partition = c.comp_offset = None
-    del comp_ok, comp_p, comp_o
-    end = max(c.end, int(inv_t[-1]) if len(inv_t) else -1)
-
-    producers = producer_waits(inv_t, comp_t, ack_t, end)
-    # Of the producers' waits only these are reported: taken now, and the waits
-    # (one per acknowledgement at saturation) let go before the sorts below.
-    found = fault_intervals(nemesis, ends)
-    heal = found.final_heal
-    faults = [{"fault": i["f"], "start_ns": i["start"], "end_ns": i["end"], "index": i["index"],
-               **({"mode": i["value"]["mode"]} if isinstance(i["value"], dict) and i["value"].get("mode") else {})}
-              for i in found.intervals]
-    producers_over = [producers.overlapping(f["start_ns"], f["end_ns"]) for f in faults]
-    producers_longest, producers_listed = producers.longest_ns(), _listed(producers)
-    del producers
-
-    # Sends' partitions: by key, where a key's acknowledged sends all went to one partition.
-    pairs = _key_partitions(ack_key, ack_p)
-    keys, counts = np.unique(pairs[0], return_counts=True)
-    single = set(keys[counts == 1].tolist())
-    key_part = {int(k): int(p) for k, p in zip(pairs[0].tolist(), pairs[1].tolist()) if k in single}
-    lookup_k = np.array(sorted(key_part), dtype=np.int64)
-    lookup_p = np.array([key_part[k] for k in lookup_k.tolist()], dtype=np.int64)
-
-    def part_of_keys(keys_):
-        out = np.full(len(keys_), -1, np.int32)
-        if len(lookup_k):
-            for a in range(0, len(keys_), _CHUNK):  # a chunk at a time: a few temporaries of its length
-                chunk = keys_[a:a + _CHUNK]
-                i = np.minimum(np.searchsorted(lookup_k, chunk), len(lookup_k) - 1)
-                out[a:a + _CHUNK] = np.where(lookup_k[i] == chunk, lookup_p[i], -1)
-        return out
-
-    inv_part = part_of_keys(inv_key)
-    comp_part = part_of_keys(comp_key)
-    unattributed = int((inv_part < 0).sum())
-    # The keys are done with: let them go before the sorts by partition (at 100M
-    # events these columns are gigabytes, and the sorts copy what they group).
-    c.inv_key = c.comp_key = None
-    del pairs, inv_key, comp_key, ack_key
-
-    partitions = sorted((set(np.unique(ack_p).tolist()) | set(np.unique(c.read_partition).tolist())) - {-1})
-    r_order = _by_partition_then_time(c.read_partition, c.read_time)
-    r_p, r_t, r_o = c.read_partition[r_order], c.read_time[r_order], c.read_offset[r_order]
-    # Each partition's acknowledgements and attributed sends, by one stable sort
-    # each (time order kept within a partition), not a pass per partition.
-    acks_of = _by_partition(ack_p, ack_t, ack_o)
-    invs_of = _by_partition(inv_part, inv_t)
-    comps_of = _by_partition(comp_part, comp_t)
-    del ack_p, ack_o, inv_part, comp_part
-    none = np.empty(0, np.int64)
-    by_partition: dict[str, dict] = {}
-    # Of each partition's waits only the longest is reported: not kept.
-    consumer_longest: dict[int, int] = {}
-    producer_longest: dict[int, int] = {}
-    part_sends: dict[int, tuple] = {}  # partition -> its sends' invocation and completion times, sorted
-    columns: dict[int, tuple] = {}
-    for p in partitions:
-        p_ack_t, p_ack_o = acks_of.get(p, (none, none))
-        pt = invs_of.get(p, (none,))[0]
-        pc_ = np.sort(comps_of.get(p, (none,))[0], kind="stable")
-        part_sends[p] = (pt, pc_)
-        producer_longest[p] = producer_waits(pt, pc_, p_ack_t, end).longest_ns()
-        lo, hi = np.searchsorted(r_p, p, "left"), np.searchsorted(r_p, p, "right")
-        columns[p] = (p_ack_t, p_ack_o, r_t[lo:hi], r_o[lo:hi])
-        consumer_longest[p] = consumer_waits(*columns[p], end).longest_ns() if c.polls else 0
-    read_t = _distinct(c.read_time)
-    consumers = consumer_overall(columns, read_t, end) if c.polls else Waits.none()
-
-    fault_rows = []
-    starts = np.array([x["start_ns"] for x in faults], np.int64)
-    stops = np.array([x["end_ns"] for x in faults], np.int64)
-    for i, fault in enumerate(faults):
-        lo, hi = fault["start_ns"], fault["end_ns"]
-        pw, cw = producers_over[i], consumers.overlapping(lo, hi)
-        # The other faults in force at some time of this one (their start actions, by start).
-        together = (starts < hi) & (lo < stops)
-        together[i] = False
-        others = [faults[j]["fault"] for j in np.flatnonzero(together).tolist()]
-        row = {"fault": fault["fault"], **({"mode": fault["mode"]} if "mode" in fault else {}),
-               "index": fault["index"], "start": _s(lo), "end": _s(hi), "overlapping": others,
-               "unavailable_s": _s(max(pw, cw)), "producer_unavailable_s": _s(pw),
-               "consumer_unavailable_s": _s(cw),
-               "recovery_s": _since(ack_t, hi), "consumer_recovery_s": _since(read_t, hi)}
-        fault_rows.append(row)
-
-    recovery = _since(ack_t, heal)
-    hang = bool(_attempted_after(inv_t, comp_t, heal) and (recovery is None or recovery > hang_s))
-    hung_partitions = []
-    for p in partitions:
-        lo, hi = np.searchsorted(r_p, p, "left"), np.searchsorted(r_p, p, "right")
-        p_recovery = _since(columns[p][0], heal)
-        by_partition[str(p)] = {
-            "producer_unavailable_s": _s(producer_longest[p]),
-            "consumer_unavailable_s": _s(consumer_longest[p]),
-            "recovery_s": p_recovery,
-            "consumer_recovery_s": _since(r_t[lo:hi], heal)}
-        # One partition that never comes back is a hang too, though the others recovered
-        # (a replica marked failed, a leader that never returns); without an acknowledgement
-        # it needs the run to have watched it for hang_s, as the runner does.
-        if _attempted_after(*part_sends[p], heal) and (
-                (p_recovery is None and end - heal > hang_s * 1e9) or (p_recovery or 0) > hang_s):
-            hung_partitions.append(p)
-    return {
-        "verdict": "hang" if hang or hung_partitions else "ok",
-        "hang_after_s": hang_s,
-        "hung_partitions": hung_partitions,
-        "heal": _s(heal),
-        "recovery_s": recovery,
-        "consumer_recovery_s": _since(read_t, heal),
-        # Without a recovery: how long the run watched after the heal and saw none.
-        "unrecovered_s": _s(end - heal) if heal is not None and recovery is None and end > heal else None,
-        "unavailable_s": _s(max(producers_longest, consumers.longest_ns())),
-        "faults": fault_rows,
-        "producers": {"unavailable_s": _s(producers_longest), "waits": producers_listed},
-        "consumers": {"unavailable_s": _s(consumers.longest_ns()), "waits": _listed(consumers)},
-        "by_partition": by_partition,
-        "unattributed_sends": unattributed,
-    }
-
-
-def _key_partitions(ack_key: np.ndarray, ack_p: np.ndarray) -> np.ndarray:
-    """The distinct (key, partition) pairs of the acknowledgements that have
-    both, as two rows, sorted; found _CHUNK acknowledgements at a time (the
-    pairs are few, the acknowledgements of a large history tens of millions)."""
-    found = [np.empty((2, 0), np.int64)]
-    for a in range(0, len(ack_key), _CHUNK):
-        k_, p_ = ack_key[a:a + _CHUNK], ack_p[a:a + _CHUNK].astype(np.int64)
-        known = (k_ >= 0) & (p_ >= 0)
-        k_, p_ = k_[known], p_[known]
-        if len(k_):
-            found.append(np.stack(distinct_pairs(k_, p_)))
-    return np.stack(distinct_pairs(*np.concatenate(found, axis=1)))
-
-
-def _distinct(times: np.ndarray) -> np.ndarray:
-    """The distinct times, sorted: without a sort where they are in order
-    already, as a history's are (a large history's millions of read times
-    would be sorted by np.unique for nothing)."""
-    if len(times) < 2 or not nondecreasing(times):
-        return np.unique(times)
-    return times[np.concatenate(([True], times[1:] != times[:-1]))]
-
-
-def _by_time(time: np.ndarray, *arrays: np.ndarray) -> tuple:
-    """`time` and `arrays` in time order (a stable sort), as they are if already so."""
-    if nondecreasing(time):
-        return (time, *arrays)
-    order = np.argsort(time, kind="stable")
-    return (time[order], *[a[order] for a in arrays])
-
-
-def _by_partition(parts: np.ndarray, *arrays: np.ndarray) -> dict[int, tuple]:
-    """partition -> the elements of each of `arrays` whose `parts` entry is it,
-    in their order (one stable sort); elements of no known partition (-1)
-    are left out."""
-    attributed = parts >= 0
-    if not attributed.all():
-        parts, arrays = parts[attributed], tuple(a[attributed] for a in arrays)
-    del attributed
-    order = np.argsort(_narrowed(parts), kind="stable")
-    ordered = parts[order]  # where each partition starts, without np.unique's sort of a copy
-    starts = np.flatnonzero(np.concatenate(([len(ordered) > 0], ordered[1:] != ordered[:-1])))
-    keys = ordered[starts]
-    del ordered
-    bounds = np.append(starts, len(order)).tolist()
-    grouped = [a[order] for a in arrays]
-    return {int(k): tuple(g[bounds[i]:bounds[i + 1]] for g in grouped) for i, k in enumerate(keys.tolist())}
-
-
-def _by_partition_then_time(partition: np.ndarray, time: np.ndarray) -> np.ndarray:
-    """The order of reads by partition, then time: a stable sort by partition
-    where they are in time order already, as a history's are."""
-    if nondecreasing(time):
-        return np.argsort(_narrowed(partition), kind="stable")
-    return np.lexsort((time, partition))
-
-
-def _narrowed(parts: np.ndarray) -> np.ndarray:
-    """Partitions as int16 where they fit (-1 too): NumPy sorts 16-bit
-    integers stably by radix, in a pass or two, where int64 would take a
-    merge sort."""
-    if len(parts) and -1 <= int(parts.min()) and int(parts.max()) <= np.iinfo(np.int16).max:
-        return parts.astype(np.int16)
-    return parts
-
-
-def _searched_right(a: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """`np.searchsorted(a, v, "right")` for `v` sorted as well as `a`: one
-    walk of both where `a` is not much the longer, cheaper then than a
-    binary search for each of `v`."""
-    if len(a) > _WALK_AT_MOST * len(v):
-        return np.searchsorted(a, v, "right")
-    return _walk_right(a, v, np.empty(len(v), np.intp))
-
-
-_WALK_AT_MOST = 16  # times as many of `a` as of `v`: a longer `a` is searched
+# ---------------------------------------------------------------------------------
+# the compiled walk
+# ---------------------------------------------------------------------------------
 
 
 @compiled
-def _walk_right(a, v, out):
-    """`_searched_right`'s walk: each of `v` (sorted) past every element of `a` at or below it."""
-    j = 0
-    for i in range(len(v)):
-        while j < len(a) and a[j] <= v[i]:
+def _walk(inv_t, inv_p, comp_t, comp_p, comp_ok, ack_p, ack_o, read_t, read_p, read_o,
+          g, rows, group_acks, group_reads, heal, queries, ack_after, read_after,
+          fault_start, fault_end, fault_producers, fault_consumers, p_active, c_active, p_out, c_out):
+    """One chunk's events in time order (the three kinds merged), a group of
+    equal times at a time: a wait's start and end are compared with every
+    event of a time at once, as the definitions' "at or before" asks."""
+    i = j = k = 0
+    ni, nj, nk = len(inv_t), len(comp_t), len(read_t)
+    while i < ni or j < nj or k < nk:
+        t = _TOP
+        if i < ni:
+            t = inv_t[i]
+        if j < nj and comp_t[j] < t:
+            t = comp_t[j]
+        if k < nk and read_t[k] < t:
+            t = read_t[k]
+        if t != g[G_TIME]:
+            _end_group(g, rows, group_acks, group_reads)
+            g[G_TIME] = t
+        while i < ni and inv_t[i] == t:
+            _invoked(t, inv_p[i], g, rows, heal)
+            i += 1
+        while j < nj and comp_t[j] == t:
+            _completed(t, comp_p[j], comp_ok[j], ack_p[j], ack_o[j], g, rows, group_acks, heal, queries,
+                       ack_after, fault_start, fault_end, fault_producers, p_active, p_out)
             j += 1
-        out[i] = j
-    return out
+        while k < nk and read_t[k] == t:
+            _read(t, read_p[k], read_o[k], g, rows, group_reads, heal, queries, read_after,
+                  fault_start, fault_end, fault_consumers, c_active, c_out)
+            k += 1
 
 
-def _attempted_after(inv_t: np.ndarray, comp_t: np.ndarray, heal: int | None) -> bool:
-    """Whether a send was invoked after the heal, or outstanding at it (sorted times)."""
-    return heal is not None and len(inv_t) > 0 and bool(
-        inv_t[-1] > heal or np.searchsorted(inv_t, heal, "right") > np.searchsorted(comp_t, heal, "right"))
+@compiled
+def _end_group(g, rows, group_acks, group_reads):
+    """After every event of a time: an acknowledgement among them starts
+    the producers' next gap, a read the consumers' (with a backlog then,
+    its wait starts at once)."""
+    t = g[G_TIME]
+    if g[G_GROUP_ACKED]:
+        g[G_PREV], g[G_FIRST], g[G_GROUP_ACKED] = t, _NONE, 0
+        g[G_OUTSTANDING] = 1 if g[G_INVOKED] > g[G_COMPLETED] else 0
+    for x in range(g[G_GROUP_ACKS]):
+        p = group_acks[x]
+        rows[p, P_PREV], rows[p, P_FIRST] = t, _NONE
+        rows[p, P_OUTSTANDING] = 1 if rows[p, P_INVOKED] > rows[p, P_COMPLETED] else 0
+    g[G_GROUP_ACKS] = 0
+    if g[G_GROUP_READ]:
+        g[G_START] = t if g[G_BACKLOGS] > 0 else _TOP
+        g[G_GROUP_READ] = 0
+    for x in range(g[G_GROUP_READS]):
+        p = group_reads[x]
+        rows[p, P_START] = t if rows[p, P_ACKED_TOP] > rows[p, P_READ_TOP] else _NONE
+    g[G_GROUP_READS] = 0
+
+
+@compiled
+def _invoked(t, p, g, rows, heal):
+    g[G_INVOKED] += 1
+    if g[G_FIRST] == _NONE:
+        g[G_FIRST] = t
+    g[G_LAST_INVOKED] = max(g[G_LAST_INVOKED], t)
+    if heal != _NONE and t <= heal:
+        g[G_INVOKED_BY_HEAL] += 1
+    if p < 0:
+        g[G_UNATTRIBUTED] += 1
+        return
+    rows[p, P_INVOKED] += 1
+    if rows[p, P_FIRST] == _NONE:
+        rows[p, P_FIRST] = t
+    rows[p, P_LAST_INVOKED] = max(rows[p, P_LAST_INVOKED], t)
+    if heal != _NONE and t <= heal:
+        rows[p, P_INVOKED_BY_HEAL] += 1
+
+
+@compiled
+def _completed(t, p, ok, q, offset, g, rows, group_acks, heal, queries, ack_after,
+               fault_start, fault_end, fault_producers, p_active, p_out):
+    g[G_COMPLETED] += 1
+    by_heal = heal != _NONE and t <= heal
+    if by_heal:
+        g[G_COMPLETED_BY_HEAL] += 1
+    if p >= 0:
+        rows[p, P_COMPLETED] += 1
+        if by_heal:
+            rows[p, P_COMPLETED_BY_HEAL] += 1
+    if not ok:
+        return  # no acknowledgement: it ends no wait
+    if not g[G_GROUP_ACKED]:  # a later acknowledgement of the same time ends a wait of no length
+        g[G_GROUP_ACKED] = 1
+        start = g[G_PREV] if g[G_OUTSTANDING] else g[G_FIRST]
+        if start != _NONE and start < t:
+            g[G_LONGEST] = max(g[G_LONGEST], _emit(start, t, 0, fault_start, fault_end, fault_producers,
+                                                   p_active, g, G_P_NEXT_FAULT, G_P_ACTIVE, p_out, G_P_LISTED))
+    while g[G_NEXT_ACK_QUERY] < len(queries) and queries[g[G_NEXT_ACK_QUERY]] < t:
+        ack_after[g[G_NEXT_ACK_QUERY]] = t
+        g[G_NEXT_ACK_QUERY] += 1
+    if q < 0:
+        return
+    if rows[q, P_MARK] != t:
+        rows[q, P_MARK] = t
+        group_acks[g[G_GROUP_ACKS]] = q
+        g[G_GROUP_ACKS] += 1
+        start = rows[q, P_PREV] if rows[q, P_OUTSTANDING] else rows[q, P_FIRST]
+        if start != _NONE and start < t:
+            rows[q, P_LONGEST] = max(rows[q, P_LONGEST], t - start)
+    rows[q, P_LAST_ACK], rows[q, P_ACKED] = t, 1
+    g[G_LAST_ACK] = max(g[G_LAST_ACK], t)
+    if heal != _NONE and t > heal and rows[q, P_ACK_AFTER_HEAL] == _NONE:
+        rows[q, P_ACK_AFTER_HEAL] = t
+    if offset > rows[q, P_READ_TOP]:  # beyond what consumers read of it: their wait starts
+        if rows[q, P_ACKED_TOP] <= rows[q, P_READ_TOP]:
+            g[G_BACKLOGS] += 1
+        if rows[q, P_START] == _NONE:
+            rows[q, P_START] = t
+        if g[G_START] == _TOP:
+            g[G_START] = t
+    rows[q, P_ACKED_TOP] = max(rows[q, P_ACKED_TOP], offset)
+
+
+@compiled
+def _read(t, q, offset, g, rows, group_reads, heal, queries, read_after,
+          fault_start, fault_end, fault_consumers, c_active, c_out):
+    if not g[G_GROUP_READ]:
+        g[G_GROUP_READ] = 1
+        if g[G_START] < t:
+            g[G_C_LONGEST] = max(g[G_C_LONGEST], _emit(g[G_START], t, 0, fault_start, fault_end, fault_consumers,
+                                                       c_active, g, G_C_NEXT_FAULT, G_C_ACTIVE, c_out, G_C_LISTED))
+        while g[G_NEXT_READ_QUERY] < len(queries) and queries[g[G_NEXT_READ_QUERY]] < t:
+            read_after[g[G_NEXT_READ_QUERY]] = t
+            g[G_NEXT_READ_QUERY] += 1
+    if q < 0:
+        return
+    if rows[q, P_READ_MARK] != t:
+        rows[q, P_READ_MARK] = t
+        group_reads[g[G_GROUP_READS]] = q
+        g[G_GROUP_READS] += 1
+        start = rows[q, P_START]
+        if start != _NONE and start < t:
+            rows[q, P_C_LONGEST] = max(rows[q, P_C_LONGEST], t - start)
+    if offset > rows[q, P_READ_TOP]:
+        if rows[q, P_ACKED_TOP] > rows[q, P_READ_TOP] and rows[q, P_ACKED_TOP] <= offset:
+            g[G_BACKLOGS] -= 1  # everything acknowledged of it read
+        rows[q, P_READ_TOP] = offset
+    rows[q, P_READ] = 1
+    if heal != _NONE and t > heal and rows[q, P_READ_AFTER_HEAL] == _NONE:
+        rows[q, P_READ_AFTER_HEAL] = t
+
+
+@compiled
+def _emit(start, end, is_open, fault_start, fault_end, longest, active, g, next_fault, n_active, out, n_out):
+    """A wait of producers or consumers overall: its length (returned) to the
+    longest of each fault it overlaps, and to `out` if long enough to list.
+    Waits come in time order, their starts and ends both non-decreasing: a
+    fault joins the active ones when a wait ends at or after its start, and
+    leaves them for good when one starts after its end."""
+    length = end - start
+    while g[next_fault] < len(fault_start) and fault_start[g[next_fault]] <= end:
+        active[g[n_active]] = g[next_fault]
+        g[n_active] += 1
+        g[next_fault] += 1
+    x = 0
+    while x < g[n_active]:
+        f = active[x]
+        if fault_end[f] < start:
+            g[n_active] -= 1
+            active[x] = active[g[n_active]]
+        else:
+            longest[f] = max(longest[f], length)
+            x += 1
+    if length >= _LIST_MIN_NS:
+        n = g[n_out]
+        out[n, 0], out[n, 1], out[n, 2] = start, end, is_open
+        g[n_out] = n + 1
+    return length
+
+
+@compiled
+def _finish(end, g, rows, group_acks, group_reads, heal, queries, ack_after, read_after,
+            fault_start, fault_end, fault_producers, fault_consumers, p_active, c_active, p_out, c_out):
+    """The last group ended, and the waits open at the end: to the workload's
+    end (or the last invocation, if later; returned), or for consumers the
+    last acknowledgement, if later still."""
+    _end_group(g, rows, group_acks, group_reads)
+    end = max(end, g[G_LAST_INVOKED])
+    if g[G_INVOKED] > 0:
+        start = g[G_PREV] if g[G_OUTSTANDING] else g[G_FIRST]
+        if start != _NONE and start < end:
+            g[G_LONGEST] = max(g[G_LONGEST], _emit(start, end, 1, fault_start, fault_end, fault_producers,
+                                                   p_active, g, G_P_NEXT_FAULT, G_P_ACTIVE, p_out, G_P_LISTED))
+    upto = max(end, g[G_LAST_ACK])
+    if g[G_START] < upto:
+        g[G_C_LONGEST] = max(g[G_C_LONGEST], _emit(g[G_START], upto, 1, fault_start, fault_end, fault_consumers,
+                                                   c_active, g, G_C_NEXT_FAULT, G_C_ACTIVE, c_out, G_C_LISTED))
+    for p in range(len(rows)):
+        if rows[p, P_INVOKED] > 0:
+            start = rows[p, P_PREV] if rows[p, P_OUTSTANDING] else rows[p, P_FIRST]
+            if start != _NONE and start < end:
+                rows[p, P_LONGEST] = max(rows[p, P_LONGEST], end - start)
+        if rows[p, P_ACKED] and rows[p, P_START] != _NONE and rows[p, P_START] < max(end, rows[p, P_LAST_ACK]):
+            rows[p, P_C_LONGEST] = max(rows[p, P_C_LONGEST], max(end, rows[p, P_LAST_ACK]) - rows[p, P_START])
+    return end
 
 
 def verdict_words(liveness: dict) -> str:

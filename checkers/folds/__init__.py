@@ -18,7 +18,8 @@ so the driver's memory follows the history's few events, not its length:
   read, and per (process, partition) the lowest offset read;
 - `groups.Groups`: which process belongs to which consumer group, and
   which groups record processing;
-- `liveness.LivenessColumns`: the columns liveness measures;
+- `liveness.LivenessFacts`: what liveness's walk must know of the whole
+  history, and for a history of ordinary size its chunks;
 - `clock.Clock`: the first index of each stretch of the history's time
   (the buckets of the results' series).
 
@@ -31,10 +32,10 @@ another.
 from checkers.folds.clock import Clock
 from checkers.folds.few import Few
 from checkers.folds.groups import Groups
-from checkers.folds.liveness import LivenessColumns
+from checkers.folds.liveness import LivenessFacts
 from checkers.folds.pairs import Pairs
 from checkers.folds.reads import Reads
 from checkers.folds.restarts import Restarts
 
 # The folds, in the order each batch is handed to them.
-FOLDS = (Few, Restarts, Pairs, Reads, Groups, LivenessColumns, Clock)
+FOLDS = (Few, Restarts, Pairs, Reads, Groups, LivenessFacts, Clock)

@@ -1,35 +1,48 @@
-"""Liveness's columns (checkers/liveness.py), gathered batch by batch: each
-send's invocation (time, key) and completion (time, its invocation's key,
-ok or not, partition and offset), each poll's largest offset per partition
-it returned records of (from `Events.poll_reads`), and per process its last
-event and its poll invocations. The reads and the workload's end leave
-out the processes that did final reads (none of theirs is the run's).
+"""What liveness (checkers/liveness.py) takes from the first read of a
+history: what its walk must know of the whole history before it starts
+(`Known`: the workload's end, the polls during the run, which key goes to
+which partition, and which processes did final reads, whose reads are
+none of the run's), and, for a history of up to HOLD_EVENTS events, the
+walk's chunks themselves, one per batch (`keep`). A larger history is read
+again for the walk (`chunks_again`), a batch at a time: holding every
+send's times would cost the driver gigabytes (about 45 bytes a send), a
+second read only time.
 """
 
 from __future__ import annotations
 
-import ctypes
+from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
 from checkers.compiled import compiled
-from checkers.key_rows import key_rows
-from checkers.liveness import Columns
-from core.history.batches import Events
+from checkers.folds.pairs import SendPairs
+from checkers.folds.reads import per_poll
+from checkers.key_rows import distinct_pairs, key_rows
+from checkers.liveness import Chunk, Known
+from core.history.batches import Events, Names, decode, file_tables
 from core.history.format import FINAL_READS, TYPES
+
+HOLD_EVENTS = 20_000_000  # histories up to this many events keep their chunks from the first read
 
 _OK = TYPES.index("ok")
 _INVOKE = TYPES.index("invoke")
+# What the walk reads of a history read again.
+COLUMNS = ("index", "time", "process", "key", "value", "partition", "offset", "type", "f", "records")
 
 
-class LivenessColumns:
-    """The fold (checkers/folds/__init__.py); `columns()` once every batch is in."""
+class LivenessFacts:
+    """The fold (checkers/folds/__init__.py); `known()` and `chunks()` once
+    every batch is in."""
 
     def __init__(self) -> None:
-        self._chunks: dict[str, list] = {}
+        self.keep = True  # the batches' chunks kept (else: read again)
+        self._kept: list[tuple] = []
         self._last_time: dict[int, int] = {}
         self._poll_invokes: dict[int, int] = {}
         self._final: set[int] = set()
+        self._key_partition = np.empty((2, 0), np.int64)  # the distinct (key, partition) acknowledged
 
     def add(self, ev: Events) -> None:
         process, time = ev.process, ev.time
@@ -42,61 +55,75 @@ class LivenessColumns:
         for proc, t_last, n in zip(procs.tolist(), last.tolist(), n_polls.tolist()):
             self._last_time[proc] = max(self._last_time.get(proc, t_last), t_last)
             self._poll_invokes[proc] = self._poll_invokes.get(proc, 0) + n
-        send = ev.is_op("send")
-        invoke = ev.typ == _INVOKE
-        invoked = int(np.count_nonzero(send & invoke))
-        done = int(np.count_nonzero(send)) - invoked
-        columns = _send_liveness(send, invoke, ev.typ == _OK, time, ev.key, ev.partition, ev.offset,
-                                 np.empty(invoked, np.int64), np.empty(invoked, np.int64), np.empty(done, np.int64),
-                                 np.empty(done, bool), np.empty(done, np.int32), np.empty(done, np.int64))
-        add = self._chunks.setdefault
-        for name, column in zip(("inv_time", "inv_key", "comp_time", "comp_ok", "comp_partition", "comp_offset"),
-                                columns):
-            add(name, []).append(column)
-        add("comp_key", []).append(ev.send_pairs[0])
-        for name, column in zip(("read_time", "read_partition", "read_offset", "read_process"), ev.poll_reads):
-            add(name, []).append(column)
+        raw = _raw(ev, ev.send_pairs[0], ev.poll_reads)
+        _, _, comp_key, comp_ok, ack_partition, _ = raw[:6]
+        known = comp_ok & (comp_key >= 0) & (ack_partition >= 0)
+        if known.any():
+            found = np.stack(distinct_pairs(comp_key[known], ack_partition[known]))
+            self._key_partition = np.stack(distinct_pairs(*np.concatenate((self._key_partition, found), axis=1)))
+        if self.keep:
+            self._kept.append(raw)
 
-    def columns(self) -> Columns:
-        """Liveness's columns of everything read. Called once: the batches
-        are let go as they are joined."""
-        import pyarrow as pa
-
-        pa.default_memory_pool().release_unused()  # what Arrow kept of the batches read
-        arrays = {}
-        for k in list(self._chunks):  # one column at a time: no more than one held twice
-            arrays[k] = np.concatenate(self._chunks.pop(k))
-            _give_back_freed_memory()
-        if not arrays:
-            arrays = {k: np.empty(0, bool if k == "comp_ok" else np.int64)
-                      for k in list(Columns.__dataclass_fields__) + ["read_process"] if k not in ("end", "polls")}
-        in_run = ~np.isin(arrays.pop("read_process"), list(self._final))
-        for k in ("read_time", "read_partition", "read_offset"):
-            arrays[k] = arrays[k][in_run]
+    def known(self) -> Known:
+        """What the walk must know before it starts."""
         run_procs = [proc for proc in self._last_time if proc not in self._final]
-        end = max((self._last_time[proc] for proc in run_procs), default=-1)
-        polls = sum(self._poll_invokes[proc] for proc in run_procs)
-        return Columns(**arrays, end=end, polls=polls)
+        keys, partitions = self._key_partition
+        single = np.isin(keys, _once(keys))  # a key of one partition only
+        return Known(end=max((self._last_time[proc] for proc in run_procs), default=-1),
+                     polls=sum(self._poll_invokes[proc] for proc in run_procs),
+                     keys=keys[single], key_partitions=partitions[single], final=frozenset(self._final))
+
+    def chunks(self, known: Known) -> Iterator[Chunk]:
+        """The kept batches as the walk's chunks, each let go once made."""
+        self._kept.reverse()
+        while self._kept:
+            yield _chunk(self._kept.pop(), known)
 
 
-def _malloc_trim():
-    """glibc's `malloc_trim`, or None where the C library has none."""
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # not glibc: its allocator gives memory back its own way
-        return None
+def chunks_again(files: list[Path], known: Known) -> Iterator[Chunk]:
+    """The walk's chunks of a history read again from its Parquet `files`,
+    a batch at a time: its sends paired again, its polls' reads found again,
+    as the first read did."""
+    names, pairs = Names(), SendPairs()
+    for file in files:
+        for table in file_tables(file, COLUMNS):
+            ev = decode(table, names)
+            send = ev.is_op("send")
+            comp_key, _, _ = pairs.pair(ev.value, ev.key, ev.time, ev.index, send, ev.typ == _INVOKE)
+            polls, partitions, _, largest = per_poll(ev)
+            yield _chunk(_raw(ev, comp_key, (ev.time[polls], partitions, largest, ev.process[polls])), known)
 
 
-_MALLOC_TRIM = _malloc_trim()
+def _once(keys: np.ndarray) -> np.ndarray:
+    """The keys that occur once among `keys` (sorted)."""
+    distinct, counts = np.unique(keys, return_counts=True)
+    return distinct[counts == 1]
 
 
-def _give_back_freed_memory() -> None:
-    """Give the pages freed so far back to the system (glibc's `malloc_trim`):
-    a batch's arrays are small enough to come from the heap, which keeps what
-    is freed in it; without this, the columns' batches, let go as the columns
-    are joined, stayed in the process's memory beside the joined columns."""
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
+def _raw(ev: Events, comp_key: np.ndarray, reads: tuple) -> tuple:
+    """A batch's sends and reads before attribution: invocations' time and
+    key, completions' time, invocation's key, ok, partition (-1 unless ok)
+    and offset, and reads' time, partition, offset and process."""
+    send = ev.is_op("send")
+    invoke = ev.typ == _INVOKE
+    invoked = int(np.count_nonzero(send & invoke))
+    done = int(np.count_nonzero(send)) - invoked
+    inv_time, inv_key, comp_time, comp_ok, comp_partition, comp_offset = _send_columns(
+        send, invoke, ev.typ == _OK, ev.time, ev.key, ev.partition, ev.offset,
+        np.empty(invoked, np.int64), np.empty(invoked, np.int64), np.empty(done, np.int64),
+        np.empty(done, bool), np.empty(done, np.int64), np.empty(done, np.int64))
+    return (inv_time, inv_key, comp_key, comp_ok, comp_partition, comp_time, comp_offset, *reads)
+
+
+def _chunk(raw: tuple, known: Known) -> Chunk:
+    """A batch's chunk: its sends attributed to partitions by key, the final reads left out."""
+    inv_time, inv_key, comp_key, comp_ok, comp_partition, comp_time, comp_offset, \
+        read_time, read_partition, read_offset, read_process = raw
+    in_run = ~np.isin(read_process, list(known.final)) if known.final else slice(None)
+    return Chunk(inv_time=inv_time, inv_partition=known.partitions_of(inv_key), comp_time=comp_time,
+                 comp_partition=known.partitions_of(comp_key), comp_ok=comp_ok, ack_partition=comp_partition,
+                 ack_offset=comp_offset, read_time=read_time[in_run], read_partition=read_partition[in_run],
+                 read_offset=read_offset[in_run])
 
 
 @compiled
@@ -112,12 +139,12 @@ def _last_and_polls(rows, time, poll_invoke, last, polls):
 
 
 @compiled
-def _send_liveness(send, invoke, ok, time, key, partition, offset, inv_time, inv_key, comp_time, comp_ok,
-                   comp_partition, comp_offset):
-    """Liveness's columns of a batch's sends, into the arrays given (as long
-    as its send invocations and completions), in one pass: each
-    invocation's time and key, each completion's time, whether ok, and its
-    partition (-1 unless ok) and offset."""
+def _send_columns(send, invoke, ok, time, key, partition, offset, inv_time, inv_key, comp_time, comp_ok,
+                  comp_partition, comp_offset):
+    """A batch's sends, into the arrays given (as long as its send
+    invocations and completions), in one pass: each invocation's time and
+    key, each completion's time, whether ok, and its partition (-1 unless
+    ok) and offset."""
     n_inv = n_comp = 0
     for i in range(len(send)):
         if not send[i]:

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from checkers.compiled import compiled, first_not_below
+from checkers.compiled import compiled, first_not_below, nondecreasing
 from checkers.key_rows import seen_rows
-from checkers.liveness import nondecreasing
 from checkers.stats import BUCKET_FLOOR_NS, BUCKET_GROWTH, HISTOGRAM_COLUMNS
 from core.errors import HistoryError
 from core.history.batches import Events
@@ -44,8 +43,7 @@ class Pairs:
         self.invokes: dict[str, int] = {}  # client invocations by f
         self._histogram: dict[tuple, list[int]] = {}  # (f, type, second, bucket) -> [count, max]
         self._names: dict[int, str] = {}
-        # Sends invoked and not yet answered, sorted by value: value, key, time, index.
-        self._sends = (_EMPTY,) * 4
+        self._sends = SendPairs()
         # Other operations, by (process, f) group: invocations and completions so far,
         # and the invocations not yet answered (group << _ORDINAL_BITS | ordinal, time, index).
         self._group_keys = _EMPTY
@@ -63,7 +61,7 @@ class Pairs:
         self._process_op = ev.names.op("process")
         send = ev.is_op("send")
         invoke = ev.typ == INVOKE
-        ev.send_pairs = self._pair_sends(ev.value, ev.key, ev.time, ev.index, send, invoke)
+        ev.send_pairs = self._sends.pair(ev.value, ev.key, ev.time, ev.index, send, invoke)
         self._pair_others(ev.process, ev.f, ev.typ, ev.index, ev.time, ~send, invoke)
         n = np.bincount(ev.f[(ev.process >= 0) & invoke & (ev.f >= 0)], minlength=len(ev.names.ops))
         for name, i in ev.names.ops.items():
@@ -74,26 +72,6 @@ class Pairs:
         found = inv_time >= 0
         self._add_latencies(np.full(int(found.sum()), ev.names.op("send")), ev.typ[comp][found],
                             ev.time[comp][found], (ev.time[comp] - inv_time)[found])
-
-    def _pair_sends(self, value, key, time, index, send, invoke):
-        """Each send completion's invocation: its key, time and index (-1
-        where none was invoked before it, which the by-value frame refuses)."""
-        inv, comp = np.flatnonzero(send & invoke), np.flatnonzero(send & ~invoke)
-        kept = [np.concatenate((old, new[inv])) for old, new in zip(self._sends, (value, key, time, index))]
-        # Sends are mostly invoked in the order of their values: then the
-        # ones kept are sorted as they are (a sort and four gathers less).
-        if not nondecreasing(kept[0]):
-            order = np.argsort(kept[0], kind="stable")
-            kept = [column[order] for column in kept]
-        values, keys, times, indexes = kept
-        if not len(values):
-            self._sends = tuple(kept)
-            return (np.full(len(comp), -1),) * 3
-        answered = np.zeros(len(values), bool)
-        at = _answers(values, value[comp], answered, np.empty(len(comp), np.int64))
-        self._sends = tuple(column[~answered] for column in kept)
-        found = at >= 0
-        return np.where(found, keys[at], -1), np.where(found, times[at], -1), np.where(found, indexes[at], -1)
 
     def _pair_others(self, process, f, typ, index, time, others, invoke) -> None:
         """Every operation but a client's send, by order within its (process,
@@ -180,6 +158,36 @@ class Pairs:
         groups = self._open[0] >> _ORDINAL_BITS
         of_op = (self._group_keys[groups] & ((1 << _F_BITS) - 1)) == op if len(groups) else np.zeros(0, bool)
         return np.sort(self._open[2][of_op])
+
+
+class SendPairs:
+    """Sends paired by value (the module docstring's rule), batch by batch:
+    the invocations not yet answered are kept, sorted by value. Also used
+    alone, where liveness reads a large history again (checkers/folds/liveness.py)."""
+
+    def __init__(self) -> None:
+        # Sends invoked and not yet answered, sorted by value: value, key, time, index.
+        self._sends = (_EMPTY,) * 4
+
+    def pair(self, value, key, time, index, send, invoke):
+        """Each send completion's invocation: its key, time and index (-1
+        where none was invoked before it, which the by-value frame refuses)."""
+        inv, comp = np.flatnonzero(send & invoke), np.flatnonzero(send & ~invoke)
+        kept = [np.concatenate((old, new[inv])) for old, new in zip(self._sends, (value, key, time, index))]
+        # Sends are mostly invoked in the order of their values: then the
+        # ones kept are sorted as they are (a sort and four gathers less).
+        if not nondecreasing(kept[0]):
+            order = np.argsort(kept[0], kind="stable")
+            kept = [column[order] for column in kept]
+        values, keys, times, indexes = kept
+        if not len(values):
+            self._sends = tuple(kept)
+            return (np.full(len(comp), -1),) * 3
+        answered = np.zeros(len(values), bool)
+        at = _answers(values, value[comp], answered, np.empty(len(comp), np.int64))
+        self._sends = tuple(column[~answered] for column in kept)
+        found = at >= 0
+        return np.where(found, keys[at], -1), np.where(found, times[at], -1), np.where(found, indexes[at], -1)
 
 
 @compiled

@@ -28,17 +28,14 @@ class Reads:
         self.lowest_of: dict[tuple[int, int], int] = {}  # (process, partition) -> the lowest offset read
 
     def add(self, ev: Events) -> None:
-        recs = ev.polled()
-        if not len(recs):
-            ev.poll_reads = (_EMPTY,) * 4
-            return
-        polls, partitions, smallest, largest = _per_poll(recs.parent, recs.partition, recs.offset,
-                                                         np.full(int(recs.partition.max()) + 2, -1))
+        polls, partitions, smallest, largest = per_poll(ev)
         ev.poll_reads = (ev.time[polls], partitions, largest, ev.process[polls])
+        if not len(polls):
+            return
         parts, where = np.unique(partitions, return_inverse=True)
         highest = np.full(len(parts), np.iinfo(np.int64).min)
         np.maximum.at(highest, where.reshape(-1), largest)
-        counts = np.bincount(np.searchsorted(parts, recs.partition), minlength=len(parts))
+        counts = np.bincount(np.searchsorted(parts, ev.polled().partition), minlength=len(parts))
         for p, m, k in zip(parts.tolist(), highest.tolist(), counts.tolist()):
             self.highest[p] = max(self.highest.get(p, m), m)
             self.records[p] = self.records.get(p, 0) + k
@@ -51,6 +48,15 @@ class Reads:
             key = (key >> PARTITION_BITS, key & MAX_PARTITION)
             if key not in self.lowest_of or low < self.lowest_of[key]:
                 self.lowest_of[key] = low
+
+
+def per_poll(ev: Events) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each ok poll of the batch and partition it returned records of: the
+    poll's row, the partition, its least and greatest offset in the poll."""
+    recs = ev.polled()
+    if not len(recs):
+        return (_EMPTY,) * 4
+    return _per_poll(recs.parent, recs.partition, recs.offset, np.full(int(recs.partition.max()) + 2, -1))
 
 
 @compiled

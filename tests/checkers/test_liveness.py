@@ -250,105 +250,117 @@ def test_expect_limits_and_hang_judge_the_measured_values(check, timed):
             build({"expect": bad})
 
 
-def test_columns_read_in_small_batches_are_the_columns_read_at_once(tmp_path):
+def test_a_history_read_in_small_batches_or_read_again_measures_the_same(tmp_path, monkeypatch):
     # The history is read a batch at a time (the driver never holds all of it):
-    # batch edges must not change a column, nor which processes did final reads,
-    # nor the pairing of completions with invocations that came batches before.
-    import numpy as np
-
+    # batch edges must not change what the walk knows beforehand nor what it
+    # measures, nor the pairing of completions with invocations that came
+    # batches before; and a history too large to keep its chunks, read again
+    # for the walk, measures as one whose chunks were kept.
+    from checkers import liveness
+    from checkers.folds import liveness as facts
     from checkers.history_read import HistoryRead
-    from checkers.liveness import Columns
     from core.history.batches import file_tables
     from core.history.parquet import write_parquet
     from lab.synthetic import Plan, generate
 
     events = generate(Plan(events=5_000, seed=5, lost=1, dirty_reads=1)).events
-    reads = []
+    nemesis = [e for e in events if e["process"] == "nemesis"]
+    measured = []
     for rows in (1_000_000, 333):
         path = tmp_path / f"history-{rows}.parquet"
         write_parquet(events, path, batch_rows=rows)
         read = HistoryRead()
         for table in file_tables(path):
             read.add(table)
-        reads.append(read)
-    whole, batched = reads
-    histogram = lambda r: sorted(tuple(x.values()) for x in r.pairs.histogram_rows())  # noqa: E731
-    assert histogram(whole) == histogram(batched) and whole.pairs.invokes == batched.pairs.invokes
-    assert whole.few == batched.few
-    whole, batched = whole.liveness.columns(), batched.liveness.columns()
-    for name in Columns.__dataclass_fields__:
-        a, b = getattr(whole, name), getattr(batched, name)
-        assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b, name
-    assert whole.polls > 0 and len(whole.read_time) > 0 and whole.end > 0
-    assert (whole.comp_key >= 0).all(), "every completion found its invocation's key"
+        known = read.liveness.known()
+        assert known.polls > 0 and known.end > 0 and len(known.keys) > 0 and known.final
+        measured.append(liveness.measure(read.liveness.chunks(known), known, nemesis, ENDS))
+        measured.append(liveness.measure(facts.chunks_again([path], known), known, nemesis, ENDS))
+    assert all(m == measured[0] for m in measured[1:])
+    assert measured[0]["producers"]["unavailable_s"] > 0 and measured[0]["consumers"]["unavailable_s"] > 0
+    assert measured[0]["unattributed_sends"] < 5_000
 
 
-@pytest.mark.parametrize("keyed", [True, False])
-def test_a_measure_taken_a_few_sends_at_a_time_is_the_measure_taken_at_once(monkeypatch, keyed):
-    # measure goes over every send a chunk at a time (a large history's columns
-    # are gigabytes, its temporaries must not be): chunk edges must change
-    # nothing, whether sends are attributed by key (keyed) or not, with keys
-    # too large to pack with their partition and sends without a key.
+def _random_chunks(rng):
+    """A random stretch of sends and reads on a coarse clock (many events of
+    one time), as one chunk, with the `Known` it implies."""
+    import numpy as np
+
+    from checkers import liveness
+    from checkers.key_rows import distinct_pairs
+
+    n, unit, parts = int(rng.integers(1, 300)), int(rng.choice([1, S // 2, S])), int(rng.integers(1, 5))
+    inv_t = np.cumsum(rng.integers(0, 3, n)) * unit
+    comp_t = np.sort(inv_t + rng.integers(0, 8, n) * unit)[rng.random(n) < 0.95]
+    m = len(comp_t)
+    inv_key, comp_key = rng.integers(-1, 8, n), rng.integers(-1, 8, m)
+    ok = rng.random(m) < rng.random()
+    written = np.where((rng.random(m) < 0.9) & (comp_key >= 0), comp_key % parts, rng.integers(0, parts, m))
+    ack_p = np.where(ok, written, -1)
+    reads = int(rng.integers(0, 150))
+    read_t = np.sort(rng.integers(0, int(comp_t.max(initial=0)) // unit + 5, reads)) * unit
+    known_pairs = ok & (comp_key >= 0)
+    keys, key_parts = distinct_pairs(comp_key[known_pairs], ack_p[known_pairs]) if known_pairs.any() else (
+        np.empty(0, np.int64),) * 2
+    distinct, counts = np.unique(keys, return_counts=True)
+    single = np.isin(keys, distinct[counts == 1])
+    known = liveness.Known(end=int(read_t.max(initial=0)) + int(rng.integers(0, 5)) * unit, polls=reads,
+                           keys=keys[single], key_partitions=key_parts[single])
+    chunk = liveness.Chunk(inv_t, known.partitions_of(inv_key), comp_t, known.partitions_of(comp_key), ok, ack_p,
+                           rng.integers(0, 50, m), read_t, rng.integers(-1, parts, reads), rng.integers(0, 50, reads))
+    nemesis = []
+    t = 0
+    for f in rng.choice(["kill", "start", "pause", "resume", "heal"], int(rng.integers(0, 8))).tolist():
+        t += int(rng.integers(0, 10)) * unit
+        nemesis.append({"index": len(nemesis), "time": t, "type": "invoke", "f": f})
+        t += int(rng.integers(0, 3)) * unit
+        nemesis.append({"index": len(nemesis), "time": t, "type": "ok", "f": f})
+    return chunk, known, nemesis
+
+
+def _cut(chunk, rng):
+    """`chunk` cut into pieces at random times, the events of a cut's time
+    split between the pieces on either side at random."""
+    import numpy as np
+
+    from checkers.liveness import Chunk
+
+    kinds = [("inv_time", "inv_partition"),
+             ("comp_time", "comp_partition", "comp_ok", "ack_partition", "ack_offset"),
+             ("read_time", "read_partition", "read_offset")]
+    times = np.concatenate([getattr(chunk, k[0]) for k in kinds])
+    cuts = sorted(set(rng.choice(times, min(len(times), int(rng.integers(1, 8)))).tolist())) if len(times) else []
+    at = [0, 0, 0]
+    for t in cuts + [None]:
+        upto = []
+        for kind, done in zip(kinds, at):
+            column = getattr(chunk, kind[0])
+            if t is None:
+                upto.append(len(column))
+            else:
+                lo, hi = np.searchsorted(column, t, "left"), np.searchsorted(column, t, "right")
+                upto.append(max(done, int(rng.integers(lo, hi + 1))))
+        yield Chunk(**{name: getattr(chunk, name)[a:b] for kind, a, b in zip(kinds, at, upto) for name in kind})
+        at = upto
+
+
+def test_a_walk_cut_into_chunks_anywhere_measures_as_one_chunk():
+    # The walk carries its state from chunk to chunk: cutting the history
+    # anywhere, even between events of one time, changes nothing, whatever
+    # the waits, faults, ties and partitions.
     import numpy as np
 
     from checkers import liveness
 
-    def columns():
-        rng = np.random.default_rng(7)
-        n = 3_000
-        inv_t = np.cumsum(rng.integers(1, 3 * S // 1000, n))
-        comp_t = np.sort(inv_t + rng.integers(1, 2 * S, n))
-        key = rng.integers(-1, 12, n) + np.where(rng.random(n) < 0.1, 1 << 40, 0)
-        part = (key % 5 if keyed else rng.integers(0, 5, n)).astype(np.int32)
-        ok = rng.random(n) < 0.9
-        reads = np.sort(rng.integers(0, int(comp_t[-1]), n // 4))
-        return liveness.Columns(inv_t, key.copy(), comp_t, key, ok, np.where(ok, part, -1).astype(np.int32),
-                                np.arange(n), reads, rng.integers(0, 5, len(reads)),
-                                rng.integers(0, n, len(reads)), end=int(comp_t[-1]) + S, polls=len(reads))
-
-    nemesis = [{"index": i, "time": t * S, "type": ty, "f": f}
-               for i, (t, ty, f) in enumerate([(2, "invoke", "kill"), (2, "ok", "kill"), (4, "invoke", "start"),
-                                                (4, "ok", "start"), (5, "invoke", "heal"), (5, "ok", "heal")])]
-    at_once = liveness.measure(columns(), nemesis, ENDS)
-    monkeypatch.setattr(liveness, "_CHUNK", 7)
-    assert liveness.measure(columns(), nemesis, ENDS) == at_once
-    monkeypatch.setattr(liveness, "_WALK_AT_MOST", 0)  # every sorted search a binary one: the same again
-    assert liveness.measure(columns(), nemesis, ENDS) == at_once
-    assert at_once["faults"] and at_once["producers"]["unavailable_s"] > 0
-    assert (at_once["unattributed_sends"] < 3_000) == keyed
-
-
-def test_a_search_of_sorted_values_by_walking_is_numpy_s():
-    # `_searched_right` walks both sorted arrays where `a` is not much the
-    # longer: the same as np.searchsorted's right side, with ties, values
-    # before and after all of `a`, and either array empty.
-    import numpy as np
-
-    from checkers import liveness
-
-    rng = np.random.default_rng(3)
-    for n, m in ((0, 5), (5, 0), (1, 1), (100, 100), (1_000, 10), (10, 1_000)):
-        a = np.sort(rng.integers(0, 50, n))
-        v = np.sort(np.concatenate((rng.integers(-5, 55, m), a[:3])))
-        assert liveness._searched_right(a, v).tolist() == np.searchsorted(a, v, "right").tolist(), (n, m)
-        assert liveness._walk_right(a, v, np.empty(len(v), np.intp)).tolist() == np.searchsorted(
-            a, v, "right").tolist(), (n, m)
-
-
-@pytest.mark.parametrize("top", [5, (1 << 15) - 1, 1 << 15, (1 << 23) - 1])
-def test_reads_go_by_partition_then_time_whatever_the_partitions_width(top):
-    # Reads in time order are sorted by partition alone (as int16 where the
-    # partitions fit, by radix), out of time order by both keys: the order of
-    # np.lexsort either way, ties in time kept in their order.
-    import numpy as np
-
-    from checkers import liveness
-
-    rng = np.random.default_rng(top % 97)
-    partition = np.concatenate((rng.integers(-1, 4, 2_000), [top, 0, top]))
-    time = np.sort(rng.integers(0, 300, len(partition)))
-    expected = np.lexsort((time, partition)).tolist()
-    assert liveness._by_partition_then_time(partition, time).tolist() == expected
-    shuffled = rng.permutation(len(time))
-    assert (liveness._by_partition_then_time(partition[shuffled], time[shuffled]).tolist()
-            == np.lexsort((time[shuffled], partition[shuffled])).tolist())
+    seen = {"faults": 0, "hang": 0, "listed": 0, "consumer waits": 0}
+    for seed in range(400):
+        rng = np.random.default_rng(seed)
+        chunk, known, nemesis = _random_chunks(rng)
+        whole = liveness.measure([chunk], known, nemesis, ENDS)
+        for _ in range(3):
+            assert liveness.measure(_cut(chunk, rng), known, nemesis, ENDS) == whole, seed
+        seen["faults"] += bool(whole["faults"])
+        seen["hang"] += whole["verdict"] == "hang"
+        seen["listed"] += bool(whole["producers"]["waits"])
+        seen["consumer waits"] += (whole["consumers"]["unavailable_s"] or 0) > 0
+    assert min(seen.values()) >= 10, seen  # the histories made every kind of result
