@@ -10,8 +10,10 @@ A provider that can remove a cluster from its id alone (`Provider.remove`:
 the local one; docker, from its label `harness.cluster=<id>`) does so. Otherwise (ssh, vagrant) the cluster's hosts are
 contacted with its saved SSH settings and torn down: the harness's daemons
 killed, its partition rules deleted; unreachable hosts are reported, not
-retried. Mounts under the state root are unmounted (`fusermount3 -u -z`)
-before any directory is removed. Running it twice is harmless: the second
+retried. Client processes' network cuts on this host (tagged
+`harness-client-cut`, infra/client_net.py) are deleted too. Mounts under
+the state root are unmounted (`fusermount3 -u -z`) before any directory is
+removed. Running it twice is harmless: the second
 run finds nothing.
 """
 
@@ -21,7 +23,7 @@ import logging
 from typing import Callable
 
 from core.errors import UserError
-from infra import hostops
+from infra import client_net, hostops
 from infra import state as st
 from infra.cluster import PROVIDERS, load_cluster
 from infra.nodes import Provider
@@ -70,6 +72,10 @@ def clean(cluster_id: str | None = None, say: Callable[[str], None] | None = Non
                 note(f"state directory {st.cluster_dir(cid)}")
 
     if cluster_id is None:
+        # Client processes' network cuts on this host (infra/client_net.py) of a run killed mid-cut.
+        cuts = client_net.restore_all()
+        if cuts:
+            note(f"client network cuts ({cuts} iptables rules tagged {client_net.CUT_TAG})")
         # Mounts under the state root outside any cluster dir (a FUSE layer of a run
         # that kept its data elsewhere under the root).
         root = st.state_root()

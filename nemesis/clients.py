@@ -1,4 +1,4 @@
-"""`kill` and `pause` of a client: targets `consumers`, `producers`, `clients`.
+"""`kill`, `pause` and `partition` of a client: targets `consumers`, `producers`, `clients`.
 
 The producers and the consumer groups' members can run as OS processes of
 their own (a run's `client-processes`, workloads/process_slot.py). With the
@@ -13,9 +13,19 @@ step's first pick, modulo their number), instead of a broker:
 - pause: SIGSTOP; verified when the process is in state T; its end sends
   SIGCONT and verifies it left that state.
 
+- partition (targets consumers and producers; shapes isolate-consumer and
+  isolate-producer): the client cut off the network on the control host
+  (infra/client_net.py: every packet its processes send dropped), it and
+  the successors its supervisor starts meanwhile, as a client host the
+  network cut off; verified when the client's TCP probes of the brokers'
+  ports time out, and after its end when they answer again. (`clients`
+  with a partition keeps its own meaning: nemesis/partition.py's
+  cut-clients.)
+
 The history's value names the client's process id (`clients`), its role
-(`role`: member or producer), a member's group, and its OS pid. The heal
-resumes every client process.
+(`role`: member or producer), a member's group, and its OS pid (a cut: its
+group id). The heal resumes every client process and lifts every client's
+cut.
 """
 
 from __future__ import annotations
@@ -23,11 +33,17 @@ from __future__ import annotations
 import signal
 
 from core.waiting import holds_within
+from infra import client_net
+from infra.nodes import parallel
+from infra.system import BrokerSystem
 from nemesis.fault import Context, FaultError, Step, verdict
 
 CONSUMERS, PRODUCERS, CLIENTS = "consumers", "producers", "clients"
 CLIENT_TARGETS = (CONSUMERS, PRODUCERS, CLIENTS)
 _ROLES = {CONSUMERS: ("member",), PRODUCERS: ("producer",), CLIENTS: ("member", "producer")}
+# A partition's shapes that cut one client off the network -> the target drawing it.
+CUT_SHAPES = {"isolate-consumer": CONSUMERS, "isolate-producer": PRODUCERS}
+MAX_CUT_PROBES = 3  # brokers' ports a cut client probes
 
 
 def processes(ctx: Context, target: str) -> list:
@@ -40,8 +56,8 @@ def processes(ctx: Context, target: str) -> list:
     return found
 
 
-def _chosen(ctx: Context, step: Step):
-    found = processes(ctx, step.mode)
+def _chosen(ctx: Context, step: Step, target: str | None = None):
+    found = processes(ctx, target or step.mode)
     return found[(step.picks[0] if step.picks else 0) % len(found)]
 
 
@@ -105,6 +121,59 @@ def sweep(ctx: Context) -> dict:
         return {}
     resumed = [m.pid for m in ctx.clients.client_processes() if m.signal(signal.SIGCONT) is not None]
     return {"clients_resumed": resumed} if resumed else {}
+
+
+def _broker_ports(ctx: Context) -> list[tuple[str, int]]:
+    """The brokers' addresses the clients bootstrap from (at most MAX_CUT_PROBES)."""
+    found = []
+    for entry in (ctx.system.bootstrap().split(",") if isinstance(ctx.system, BrokerSystem) else []):
+        host, _, port = entry.strip().rpartition(":")
+        if host and port.isdigit():
+            found.append((host.strip("[]"), int(port)))
+    return found[:MAX_CUT_PROBES]
+
+
+def _probe_cut(gid: int, brokers: list[tuple[str, int]], healed: bool) -> dict:
+    reached = parallel(lambda b: client_net.can_connect(gid, *b), brokers)
+    return {"ok": bool(brokers) and all(r == healed for r in reached),
+            "probes": {f"{h}:{p}": ("reached" if r else "cut") for (h, p), r in zip(brokers, reached)}}
+
+
+def start_cut(ctx: Context, step: Step) -> tuple[dict, dict]:
+    """The client the step draws cut off the network (module docstring)."""
+    member = _chosen(ctx, step, CUT_SHAPES[step.mode])
+    if member.gid is None:
+        raise FaultError(f"{step.mode}: cutting a client off the network needs the harness to run as root")
+    client_net.cut(member.gid)
+    brokers = _broker_ports(ctx)
+    value = {"mode": step.mode, "clients": [member.pid] if member.pid is not None else [], **_what(member),
+             "gid": member.gid, "verified": _probe_cut(member.gid, brokers, healed=False)}
+    return value, {"client_cut": member.gid, "member": member, "brokers": brokers}
+
+
+def stop_cut(ctx: Context, state: dict) -> dict:
+    member, gid = state["member"], state["client_cut"]
+    removed = client_net.restore(gid)
+    return {"clients": [member.pid] if member.pid is not None else [], **_what(member), "gid": gid,
+            "healed": {"control": removed}, "verified": _probe_cut(gid, state["brokers"], healed=True)}
+
+
+def sweep_cuts() -> dict:
+    """Every client's cut lifted: how many rules there were."""
+    removed = client_net.restore_all()
+    return {"client_cuts_removed": removed} if removed else {}
+
+
+def describe_cut(value: dict, stopping: bool) -> tuple[str, str]:
+    """`consumer process 7 of group g1 cut off the network`, `verified: 3 brokers cut`."""
+    what, _ = describe({k: v for k, v in value.items() if k != "verified"}, stopping, {})
+    v = value.get("verified") if isinstance(value.get("verified"), dict) else {}
+    probes = list((v.get("probes") or {}).values()) if isinstance(v.get("probes"), dict) else []
+    if stopping:
+        answered = sum(1 for x in probes if x == "reached")
+        return f"{what}: cut lifted", verdict(value, f"{answered} of {len(probes)} brokers answer again")
+    cut = sum(1 for x in probes if x == "cut")
+    return f"{what} cut off the network", verdict(value, f"{cut} of {len(probes)} brokers cut")
 
 
 def describe(value: dict, stopping: bool, yes_no: dict[str, tuple[str, str]]) -> tuple[str, str]:

@@ -34,6 +34,10 @@ what they cut shares its node with what must stay connected:
   a zombie leader as the clients see it. Verified when the control node's
   probe of that port times out and the other brokers' answer.
 
+With targets consumers and producers (shapes isolate-consumer and
+isolate-producer) a partition cuts one client process off the network on
+the control host instead (nemesis/clients.py).
+
 Verified when every cut pair's TCP probe (a sample of at most MAX_PROBES
 pairs) times out (and, for port cuts, the links that must stay answer), and
 after healing when they all answer again.
@@ -46,6 +50,7 @@ import random
 from infra import net
 from infra.nodes import parallel
 from infra.system import BrokerSystem, ControllerQuorum
+from nemesis import clients
 from nemesis.fault import NETWORK, Context, Fault, FaultError, Step, how_words, natural, node_words, verdict
 from nemesis.targets import (PARTITION_TARGETS, controller, followers_of, group_coordinator, kraft_controllers,
                              leader_of, out_of_sync_of, replicas_of, watched_group, zookeeper)
@@ -59,11 +64,12 @@ MODE_OF_TARGET = {"one": "isolate-one", "leaders": "isolate-leader", "replicas":
                   "controller": "isolate-controller", "group-coordinator": "isolate-group-coordinator",
                   "kraft-controllers": "split-kraft-controllers",
                   "zookeeper": "isolate-zookeeper", "clients": "cut-clients", "minority": "isolate-minority",
-                  "majority": "isolate-majority", "all": "split-all"}
+                  "majority": "isolate-majority", "all": "split-all",
+                  **{target: shape for shape, target in clients.CUT_SHAPES.items()}}
 # Shapes whose nodes are looked up when the fault starts (the seed's shuffle goes unused).
 ROLE_SHAPES = ("isolate-leader", "isolate-replicas", "isolate-followers", "isolate-out-of-sync",
                "isolate-controller", "isolate-group-coordinator", "split-kraft-controllers", "isolate-zookeeper",
-               "cut-clients")
+               "cut-clients", *clients.CUT_SHAPES)
 CONTROL = "control"  # the control node, in a port cut's probes
 PORT_SHAPES = ("isolate-zookeeper", "split-kraft-controllers", "cut-clients")  # cut a port, not whole nodes
 
@@ -191,6 +197,8 @@ def port_cut(ctx: Context, step: Step) -> tuple[dict, dict[str, list[tuple[str, 
 def start(ctx: Context, step: Step) -> tuple[dict, dict]:
     mode = step.mode
     partition = step.extra.get("partition", 0)
+    if mode in clients.CUT_SHAPES:
+        return clients.start_cut(ctx, step)
     if mode in PORT_SHAPES:
         value, cuts, cut, still = port_cut(ctx, step)
         net.cut_ports(ctx.cluster, cuts)
@@ -247,6 +255,8 @@ def probe_ports(ctx: Context, cut: list, still: list, healed: bool) -> dict:
 
 
 def stop(ctx: Context, state: dict) -> dict:
+    if "client_cut" in state:
+        return clients.stop_cut(ctx, state)
     removed = net.heal(ctx.cluster)
     if "cut" in state:
         verified = probe_ports(ctx, state["cut"], state["still"], healed=True)
@@ -257,11 +267,12 @@ def stop(ctx: Context, state: dict) -> dict:
 
 def sweep(ctx: Context) -> dict:
     """Every harness partition rule removed from every node: how many, where."""
+    cuts = clients.sweep_cuts()
     try:
         removed = net.heal(ctx.cluster)
     except Exception as e:  # keep healing the rest
-        return {"rules_error": str(e)}
-    return {"rules_removed": {k: v for k, v in removed.items() if v}}
+        return {"rules_error": str(e), **cuts}
+    return {"rules_removed": {k: v for k, v in removed.items() if v}, **cuts}
 
 
 def components(grudge: dict) -> list[list[str]] | None:
@@ -281,6 +292,8 @@ def describe(value: dict, stopping: bool) -> tuple[str, str]:
     `healed: 22 rules removed on n1 ...`, `verified: 12 links answer again`."""
     if not isinstance(value, dict):
         return "", ""
+    if value.get("mode") in clients.CUT_SHAPES or "gid" in value:
+        return clients.describe_cut(value, stopping)
     v = value.get("verified") if isinstance(value.get("verified"), dict) else {}
     probes = v.get("probes") if isinstance(v.get("probes"), dict) else {}
     if stopping:

@@ -30,9 +30,10 @@ out-of-sync replicas, the controller, the KRaft quorum, the ZooKeeper nodes).
   consumers and the nemesis run) cut off from the broker port of the leader
   of the drawn partition, while the brokers still reach it and ZooKeeper:
   the zombie leader as the clients see it;
-- consumers, producers: kill and pause only: a consumer group member, or a
-  producer, running as a process of its own, drawn by the seed
-  (nemesis/clients.py), not a node; clients: with kill and pause, either.
+- consumers, producers: kill, pause and partition: a consumer group
+  member, or a producer, running as a process of its own, drawn by the seed
+  (nemesis/clients.py), not a node (a partition cuts that client off the
+  network); clients: with kill and pause, either.
 
 How a step chose its nodes goes into the history's event value
 (`leader_of`, `replicas_of`, `followers_of`, `out_of_sync_of` with the ISR
@@ -59,8 +60,8 @@ ROLE_TARGETS = ("leaders", "replicas", "followers", "out-of-sync", "controller",
 # Every fault on a node list but partition (clients is the partition's alone, consumers
 # the process faults' alone).
 NODE_TARGETS = tuple(t for t in TARGETS if t not in ("clients", "consumers", "producers"))
-# A partition's: every target but consumers (a member process has no links of its own).
-PARTITION_TARGETS = tuple(t for t in TARGETS if t not in ("consumers", "producers"))
+# A partition's: every target (consumers and producers: one client cut off the network).
+PARTITION_TARGETS = TARGETS
 # Targets hitting processes: the ZooKeeper nodes are hit in their ZooKeeper process,
 # consumers in a group member's own process.
 PROCESS_TARGETS = NODE_TARGETS + ("clients", "consumers", "producers")

@@ -18,13 +18,16 @@ The workload stopping writes `stop SECONDS` to the child's standard input
 commits what is due and leaves its group, a producer lets its sends
 complete; a child still running past the deadline and CLOSE_BOUND_S is
 killed, and one whose harness dies gets SIGTERM (core/processes.py).
-`os_pid` is the running child's, for the faults that hit clients;
+`os_pid` is the running child's, for the faults that hit clients, and
+`gid` the group id its children run with (infra/client_net.py: a
+network cut of this client is a rule on that group id; None unless root);
 a producer's slot counts its sends and acknowledgements as a producer
 thread does (`Stats.add_producer`), for the final reads' targets.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -37,6 +40,7 @@ from collections import Counter
 from typing import Iterator
 
 from core.processes import die_with_parent
+from infra.client_net import client_gid
 from workloads.clients import ClientContext
 from workloads.config import GroupConfig
 from workloads.consumer import CLOSE_BOUND_S, REPLACE_BACKOFF_S
@@ -46,6 +50,7 @@ child_log = logging.getLogger("workloads.client_process")
 
 MEMBER, PRODUCER = "member", "producer"
 VALUE_BLOCK = 1 << 32  # values a producer process may send, from the first of its block
+_SLOTS = itertools.count()  # every slot of this harness process its own group id
 
 
 class ProcessSlot(threading.Thread):
@@ -61,6 +66,7 @@ class ProcessSlot(threading.Thread):
         self.blocks = blocks
         self.pid: int | None = None  # the running child's history process id
         self.os_pid: int | None = None
+        self.gid = client_gid(next(_SLOTS))
         self._child: subprocess.Popen | None = None
         self._lock = threading.Lock()
         # A producer's counts, as Stats reads them of a producer client.
@@ -102,7 +108,7 @@ class ProcessSlot(threading.Thread):
         # when this thread's process dies, even of a kill -9: no client outlives its run.
         child = subprocess.Popen([sys.executable, "-m", "workloads.client_process"], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                 preexec_fn=die_with_parent(os.getpid()))
+                                 preexec_fn=die_with_parent(os.getpid()), group=self.gid)
         try:
             child.stdin.write((json.dumps(order) + "\n").encode())
             child.stdin.flush()

@@ -379,7 +379,7 @@ def validate(s: TestSpec) -> None:
                      and step.get("mode") == "clients"] if s.schedule
                     else list(s.nemesis) if s.nemesis_targets == "clients" else [])
     if not s.client_processes and ("producers" in used or {"kill", "pause"} & set(hits_clients)):
-        bad("producers, clients: kill and pause of a client need clients running as processes "
+        bad("producers, clients: a fault that hits a client needs clients running as processes "
             "(client-processes = true)")
     if s.consumer_mode not in CONSUMER_MODES:
         bad(f"--consumer-mode {s.consumer_mode!r}: expected one of {', '.join(CONSUMER_MODES)}")

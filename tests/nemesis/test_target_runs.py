@@ -8,7 +8,9 @@ nodes it names, how they were chosen, its probes' verdict and its healing.
   still cut off (overlapping faults), the clients cut off from its leader,
   the ZooKeeper process killed, the brokers cut off from ZooKeeper;
 - Kafka in KRaft mode: the controller quorum split on its controller port,
-  the voters paused, the followers killed.
+  the voters paused, the followers killed;
+- the own broker with clients as processes: a group member, then a
+  producer, cut off the network on the control host.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from infra import client_net
 from tests.kafka.conftest import left_behind, results  # noqa: F401 - results is a fixture
 from tests.support import harness_run, history_events
 
@@ -127,3 +130,29 @@ def test_kafka_kraft_controllers_and_followers(tmp_path, results):  # noqa: F811
     assert kill["type"] == "ok" and kv["followers_of"] == 0 and kv["leader"] not in kv["nodes"], kill
     assert len(kv["nodes"]) == 2 and start["value"]["verified"]["ok"]
     assert left_behind(run_dir) == {"processes": [], "namespaces": []}
+
+
+def test_own_broker_a_consumer_and_a_producer_cut_off_the_network(tmp_path, results):  # noqa: F811
+    # Clients as processes: a group member, then a producer, cut off the network on the
+    # control host (nemesis/clients.py): their probes of the brokers time out, then answer.
+    spec = spec_file(tmp_path, 'system = "own"\nzk-nodes = 1\nclient-processes = true\nconsumers = 1\n'
+                     '[[groups]]\nname = "g"\nconsumers = 2\ncommit = "after-processing"\n', [
+                         step(1.0, "start", "partition", "isolate-consumer"), step(2.0, "stop", "partition"),
+                         step(0.5, "start", "partition", "isolate-producer"), step(2.0, "stop", "partition")])
+    proc, run_dir = harness_run(results, "--config", spec)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    events = ends(nemesis_events(run_dir))
+    assert [(e["f"], e["type"]) for e in events] == [("start-partition", "ok"), ("stop-partition", "ok")] * 2, events
+    member, member_end, producer, producer_end = events
+    for cut, lifted, role in ((member, member_end, "member"), (producer, producer_end, "producer")):
+        v = cut["value"]
+        assert v["role"] == role and v["gid"] and len(v["clients"]) == 1 and v["verified"]["ok"], cut
+        assert set(v["verified"]["probes"].values()) == {"cut"}
+        w = lifted["value"]
+        assert w["gid"] == v["gid"] and w["healed"] == {"control": 1} and w["verified"]["ok"], lifted
+        assert set(w["verified"]["probes"].values()) == {"reached"}
+    assert member["value"]["group"] == "g"
+    report = (run_dir / "report.html").read_text()
+    assert "cut off the network" in report and "cut lifted" in report
+    assert left_behind(run_dir) == {"processes": [], "namespaces": []}
+    assert client_net.cut_gids() == []  # no cut outlives its run

@@ -59,9 +59,10 @@ def test_a_partition_takes_each_role_target_as_its_shape(target, shape):
 
 def test_which_faults_take_which_new_targets():
     for name, f in FAULTS.items():
-        # Cutting clients off is a partition; killing or pausing a client's own process, kill and pause.
+        # Cutting clients off is a partition; killing or pausing a client's own process, kill and pause;
+        # cutting one client process off the network, a partition too.
         assert ("clients" in f.targets) == (name in ("partition", "kill", "pause")), name
-        assert ("consumers" in f.targets) == ("producers" in f.targets) == (name in ("kill", "pause")), name
+        assert ("consumers" in f.targets) == ("producers" in f.targets) == (name in ("partition", "kill", "pause")), name
         # Not on the faultfs; a ZooKeeper node's links are its broker's too.
         assert ("zookeeper" in f.targets) == (name in ("partition", "kill", "pause", "lossy-link", "slow-link")), name
         assert {"followers", "out-of-sync", "kraft-controllers"} <= set(f.targets), name
@@ -74,7 +75,7 @@ def test_which_faults_take_which_new_targets():
      "kraft-controllers: Kafka in ZooKeeper mode has no KRaft controller quorum"),
     ({"system": "kafka", "kafka_mode": "kraft", "nemesis": "partition", "nemesis_targets": "zookeeper"},
      "zookeeper: Kafka in KRaft mode does not use ZooKeeper"),
-    ({"nemesis": "kill", "nemesis_targets": "clients"}, "kill and pause of a client need clients running as"),
+    ({"nemesis": "kill", "nemesis_targets": "clients"}, "a fault that hits a client needs clients running as"),
     ({"nemesis": "disk-stall", "nemesis_targets": "clients"}, "--nemesis-targets clients: disk-stall takes"),
     ({"nemesis": "disk-stall", "nemesis_targets": "zookeeper"}, "--nemesis-targets zookeeper: disk-stall takes"),
     # An explicit schedule names the target (or a partition's shape) in each start.
@@ -82,7 +83,7 @@ def test_which_faults_take_which_new_targets():
                                 "picks": []}]},
      "kraft-controllers: the own system has no KRaft controller quorum"),
     ({"nodes": 3, "schedule": [{"delay": 1, "action": "start", "fault": "kill", "mode": "clients", "picks": []}]},
-     "kill and pause of a client need clients running as processes"),
+     "a fault that hits a client needs clients running as processes"),
     ({"nodes": 3, "schedule": [{"delay": 1, "action": "start", "fault": "disk-stall", "mode": "clients",
                                 "picks": []}]},
      "schedule step 1: mode 'clients': disk-stall takes"),

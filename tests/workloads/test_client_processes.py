@@ -117,3 +117,45 @@ def test_a_producer_killed_mid_run_leaves_its_sends_in_doubt_and_a_successor_sen
         assert (e["partition"], e["offset"]) in facts.reads[e["value"]]
     results = check(history.path, Options(engine="local"))
     assert results["valid"], {k: a["count"] for k, a in results["anomalies"].items() if a["count"]}
+
+
+def test_a_member_cut_off_the_network_loses_its_partitions_and_rejoins_once_the_cut_is_lifted(
+        kafka, history, started, topic_name):
+    # A member whose every packet is dropped (infra/client_net.py) falls silent: the group
+    # drops it after its session and its partner takes both partitions; once the cut is
+    # lifted it joins again. Committing after handling, nothing is lost on the way.
+    from infra import client_net
+
+    if os.geteuid() != 0:
+        pytest.skip("cutting a client off the network needs root")
+    group = GroupConfig("g", consumers=2, commit="after-processing", process_s=0.005, commit_interval_s=0.2)
+    cfg = WorkloadConfig(topic=topic_name, partitions=2, replication_factor=2, rate=200, producers=1, consumers=0,
+                         groups=(group,), client_processes=True)
+    wl = started(cfg)
+    cut, partner = [s for s in wl.client_processes() if s.role == "member"]
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+
+    def members() -> list[str]:
+        return sorted(m.client_id for m in admin.describe_consumer_groups(["g"])["g"].result(timeout=10).members)
+
+    _wait_for(lambda: len(members()) == 2 and wl.stats()["ops"].get("process", {}).get("ok", 0) >= 50)
+    client_net.cut(cut.gid)
+    try:
+        host, port = kafka.bootstrap.split(",")[0].rsplit(":", 1)
+        assert not client_net.can_connect(cut.gid, host, int(port), timeout=1.0)
+        # Dropped after its 10 s session: the partner alone, holding both partitions.
+        _wait_for(lambda: members() == [f"harness-c{partner.pid}"], timeout=40)
+    finally:
+        client_net.restore(cut.gid)
+    _wait_for(lambda: len(members()) == 2, timeout=60)
+    stop = wl.stop(timeout=10)
+    report = wl.final_reads(30.0)
+    history.close()
+    assert not stop.threads_left and report.complete
+
+    facts = check_history(history.path)
+    assigned = [e for e in facts.events if e["f"] == "assign" and e["type"] == "ok" and e["process"] == partner.pid]
+    assert any(sorted(e["partitions"]) == [0, 1] for e in assigned), "the partner took both partitions"
+    results = check(history.path, Options(engine="local"))
+    found = {name: a["count"] for name, a in results["anomalies"].items()}
+    assert found["consumer-loss"] == 0 and found["lost-commit"] == 0 and results["valid"], found

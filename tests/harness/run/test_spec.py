@@ -218,13 +218,18 @@ def test_the_consumers_target_needs_group_members_running_as_processes():
     group = [{"name": "g", "commit": "auto"}]
     with pytest.raises(UserError, match="consumers: the target needs group members running as processes"):
         build({"nemesis": "kill", "nemesis_targets": "consumers", "groups": group})
-    with pytest.raises(UserError, match="kill and pause of a client need clients running as processes"):
+    with pytest.raises(UserError, match="a fault that hits a client needs clients running as processes"):
         build({"nemesis": "kill", "nemesis_targets": "producers"})
-    with pytest.raises(UserError, match="kill and pause of a client need clients running as processes"):
+    with pytest.raises(UserError, match="a fault that hits a client needs clients running as processes"):
         build({"nemesis": "pause", "nemesis_targets": "clients"})
     assert build({"nemesis": "partition", "nemesis_targets": "clients"}).nemesis_targets == "clients"
     assert build({"nemesis": "kill", "nemesis_targets": "producers", "client_processes": True}).client_processes
-    with pytest.raises(UserError, match="--nemesis-targets consumers: partition takes"):
-        build({"nemesis": "partition", "nemesis_targets": "consumers", "groups": group, "client_processes": True})
+    # A partition of a member or a producer: one client cut off the network (nemesis/clients.py).
+    with pytest.raises(UserError, match="consumers: the target needs group members running as processes"):
+        build({"nemesis": "partition", "nemesis_targets": "consumers", "groups": group})
+    with pytest.raises(UserError, match="a fault that hits a client needs clients running as processes"):
+        build({"nemesis": "partition", "nemesis_targets": "producers"})
+    assert build({"nemesis": "partition", "nemesis_targets": "consumers", "groups": group,
+                  "client_processes": True}).nemesis_targets == "consumers"
     s = build({"nemesis": "kill,pause", "nemesis_targets": "consumers", "groups": group, "client_processes": True})
     assert s.client_processes and s.nemesis_targets == "consumers"
