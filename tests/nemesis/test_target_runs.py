@@ -135,8 +135,8 @@ def test_kafka_kraft_controllers_and_followers(tmp_path, results):  # noqa: F811
 def test_own_broker_a_consumer_and_a_producer_cut_off_the_network(tmp_path, results):  # noqa: F811
     # Clients as processes: a group member, then a producer, cut off the network on the
     # control host (nemesis/clients.py): their probes of the brokers time out, then answer.
-    spec = spec_file(tmp_path, 'system = "own"\nzk-nodes = 1\nclient-processes = true\nconsumers = 1\n'
-                     '[[groups]]\nname = "g"\nconsumers = 2\ncommit = "after-processing"\n', [
+    spec = spec_file(tmp_path, 'system = "own"\nzk-nodes = 1\nclient-processes = true\nconsumers = 1\n', [
+                         '[[groups]]\nname = "g"\nconsumers = 2\ncommit = "after-processing"\n',
                          step(1.0, "start", "partition", "isolate-consumer"), step(2.0, "stop", "partition"),
                          step(0.5, "start", "partition", "isolate-producer"), step(2.0, "stop", "partition")])
     proc, run_dir = harness_run(results, "--config", spec)
