@@ -1,10 +1,11 @@
 """`kill`, `pause` and `partition` of a client: targets `consumers`, `producers`, `clients`.
 
-The producers and the consumer groups' members can run as OS processes of
-their own (a run's `client-processes`, workloads/process_slot.py). With the
-target `consumers` the fault hits one of the members, with `producers` one
-of the producers, with `clients` any of them, drawn by the seed (the
-step's first pick, modulo their number), instead of a broker:
+The producers, the consumer groups' members and the plain consumers can
+run as OS processes of their own (a run's `client-processes`,
+workloads/process_slot.py). With the target `consumers` the fault hits one
+of the groups' members, with `producers` one of the producers, with
+`clients` any of them or a plain consumer, drawn by the seed (the step's
+first pick, modulo their number), instead of a broker:
 
 - kill: SIGKILL of the member's process; verified when it is gone. Its
   supervisor, like a service manager, starts a successor (a new process id
@@ -40,7 +41,7 @@ from nemesis.fault import Context, FaultError, Step, verdict
 
 CONSUMERS, PRODUCERS, CLIENTS = "consumers", "producers", "clients"
 CLIENT_TARGETS = (CONSUMERS, PRODUCERS, CLIENTS)
-_ROLES = {CONSUMERS: ("member",), PRODUCERS: ("producer",), CLIENTS: ("member", "producer")}
+_ROLES = {CONSUMERS: ("member",), PRODUCERS: ("producer",), CLIENTS: ("member", "producer", "consumer")}
 # A partition's shapes that cut one client off the network -> the target drawing it.
 CUT_SHAPES = {"isolate-consumer": CONSUMERS, "isolate-producer": PRODUCERS}
 MAX_CUT_PROBES = 3  # brokers' ports a cut client probes

@@ -1,11 +1,12 @@
 """One client instance as an OS process of its own: `python -m workloads.client_process`.
 
 So that a fault can hit a client as it hits a broker (`kill -9`, a pause),
-a group member or a producer can run in a child process
+a group member, a producer or a plain consumer can run in a child process
 (workloads/process_slot.py starts and supervises it). The child is one
 history process id: it reads what to be from the first line of its
 standard input (the workload's settings, the bootstrap list, its process
-id, and its group, or a producer's first value), runs that client until
+id, and its group, a producer's first value, or a plain consumer's
+partitions and where to start them), runs that client until
 its standard input says stop (with the seconds left to finish) or ends,
 or its instance becomes unusable, and writes every event it records as
 one JSON line to its standard output, each burst in one `write` as it
@@ -36,7 +37,7 @@ from typing import Any
 
 from workloads.clients import ClientContext
 from workloads.config import WorkloadConfig
-from workloads.consumer import CLOSE_BOUND_S
+from workloads.consumer import CLOSE_BOUND_S, Reader
 from workloads.group import GroupReader
 from workloads.producer import PURGE_GRACE_S, ProducerClient, ProducerSlot
 from workloads.recording import ProcessIds, Stats
@@ -107,6 +108,23 @@ class _OneInstance(ProducerSlot):
         return old
 
 
+def _plain_consumer(clients: ClientContext, pid: int, order: dict) -> int:
+    """A plain consumer (workloads/consumer.py's ConsumerSlot, one instance):
+    its partitions from where the order says, read and committed until told
+    to stop or its instance is unusable."""
+    cfg = clients.config
+    partitions = order.get("partitions")
+    start = {int(p): int(o) for p, o in (order.get("start") or {}).items()}
+    reader = Reader(clients, pid, subscribe=partitions is None, partitions=partitions, start=start,
+                    commit_interval_s=cfg.commit_interval_s)
+    while not clients.stopping.is_set() and reader.crash_reason is None:
+        reader.poll(cfg.poll_batch, cfg.poll_timeout_s)
+        if reader.crash_reason is None:
+            reader.maybe_commit(time.monotonic())
+    reader.close(min(CLOSE_BOUND_S, max(0.0, clients.stop_deadline - time.monotonic())))
+    return 0 if reader.crash_reason is None else CRASHED
+
+
 def main() -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
     order = json.loads(sys.stdin.readline())
@@ -119,6 +137,8 @@ def main() -> int:
         slot = _OneInstance(clients, 0, itertools.count(int(order["first_value"])), ProducerClient(clients, pid))
         slot.run()
         return 0 if slot.crash_reason is None else CRASHED
+    if order.get("role") == "consumer":
+        return _plain_consumer(clients, pid, order)
     group = next(g for g in config.groups if g.name == order["group"])
     member = GroupReader(clients, pid, group)
     member.serve(clients.stopping)

@@ -1,8 +1,9 @@
 """A client run as OS processes, one after another, as a supervisor runs them.
 
 `ProcessSlot` is a thread of the workload that starts a client (a group
-member, or a producer) as a child process (workloads/client_process.py,
-one history process id), records every event the child writes, in the
+member, a producer, or a plain consumer) as a child process
+(workloads/client_process.py, one history process id), records every
+event the child writes, in the
 order it writes them, and when the child ends:
 
 - its invocations still open end as `info` (error: how it ended, such as
@@ -11,7 +12,8 @@ order it writes them, and when the child ends:
 - unless it stopped cleanly, its `crash` is recorded and a successor with
   a new process id is started (a member joins the group again; a producer
   sends values of a block of its own, VALUE_BLOCK values from the first
-  value, so that no two processes send one value).
+  value, so that no two processes send one value; a plain consumer resumes
+  its partitions where its predecessor's recorded reads and seeks left them).
 
 The workload stopping writes `stop SECONDS` to the child's standard input
 (what is left of the workload's stop deadline) and closes it: a member
@@ -48,22 +50,27 @@ from workloads.consumer import CLOSE_BOUND_S, REPLACE_BACKOFF_S
 log = logging.getLogger(__name__)
 child_log = logging.getLogger("workloads.client_process")
 
-MEMBER, PRODUCER = "member", "producer"
+MEMBER, PRODUCER, CONSUMER = "member", "producer", "consumer"
 VALUE_BLOCK = 1 << 32  # values a producer process may send, from the first of its block
 _SLOTS = itertools.count()  # every slot of this harness process its own group id
 
 
 class ProcessSlot(threading.Thread):
     """One client, as successive child processes (module docstring): a member of
-    `group`, or a producer (`blocks`: the first values of the blocks to send)."""
+    `group`, a producer (`blocks`: the first values of the blocks to send), or
+    a plain `consumer` (`partitions`: those it is assigned, None to subscribe)."""
 
     def __init__(self, clients: ClientContext, slot: int, group: GroupConfig | None = None,
-                 blocks: Iterator[int] | None = None):
-        self.role = MEMBER if group is not None else PRODUCER
-        super().__init__(name=f"wl-{group.name if group else 'producer'}-{slot}-proc", daemon=True)
+                 blocks: Iterator[int] | None = None, consumer: bool = False, partitions: list[int] | None = None):
+        self.role = MEMBER if group is not None else CONSUMER if consumer else PRODUCER
+        super().__init__(name=f"wl-{group.name if group else self.role}-{slot}-proc", daemon=True)
         self.clients = clients
         self.group = group
         self.blocks = blocks
+        self.partitions = partitions
+        # A plain consumer's positions as its events say (the offset after the last read,
+        # or where a seek put it): where its successor starts, as a supervisor would resume it.
+        self.positions: dict[int, int] = {}
         self.pid: int | None = None  # the running child's history process id
         self.os_pid: int | None = None
         self.gid = client_gid(next(_SLOTS))
@@ -82,7 +89,7 @@ class ProcessSlot(threading.Thread):
 
     @property
     def what(self) -> str:
-        return f"group {self.group.name} member" if self.group is not None else "producer"
+        return f"group {self.group.name} member" if self.group is not None else self.role
 
     def run(self) -> None:
         try:
@@ -102,6 +109,8 @@ class ProcessSlot(threading.Thread):
         order = {"config": clients.config.to_dict(), "bootstrap": clients.bootstrap, "pid": pid, "role": self.role}
         if self.role == MEMBER:
             order["group"] = self.group.name
+        elif self.role == CONSUMER:
+            order["partitions"], order["start"] = self.partitions, self.positions
         else:
             order["first_value"] = next(self.blocks)
         # Its own session (a Ctrl-C to the harness is the harness's to handle), and SIGTERM
@@ -131,6 +140,8 @@ class ProcessSlot(threading.Thread):
                 self._count_send(type_, event)
             else:
                 open_ops[f] += 1 if type_ == "invoke" else -1
+                if self.role == CONSUMER and type_ == "ok" and f in ("poll", "seek"):
+                    self._follow(f, event)
             clients.record(pid, type_, f, **event)
             if f != "send":
                 clients.stats.op(f, type_)
@@ -148,6 +159,17 @@ class ProcessSlot(threading.Thread):
         if code != 0:
             log.info("%s process %d (pid %d) ended: %s", self.what, pid, child.pid, ended)
             clients.record_crash(pid)
+
+    def _follow(self, f: str, event: dict) -> None:
+        """A plain consumer's positions after an ok poll or seek of its child."""
+        if f == "seek":
+            if isinstance(event.get("partition"), int) and isinstance(event.get("offset"), int):
+                self.positions[event["partition"]] = event["offset"]
+            return
+        for r in event.get("records") or ():
+            p, o = r.get("partition"), r.get("offset")
+            if isinstance(p, int) and isinstance(o, int) and o + 1 > self.positions.get(p, -1):
+                self.positions[p] = o + 1
 
     def _count_send(self, type_: str, event: dict) -> None:
         """A producer's send event, counted as Stats counts a producer client's."""
@@ -178,7 +200,7 @@ class ProcessSlot(threading.Thread):
             child.stdin.close()
         except OSError:
             pass
-        bound = min(CLOSE_BOUND_S, left) + 1.0 if self.role == MEMBER else left + 1.0
+        bound = min(CLOSE_BOUND_S, left) + 1.0 if self.role != PRODUCER else left + 1.0
         try:
             child.wait(bound)
         except subprocess.TimeoutExpired:

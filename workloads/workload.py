@@ -56,7 +56,7 @@ class Workload:
                                      Stats(), process_ids or ProcessIds())
         self._values = itertools.count(config.first_value)
         self._producers: list[ProducerSlot] = []
-        self._consumers: list[ConsumerSlot] = []
+        self._consumers: list = []  # ConsumerSlot threads, or ProcessSlot supervisors
         self._members: list = []  # the groups' members: GroupSlot threads, or ProcessSlot supervisors
         self._started = False
         self._stopped = False
@@ -112,10 +112,12 @@ class Workload:
         else:
             producers = [ProducerSlot(self.clients, i, self._values, self.new_producer_client())
                          for i in range(cfg.producers)]
-        consumers: list[ConsumerSlot] = []
+        consumers: list = []  # ConsumerSlot threads, or ProcessSlot supervisors
         for i in range(cfg.consumers):
             partitions = self.consumer_partitions(i)
-            consumers.append(ConsumerSlot(self.clients, i, self.new_reader(partitions), partitions))
+            consumers.append(ProcessSlot(self.clients, i, consumer=True, partitions=partitions)
+                             if cfg.client_processes else
+                             ConsumerSlot(self.clients, i, self.new_reader(partitions), partitions))
         members = ProcessSlot if cfg.client_processes else GroupSlot
         self._members = [members(self.clients, i, group=group) for group in cfg.groups for i in range(group.consumers)]
         self._producers, self._consumers = producers, consumers
@@ -148,8 +150,9 @@ class Workload:
 
     def client_processes(self) -> list[ProcessSlot]:
         """The clients that run as OS processes (`client_processes`): the
-        producers, then the groups' members, for faults that hit clients."""
-        return [s for s in self._producers + self._members if isinstance(s, ProcessSlot)]
+        producers, the groups' members, then the plain consumers, for faults
+        that hit clients."""
+        return [s for s in self._producers + self._members + self._consumers if isinstance(s, ProcessSlot)]
 
     def abandon(self) -> None:
         """The run is over: events from clients left behind are dropped, not raised."""

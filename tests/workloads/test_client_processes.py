@@ -159,3 +159,47 @@ def test_a_member_cut_off_the_network_loses_its_partitions_and_rejoins_once_the_
     results = check(history.path, Options(engine="local"))
     found = {name: a["count"] for name, a in results["anomalies"].items()}
     assert found["consumer-loss"] == 0 and found["lost-commit"] == 0 and results["valid"], found
+
+
+def test_a_plain_consumer_killed_mid_run_is_resumed_where_its_reads_stopped(history, started, topic_name):
+    # A plain consumer (assign mode) as a process: killed, its successor takes its partitions
+    # from the offsets after its recorded reads, as a supervisor resuming it would.
+    cfg = WorkloadConfig(topic=topic_name, partitions=2, replication_factor=2, rate=300, producers=1, consumers=1,
+                         client_processes=True)
+    wl = started(cfg)
+    (reader,) = [s for s in wl.client_processes() if s.role == "consumer"]
+    assert reader.partitions == [0, 1]
+    _wait_for(lambda: sum(reader.positions.values()) >= 200)
+    killed = reader.signal(signal.SIGKILL)
+    _wait_for(lambda: reader.pid != killed and reader.os_pid is not None)
+    _wait_for(lambda: sum(reader.positions.values()) >= 600)
+    stop = wl.stop(timeout=10)
+    report = wl.final_reads(30.0)
+    history.close()
+    assert not stop.threads_left and report.complete
+
+    facts = check_history(history.path)
+    mine = facts.by_process(killed)
+    assert [(e["f"], e["type"]) for e in mine[-2:]] == [("crash", "invoke"), ("crash", "ok")]
+    # The successor was assigned both partitions from where the killed one's reads stopped.
+    last = {}
+    for e in mine:
+        if e["f"] == "poll" and e["type"] == "ok":
+            for r in e["records"]:
+                last[r["partition"]] = r["offset"] + 1
+    first_polls = [e for e in facts.events if e["process"] > killed and e["f"] == "poll" and e["type"] == "ok"
+                   and e["records"] and e["process"] != report_process(facts)]
+    successor = first_polls[0]["process"]
+    firsts = {}
+    for e in facts.by_process(successor):
+        if e["f"] == "poll" and e["type"] == "ok":
+            for r in e["records"]:
+                firsts.setdefault(r["partition"], r["offset"])
+    assert firsts and all(firsts[p] == last[p] for p in firsts), (firsts, last)
+    results = check(history.path, Options(engine="local"))
+    assert results["valid"], {k: a["count"] for k, a in results["anomalies"].items() if a["count"]}
+
+
+def report_process(facts) -> int:
+    """The process of the final reads."""
+    return next(e["process"] for e in facts.events if e["f"] == "final-reads")
