@@ -12,11 +12,13 @@ SYSTEM_STAMP := .cache/system.stamp
 # Apache Kafka's jars (infra/kafka_dist.py); 3.9.x is the last line with ZooKeeper mode.
 KAFKA_VERSION ?= 3.9.2
 KAFKA_STAMP := .cache/kafka/$(KAFKA_VERSION)/.complete
+# Apache's command-line clients beside them (tests drive the own broker with them).
+TOOLS_STAMP := .cache/kafka/$(KAFKA_VERSION)/tools/.complete
 
 .PHONY: setup run test bench clean docker-image spark-archive
 .SILENT:
 
-setup: $(SYSTEM_STAMP) $(STAMP) $(KAFKA_STAMP) spark-archive
+setup: $(SYSTEM_STAMP) $(STAMP) $(KAFKA_STAMP) $(TOOLS_STAMP) spark-archive
 
 $(SYSTEM_STAMP): scripts/setup-system.sh
 	scripts/setup-system.sh
@@ -32,6 +34,9 @@ $(STAMP): pyproject.toml requirements.lock
 # is written last); order-only, so a newer venv does not resolve again.
 $(KAFKA_STAMP): | $(SYSTEM_STAMP) $(STAMP)
 	$(PY) -m infra.kafka_dist --version $(KAFKA_VERSION)
+
+$(TOOLS_STAMP): | $(KAFKA_STAMP)
+	$(PY) -m infra.kafka_dist --version $(KAFKA_VERSION) --tools
 
 # The Spark driver's class-data archive (checkers/spark_archive.py), made once per
 # JDK and pyspark into .cache/spark/ (a check, then the dump): a cold Spark session

@@ -1,5 +1,5 @@
-"""The cluster-level APIs: ApiVersions, Metadata (with topic auto-creation)
-and CreateTopics.
+"""The cluster-level APIs: ApiVersions, Metadata (with topic auto-creation),
+CreateTopics and DescribeConfigs.
 
 Answers come from the metadata cache (live brokers, topics, partition
 states as ZooKeeper last told this broker); creating a topic writes its
@@ -17,7 +17,7 @@ from kazoo.exceptions import NodeExistsError
 
 from broker import protocol as P
 from broker import zk as Z
-from broker.config import BrokerConfig
+from broker.config import SETTINGS, BrokerConfig
 from broker.metadata import Metadata
 
 log = logging.getLogger("broker")
@@ -30,7 +30,35 @@ class TopicApis:
 
     def handlers(self) -> dict:
         return {P.API_VERSIONS: self.handle_api_versions, P.METADATA: self.handle_metadata,
-                P.CREATE_TOPICS: self.handle_create_topics}
+                P.CREATE_TOPICS: self.handle_create_topics, P.DESCRIBE_CONFIGS: self.handle_describe_configs}
+
+    async def handle_describe_configs(self, req, version, client_id):
+        """A topic's settings (those the broker honours, at the broker's
+        values) and this broker's; each resource answered alone."""
+        R = P.DescribeConfigsResponse
+        results = []
+        for res in req.resources:
+            wanted = None if res.configuration_keys is None else set(res.configuration_keys)
+            error, message, entries = P.NONE, None, []
+            if res.resource_type == TOPIC_RESOURCE:
+                if res.resource_name not in self.metadata.topics:
+                    error, message = P.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {res.resource_name}"
+                else:
+                    entries = config_entries(self.cfg, TOPIC_SETTINGS, wanted)
+            elif res.resource_type == BROKER_RESOURCE:
+                if res.resource_name not in ("", str(self.cfg.broker_id)):
+                    error, message = P.INVALID_REQUEST, f"this is broker {self.cfg.broker_id}"
+                else:
+                    entries = config_entries(self.cfg, {k: k for k in SETTINGS}, wanted)
+            else:
+                error, message = P.INVALID_REQUEST, f"resource type {res.resource_type} is not described here"
+            results.append(R.DescribeConfigsResult(
+                error_code=error, error_message=message, resource_type=res.resource_type,
+                resource_name=res.resource_name,
+                configs=[R.DescribeConfigsResult.DescribeConfigsResourceResult(
+                    name=name, value=value, read_only=True, config_source=source, is_sensitive=False,
+                    synonyms=[], config_type=kind, documentation=None) for name, value, source, kind in entries]))
+        return R(throttle_time_ms=0, results=results)
 
     async def handle_api_versions(self, req, version, client_id):
         return P.api_versions_response(version)
@@ -132,3 +160,30 @@ class TopicApis:
                 break
             await asyncio.sleep(0.05)
         return R(throttle_time_ms=0, topics=results)
+
+
+# DescribeConfigs: resource types, and where a value comes from (Kafka's numbering).
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5
+STRING, BOOLEAN, INT, LONG = 2, 1, 3, 5
+# A topic's settings this broker honours -> the broker setting it takes its value from
+# (topics have no settings of their own here: CreateTopics' configs are not kept).
+TOPIC_SETTINGS = {"min.insync.replicas": "min.insync.replicas",
+                  "unclean.leader.election.enable": "unclean.leader.election.enable",
+                  "segment.bytes": "log.segment.bytes", "max.message.bytes": "message.max.bytes",
+                  "flush.messages": "log.flush.interval.messages", "flush.ms": "log.flush.interval.ms",
+                  "index.interval.bytes": "log.index.interval.bytes"}
+
+
+def config_entries(cfg: BrokerConfig, names: dict[str, str], wanted) -> list[tuple[str, str | None, int, int]]:
+    """(name, value, source, type) of each setting `names` maps to a broker
+    setting (or names itself), those in `wanted` (None: all)."""
+    entries = []
+    for name, setting in names.items():
+        if wanted is not None and name not in wanted:
+            continue
+        value = getattr(cfg, SETTINGS[setting][0])
+        text = None if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+        kind = BOOLEAN if isinstance(value, bool) else INT if isinstance(value, int) else STRING
+        entries.append((name, text, STATIC_BROKER_CONFIG if setting in cfg.overrides else DEFAULT_CONFIG, kind))
+    return entries

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import struct
 
-from kafka.protocol.admin import (CreateTopicsRequest, CreateTopicsResponse, DescribeGroupsRequest,
-                                  DescribeGroupsResponse, ListGroupsRequest, ListGroupsResponse)
+from kafka.protocol.admin import (CreateTopicsRequest, CreateTopicsResponse, DescribeConfigsRequest,
+                                  DescribeConfigsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+                                  ListGroupsRequest, ListGroupsResponse)
 from kafka.protocol.consumer import (FetchRequest, FetchResponse, HeartbeatRequest, HeartbeatResponse,
                                      JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
                                      ListOffsetsRequest, ListOffsetsResponse, OffsetCommitRequest,
@@ -78,6 +79,7 @@ API_VERSIONS = 18
 CREATE_TOPICS = 19
 INIT_PRODUCER_ID = 22
 OFFSET_FOR_LEADER_EPOCH = 23
+DESCRIBE_CONFIGS = 32
 
 # api_key -> (request class, response class, min version, max version)
 APIS = {
@@ -98,6 +100,7 @@ APIS = {
     19: (CreateTopicsRequest, CreateTopicsResponse, 2, 4),
     22: (InitProducerIdRequest, InitProducerIdResponse, 0, 1),
     23: (OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 3),
+    32: (DescribeConfigsRequest, DescribeConfigsResponse, 1, 4),
 }
 
 _HEADER = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length

@@ -9,6 +9,14 @@ cache folder laid out like Apache's binary distribution:
     .cache/kafka/<version>/config/log4j.properties  a console+file log config
     .cache/kafka/<version>/.complete            written last: the cache is whole
 
+Apache's own command-line clients (`kafka-tools`: VerifiableProducer,
+VerifiableConsumer, the topic and consumer-group commands), for testing
+other brokers with them, are resolved on request beside the broker's jars
+(`ensure_tools`, `--tools`):
+
+    .cache/kafka/<version>/tools/*.jar          kafka-tools and what it adds
+    .cache/kafka/<version>/tools/.complete
+
 Runs never download: `kafka_home` / `kafka_classpath` only look in the cache
 and name the command that fills it when it is missing. The same layout is what
 a user's `--kafka-dist` names (an Apache tarball or an unpacked folder), so a
@@ -194,6 +202,50 @@ def ensure_kafka(version: str = DEFAULT_VERSION, cache_dir: str | os.PathLike = 
     return home / "libs"
 
 
+def ensure_tools(version: str = DEFAULT_VERSION, cache_dir: str | os.PathLike = DEFAULT_CACHE,
+                 quiet: bool = False) -> Path:
+    """The folder of Apache's `kafka-tools` jars of `version` (and what they
+    need beyond the broker's jars), resolved once with Maven: a classpath is
+    then `libs/*` and this folder's `*`."""
+    libs = ensure_kafka(version, cache_dir, quiet)
+    tools = libs.parent / "tools"
+    if (tools / COMPLETE).is_file():
+        return tools
+    with open(Path(cache_dir) / f".lock-{version}", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (tools / COMPLETE).is_file():
+            return tools
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise UserError("mvn is not installed (run `make setup`, which installs Debian's maven)")
+        if not quiet:
+            print(f"kafka_dist: resolving kafka-tools {version} from Maven Central into {tools}", file=sys.stderr)
+        staging = Path(tempfile.mkdtemp(prefix=".tools-", dir=libs.parent))
+        try:
+            _copy_dependencies(mvn, [(GROUP, "kafka-tools", version)], staging)
+            have = {p.name for p in libs.glob("*.jar")}
+            for jar in staging.glob("*.jar"):
+                if jar.name in have:  # the broker's classpath has it already
+                    jar.unlink()
+            if not any(staging.glob("kafka-tools-*.jar")):
+                raise UserError(f"Maven did not deliver kafka-tools-{version}.jar")
+            staging.chmod(0o755)
+            (staging / COMPLETE).write_text(json.dumps({"version": version,
+                                                        "jars": sorted(p.name for p in staging.glob("*.jar"))}) + "\n")
+            if tools.exists():
+                shutil.rmtree(tools)
+            staging.rename(tools)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return tools
+
+
+def tools_classpath(version: str = DEFAULT_VERSION, cache_dir: str | os.PathLike = DEFAULT_CACHE) -> str:
+    """A `java -cp` value for Apache's command-line clients of `version` (resolved once)."""
+    tools = ensure_tools(version, cache_dir, quiet=True)
+    return f"{tools.parent / 'libs'}/*:{tools}/*"
+
+
 def _pom(dependencies: list[tuple[str, str, str]]) -> str:
     deps = "\n".join(
         f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version></dependency>"
@@ -356,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", default=DEFAULT_VERSION, help=f"Kafka version (default {DEFAULT_VERSION})")
     parser.add_argument("--cache-dir", default=str(DEFAULT_CACHE), help="cache folder (default .cache/kafka)")
     parser.add_argument("--print-classpath", action="store_true", help="print the java -cp value afterwards")
+    parser.add_argument("--tools", action="store_true",
+                        help="also resolve kafka-tools (Apache's command-line clients) beside the jars")
     def one_line_error(message: str):
         print(f"kafka_dist: error: {message}", file=sys.stderr)
         sys.exit(2)
@@ -364,8 +418,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         ensure_kafka(args.version, args.cache_dir)
+        if args.tools:
+            ensure_tools(args.version, args.cache_dir)
         if args.print_classpath:
-            print(kafka_classpath(args.version, args.cache_dir))
+            print(tools_classpath(args.version, args.cache_dir) if args.tools
+                  else kafka_classpath(args.version, args.cache_dir))
     except UserError as e:
         print(f"kafka_dist: error: {e}", file=sys.stderr)
         return e.exit_status
