@@ -4,14 +4,12 @@ still does, and the cut is lifted by its restore or by restoring every cut."""
 
 from __future__ import annotations
 
-import os
 import socket
 
 import pytest
 
 from infra import client_net
-
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="cutting a group id off needs root")
+from tests.support import need_root
 
 
 @pytest.fixture
@@ -23,6 +21,7 @@ def listener():
 
 
 def test_a_cut_group_id_reaches_nothing_until_restored_and_no_one_else_is_cut(listener):
+    need_root("cutting a group id off the network")
     gid, other = client_net.client_gid(250), client_net.client_gid(251)
     assert gid != other and gid > client_net.GID_BASE
     assert client_net.can_connect(gid, "127.0.0.1", listener)

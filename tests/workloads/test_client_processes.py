@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 from checkers.check import Options, check_history as check
 from workloads.config import GroupConfig, WorkloadConfig
 
+from tests.support import need_root
 from tests.workloads.history_checks import check_history
 
 pytestmark = pytest.mark.integration
@@ -126,8 +127,7 @@ def test_a_member_cut_off_the_network_loses_its_partitions_and_rejoins_once_the_
     # lifted it joins again. Committing after handling, nothing is lost on the way.
     from infra import client_net
 
-    if os.geteuid() != 0:
-        pytest.skip("cutting a client off the network needs root")
+    need_root("cutting a client off the network")
     group = GroupConfig("g", consumers=2, commit="after-processing", process_s=0.005, commit_interval_s=0.2)
     cfg = WorkloadConfig(topic=topic_name, partitions=2, replication_factor=2, rate=200, producers=1, consumers=0,
                          groups=(group,), client_processes=True)
