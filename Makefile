@@ -14,11 +14,14 @@ KAFKA_VERSION ?= 3.9.2
 KAFKA_STAMP := .cache/kafka/$(KAFKA_VERSION)/.complete
 # Apache's command-line clients beside them (tests drive the own broker with them).
 TOOLS_STAMP := .cache/kafka/$(KAFKA_VERSION)/tools/.complete
+# Kafka 4 (KRaft only): the first line with eligible leader replicas on by default, and the newest.
+KAFKA4_VERSIONS ?= 4.1.2 4.4.0
+KAFKA4_STAMPS := $(foreach v,$(KAFKA4_VERSIONS),.cache/kafka/$(v)/.complete)
 
 .PHONY: setup run test bench clean docker-image spark-archive
 .SILENT:
 
-setup: $(SYSTEM_STAMP) $(STAMP) $(KAFKA_STAMP) $(TOOLS_STAMP) spark-archive
+setup: $(SYSTEM_STAMP) $(STAMP) $(KAFKA_STAMP) $(TOOLS_STAMP) $(KAFKA4_STAMPS) spark-archive
 
 $(SYSTEM_STAMP): scripts/setup-system.sh
 	scripts/setup-system.sh
@@ -37,6 +40,9 @@ $(KAFKA_STAMP): | $(SYSTEM_STAMP) $(STAMP)
 
 $(TOOLS_STAMP): | $(KAFKA_STAMP)
 	$(PY) -m infra.kafka_dist --version $(KAFKA_VERSION) --tools
+
+$(KAFKA4_STAMPS): .cache/kafka/%/.complete: | $(SYSTEM_STAMP) $(STAMP)
+	$(PY) -m infra.kafka_dist --version $*
 
 # The Spark driver's class-data archive (checkers/spark_archive.py), made once per
 # JDK and pyspark into .cache/spark/ (a check, then the dump): a cold Spark session

@@ -1,0 +1,57 @@
+"""The workload against Kafka 4 (KRaft only): the first line with eligible
+leader replicas on by default (4.1) and the newest release, each a real
+2-node loopback cluster (lab/loopback_kafka.py) from the jars `make setup`
+resolves. Producers, plain consumers and a consumer group committing after
+handling run while a broker is killed and restarted; the history checks
+valid and every acknowledged record is read back."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from checkers.check import Options, check_history as check
+from lab.loopback_kafka import LoopbackKafka
+from workloads.config import GroupConfig, WorkloadConfig
+from workloads.topic import create_topic
+from workloads.workload import Workload
+
+from tests.workloads.history_checks import check_history
+
+pytestmark = pytest.mark.integration
+
+KAFKA4_VERSIONS = ("4.1.2", "4.4.0")
+
+
+@pytest.mark.parametrize("version", KAFKA4_VERSIONS)
+def test_the_workload_on_kafka_4_with_a_broker_killed(tmp_path, history, workloads, version):
+    cluster = LoopbackKafka(tmp_path / "kafka", version=version)
+    try:
+        cluster.start()
+        cfg = WorkloadConfig(topic="k4", partitions=2, replication_factor=2, rate=400, producers=2, consumers=1,
+                             groups=(GroupConfig("g", consumers=2, commit="after-processing"),))
+        create_topic(cluster.bootstrap, cfg, timeout_s=30)
+        wl = Workload(cfg, cluster.bootstrap, history)
+        workloads.append(wl)
+        wl.start()
+        time.sleep(2.0)
+        cluster.kill(2)
+        time.sleep(3.0)
+        cluster.start_node(2)
+        time.sleep(3.0)
+        stop = wl.stop(timeout=10)
+        report = wl.final_reads(30.0)
+        history.close()
+    finally:
+        cluster.stop()
+    assert not stop.threads_left and report.complete
+    facts = check_history(history.path)
+    acked = facts.of_type("send", "ok")
+    assert len(acked) > 1_000
+    for e in acked:
+        assert (e["partition"], e["offset"]) in facts.reads[e["value"]]
+    assert any(e["f"] == "process" for e in facts.events), "the group handled records"
+    results = check(history.path, Options(engine="local"))
+    found = {k: a["count"] for k, a in results["anomalies"].items() if a["count"]}
+    assert results["valid"], found
