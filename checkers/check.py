@@ -33,7 +33,7 @@ from checkers import liveness, node_logs, offsets, registry, stats
 from checkers.engines import local as local_engine
 from checkers.engines import spark as spark_engine
 from checkers.folds import liveness as liveness_facts
-from checkers.history_read import HistoryRead
+from checkers.history_read import HistoryRead, give_back_read_memory
 from checkers.kernel import rows as r
 from checkers.kernel.extract import extract
 from checkers.kernel.facts import ranges
@@ -117,6 +117,7 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
                 starting.abandon()  # a refused history: no session left behind
             raise
         seconds["validate"] = round(time.monotonic() - t, 3)
+        give_back_read_memory()
         fold = offsets.folding(prepared.to_fold)
         facts = read.facts(fold, sorted(dumps), read_states(source.root / "states.jsonl"))
         faults = read.faults()

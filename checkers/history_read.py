@@ -11,6 +11,8 @@ whole history.
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 
 from checkers.folds import FOLDS, Clock, Few, Groups, LivenessFacts, Pairs, Reads, Restarts
@@ -104,3 +106,26 @@ class HistoryRead:
     @property
     def reads(self) -> Reads:
         return self.fold(Reads)
+
+
+def give_back_read_memory() -> None:
+    """Give what the read freed back to the system: Arrow's pool keeps the
+    batches' buffers, and glibc's heap the small arrays freed as batches
+    were let go (`malloc_trim`); without this they stayed in the driver's
+    memory through the kernel's stage."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
+def _malloc_trim():
+    """glibc's `malloc_trim`, or None where the C library has none."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc: its allocator gives memory back its own way
+        return None
+
+
+_MALLOC_TRIM = _malloc_trim()
