@@ -2,7 +2,10 @@
 results.json say (docs/running.md, "What a run leaves"), and queries over them.
 
 The index of runs, `harness serve`, the compare view and the nightly read
-runs through here; none of them parses a run's files itself.
+runs through here; none of them parses a run's files itself. `side_by_side`
+is the differential view of several runs (the same scenario on several
+systems or versions, or seeds), which `harness compare` prints and
+`harness serve` shows.
 """
 
 from __future__ import annotations
@@ -59,6 +62,29 @@ class RunEntry:
     @property
     def has_report(self) -> bool:
         return (self.path / "report.html").is_file()
+
+    def settings(self) -> dict[str, object]:
+        """The run's settings as dotted keys: its spec and the versions it ran."""
+        flat = dict(dotted(self.spec)) if self.spec else {}
+        flat.pop("results", None)  # where a run was written says nothing about it
+        versions = self.run.get("versions")
+        if isinstance(versions, dict) and versions:
+            flat.update(dotted(versions, "versions"))
+        return flat
+
+
+def dotted(x, prefix: str = "") -> list[tuple[str, object]]:
+    """Nested settings as (dotted key, leaf) rows (`broker.min.insync.replicas`);
+    a list, even of records, stays one leaf."""
+    if isinstance(x, dict) and x:
+        return [row for k, v in x.items() for row in dotted(v, f"{prefix}.{k}" if prefix else str(k))]
+    return [(prefix, x)]
+
+
+def run_at(path: Path) -> RunEntry:
+    """The run in folder `path` (its run.json and results.json; {} for a missing one)."""
+    path = Path(path)
+    return RunEntry(path, path.as_posix(), _json_or_empty(path / "run.json"), _json_or_empty(path / "results.json"))
 
 
 def _json_or_empty(path: Path) -> dict:
@@ -128,3 +154,78 @@ def throughput(results: dict) -> dict[str, object]:
         "send latency p50 (ms)": latency.get("p50_ms"), "send latency p99 (ms)": latency.get("p99_ms"),
         "history events": results.get("checker", {}).get("events"),
     }
+
+
+@dataclass(frozen=True)
+class Row:
+    """One thing compared: its label and each run's value (None: the run has none)."""
+
+    label: str
+    values: tuple
+
+    @property
+    def differs(self) -> bool:
+        return len({orjson.dumps(v, option=orjson.OPT_SORT_KEYS) for v in self.values}) > 1
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    rows: tuple
+
+    def split(self) -> tuple[list[Row], list[Row]]:
+        """(the rows that differ, those the same in every run)."""
+        return [r for r in self.rows if r.differs], [r for r in self.rows if not r.differs]
+
+
+def side_by_side(entries: list[RunEntry], anomalies: tuple = ()) -> list[Section]:
+    """Runs compared section by section: what each run is (system and version,
+    scenario, seed, outcome, verdicts), its anomaly counts (`anomalies`: the
+    order to list them in, the registry's), its liveness (unavailability,
+    recovery, hung partitions), its throughput, the first story of each
+    anomaly any run counted, and its settings. Each row holds one value per
+    run; the views put the rows that differ first and fold the others."""
+    def row(label: str, get) -> Row:
+        return Row(label, tuple(get(r) for r in entries))
+
+    def liveness(r: RunEntry) -> dict:
+        live = r.results.get("liveness")
+        return live if isinstance(live, dict) else {}
+
+    def counted(r: RunEntry) -> dict:
+        found = r.results.get("anomalies")
+        return found if isinstance(found, dict) else {}
+
+    def count(r: RunEntry, name: str):
+        a = counted(r).get(name)
+        if not isinstance(a, dict):
+            return None
+        return str(a.get("count", 0)) + (" (error)" if a.get("error") and a.get("count") else "")
+
+    def first_story(r: RunEntry, name: str):
+        stories = r.results.get("explanations")
+        found = [s for s in stories if isinstance(s, dict) and s.get("anomaly") == name] \
+            if isinstance(stories, list) else []
+        return found[0].get("summary") if found else None
+
+    names = [n for n in anomalies if any(n in counted(r) for r in entries)]
+    names += sorted({n for r in entries for n in counted(r)} - set(names))
+    seen = [n for n in names if any((counted(r).get(n) or {}).get("count") for r in entries)]
+    keys = sorted({k for r in entries for k in r.settings()})
+    return [
+        Section("the runs", (
+            row("system", lambda r: (r.run.get("versions") or {}).get("system") or r.system or None),
+            row("scenario", lambda r: r.scenario or None),
+            row("seed", lambda r: r.spec.get("seed", r.run.get("seed"))),
+            row("outcome", lambda r: r.run.get("outcome")), row("verdict", lambda r: r.verdict),
+            row("liveness", lambda r: liveness(r).get("verdict")),
+            row("errors", lambda r: ", ".join(r.errors) or "none"))),
+        Section("anomalies", tuple(row(n, lambda r, n=n: count(r, n)) for n in names)),
+        Section("liveness", tuple(row(label, lambda r, key=key: liveness(r).get(key)) for label, key in (
+            ("longest unavailability (s)", "unavailable_s"), ("recovery after the heal (s)", "recovery_s"),
+            ("consumers' recovery (s)", "consumer_recovery_s"), ("hung partitions", "hung_partitions")))),
+        Section("throughput", tuple(row(label, lambda r, label=label: throughput(r.results).get(label))
+                                    for label in throughput({}))),
+        Section("stories (the first of each anomaly)", tuple(row(n, lambda r, n=n: first_story(r, n)) for n in seen)),
+        Section("settings", tuple(row(k, lambda r, k=k: r.settings().get(k)) for k in keys)),
+    ]

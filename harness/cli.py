@@ -35,7 +35,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "nightly": ("harness.campaign.nightly", "run a matrix of scenarios one after another; summary.json, JUnit XML, nightly and trend pages"),
     "replay": ("harness.campaign.replay", "run a run again N times with its exact spec and fault schedule; the reproduction rate of each anomaly"),
     "shrink": ("harness.campaign.shrink", "search a failing run for a smaller fault schedule that still fails; write it as a scenario"),
-    "serve": ("harness.serve", "a read-only web server on 127.0.0.1 over the results: index with filters, reports, compare two runs"),
+    "compare": ("harness.compare", "runs side by side, the differences first: the same scenario on several systems, versions or seeds"),
+    "serve": ("harness.serve", "a read-only web server on 127.0.0.1 over the results: index with filters, reports, runs side by side"),
     "clean": ("harness.clean", "remove everything harness runs left on this machine (namespaces, rules, daemons, mounts, keys)"),
 }
 

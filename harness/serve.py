@@ -1,4 +1,4 @@
-"""harness serve: a read-only web server over the results folder (the index with filters, each run's report and files, a compare of two runs).
+"""harness serve: a read-only web server over the results folder (the index with filters, each run's report and files, runs compared side by side).
 
 It listens on 127.0.0.1 unless --bind names another address, answers GET
 and HEAD only, and serves nothing outside the results folder (the paths'
@@ -6,7 +6,7 @@ checks are `resolve`'s, here). The pages are harness/pages/'s; this
 module is the command, the HTTP and the mapping of a path to a file.
 
     /                 every run, newest first; ?system=&scenario=&verdict=&date=
-    /compare?a=RUN&b=RUN   two runs side by side (RUN: NAME/TIMESTAMP)
+    /compare?a=RUN&b=RUN   two runs side by side (RUN: NAME/TIMESTAMP); ?run=RUN&run=RUN&... any number
     /NAME/TIMESTAMP/  a run's files; report.html among them
     /trends.html, /nightly/NIGHT/nightly.html   `harness nightly`'s pages (linked from /)
 """
@@ -201,12 +201,15 @@ class Handler(BaseHTTPRequestHandler):
             return self._html(index(root, {k: filters.get(k, "") for k in runs.FILTERS}), body)
         if raw == "/compare":
             entries = {r.rel: r for r in runs.runs(root)}
-            a, b = entries.get(filters.get("a", "")), entries.get(filters.get("b", ""))
-            if not filters.get("a") or not filters.get("b"):
-                return self._error(HTTPStatus.BAD_REQUEST, "compare needs two runs: /compare?a=NAME/TIME&b=NAME/TIME")
-            if a is None or b is None:
+            # Two runs picked on the index (a, b), or any number named by `run`.
+            wanted = parse_qs(query).get("run") or [filters.get("a", ""), filters.get("b", "")]
+            if len(wanted) < 2 or not all(wanted):
+                return self._error(HTTPStatus.BAD_REQUEST, "compare needs two runs or more: "
+                                   "/compare?a=NAME/TIME&b=NAME/TIME or /compare?run=...&run=...&run=...")
+            chosen = [entries.get(w) for w in wanted]
+            if None in chosen:
                 return self._error(HTTPStatus.NOT_FOUND, "no such run in the results folder")
-            return self._html(pages.compare(a, b), body)
+            return self._html(pages.compare(chosen), body)
         try:
             path = resolve(root, raw)
         except Refused as e:

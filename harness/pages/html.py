@@ -115,9 +115,3 @@ def link(href: str, text: str) -> str:
     return f"<a{attrs(href=href)}>{esc(text)}</a>"
 
 
-def flatten(x, prefix: str = "") -> list[tuple[str, object]]:
-    """Nested settings as (dotted key, leaf) rows (`broker.min.insync.replicas`);
-    a list, even of records, stays one leaf."""
-    if isinstance(x, dict) and x:
-        return [row for k, v in x.items() for row in flatten(v, f"{prefix}.{k}" if prefix else str(k))]
-    return [(prefix, x)]

@@ -21,9 +21,10 @@ from checkers.explain import leaves
 from checkers.registry import MEANING
 from checkers.summary import describe
 from core.history.format import NEMESIS
+from core.runs import dotted
 from harness.pages import stories
 from harness.pages.figures import figures_html, liveness_html
-from harness.pages.html import Cell, esc, flatten, key_values, page, table
+from harness.pages.html import Cell, esc, key_values, page, table
 from nemesis import conditions
 from nemesis.registry import BY_START_ACTION, BY_STOP_ACTION
 
@@ -192,7 +193,7 @@ def _faults_html(faults: list[dict]) -> str:
 
 def _kv_table(d: dict) -> str:
     """A dict as key/value rows (nested keys dotted), every value in words."""
-    return key_values((k, _value_html(v)) for k, v in flatten(d))
+    return key_values((k, _value_html(v)) for k, v in dotted(d))
 
 
 def _value_html(v) -> str:

@@ -1,6 +1,6 @@
 """The pages over many runs: the index of runs (results/index.html, and
 `harness serve`'s with filters and a compare form), a folder's listing, and
-two runs side by side. Plain functions of core/runs.py's records; the
+runs side by side. Plain functions of core/runs.py's records; the
 server's own paths and HTTP are harness/serve.py's.
 """
 
@@ -11,8 +11,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 from checkers.registry import NAMES as ANOMALIES
-from core.runs import RunEntry, throughput
-from harness.pages.html import Cell, esc, flatten, link, page, table
+from core.runs import Row, RunEntry, side_by_side
+from harness.pages.html import Cell, esc, link, page, table
 
 INDEX_HEAD = ("started", "test", "system", "scenario", "nemesis", "run", "verdict", "errors", "sends ok", "",
               "folder")
@@ -83,63 +83,35 @@ def _value(v) -> str:
     return esc(json.dumps(v) if isinstance(v, (list, dict)) else v)
 
 
-def compare(a: RunEntry, b: RunEntry) -> str:
-    """Two runs side by side: what they are, the settings that differ (the
-    same ones folded), anomaly counts, throughput."""
-    def row(label, x, y, differ=None) -> str:
-        differ = (x != y) if differ is None else differ
-        return (f"<tr{' class=differ' if differ else ''}><th>{esc(label)}</th>"
-                f"<td>{_value(x)}</td><td>{_value(y)}</td></tr>")
+def compare(entries: list[RunEntry]) -> str:
+    """Runs side by side (core/runs.py's `side_by_side`): what each is, then
+    section by section the rows that differ, marked, and those the same in
+    every run folded below them."""
+    def row(r: Row) -> str:
+        return (f"<tr{' class=differ' if r.differs else ''}><th>{esc(r.label)}</th>"
+                + "".join(f"<td>{_value(v)}</td>" for v in r.values) + "</tr>")
 
-    head = (f"<tr><th></th><th>a: <a href='/{esc(quote(a.rel))}/'>{esc(a.rel)}</a></th>"
-            f"<th>b: <a href='/{esc(quote(b.rel))}/'>{esc(b.rel)}</a></th></tr>")
-    about = [row("started", a.started, b.started, False), row("test", a.run.get("name"), b.run.get("name")),
-             row("system", a.system, b.system), row("scenario", a.scenario, b.scenario),
-             row("outcome", a.run.get("outcome"), b.run.get("outcome")), row("verdict", a.verdict, b.verdict),
-             row("errors", ", ".join(a.errors), ", ".join(b.errors))]
-    reports = f"<tr><th>report</th><td>{_report_link(a)}</td><td>{_report_link(b)}</td></tr>"
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    head = "<tr><th></th>" + "".join(f"<th>{letters[i % 26]}: <a href='/{esc(quote(e.rel))}/'>{esc(e.rel)}</a></th>"
+                                     for i, e in enumerate(entries)) + "</tr>"
+    reports = "<tr><th>report</th>" + "".join(f"<td>{_report_link(e)}</td>" for e in entries) + "</tr>"
 
-    sa, sb = _settings(a), _settings(b)
-    keys = sorted(set(sa) | set(sb))
-    differ = [row(k, sa.get(k), sb.get(k)) for k in keys if sa.get(k) != sb.get(k)]
-    same = [row(k, sa.get(k), sb.get(k)) for k in keys if sa.get(k) == sb.get(k)]
-
-    aa, ab = a.results.get("anomalies", {}), b.results.get("anomalies", {})
-    names = [n for n in ANOMALIES if n in aa or n in ab] + sorted((set(aa) | set(ab)) - set(ANOMALIES))
-    anomalies = [row(n, _count(aa.get(n)), _count(ab.get(n))) for n in names]
-
-    ta, tb = throughput(a.results), throughput(b.results)
-    speed = [row(k, ta[k], tb[k]) for k in ta]
-
-    def side_by_side(rows: list[str]) -> str:
+    def side_by_side_table(rows: list[str]) -> str:
         return f"<table>{head}{''.join(rows)}</table>"
 
-    title = f"compare {a.rel} and {b.rel}"
-    body = (f"<h1>{esc(title)}</h1><p><a href='/'>all runs</a></p><h2>the runs</h2>{side_by_side(about + [reports])}"
-            f"<h2>settings that differ ({len(differ)})</h2>"
-            + (side_by_side(differ) if differ else "<p>none: the same settings</p>")
-            + (f"<details><summary>the same in both ({len(same)})</summary>{side_by_side(same)}</details>"
-               if same else "")
-            + f"<h2>anomalies</h2>{side_by_side(anomalies) if anomalies else '<p>no results</p>'}"
-            f"<h2>throughput</h2>{side_by_side(speed)}")
-    return page(title, body)
-
-
-def _settings(r: RunEntry) -> dict[str, object]:
-    """A run's settings as dotted keys: its spec and the versions it ran."""
-    flat = dict(flatten(r.spec)) if r.spec else {}
-    flat.pop("results", None)  # where a run was written says nothing about it
-    versions = r.run.get("versions")
-    if isinstance(versions, dict) and versions:
-        flat.update(flatten(versions, "versions"))
-    return flat
-
-
-def _count(a) -> str | None:
-    if not isinstance(a, dict):
-        return None
-    mark = " (error)" if a.get("error") else " (allowed)" if a.get("allowed") and a.get("count") else ""
-    return f"{a.get('count', '')}{mark}"
+    body = []
+    for i, section in enumerate(side_by_side(entries, ANOMALIES)):
+        differ, same = section.split()
+        if i == 0:  # what each run is: every row, the report links after them
+            body.append(f"<h2>{esc(section.title)}</h2>"
+                        + side_by_side_table([row(r) for r in section.rows] + [reports]))
+            continue
+        body.append(f"<h2>{esc(section.title)}: {len(differ)} of {len(section.rows)} differ</h2>"
+                    + (side_by_side_table([row(r) for r in differ]) if differ else "<p>none differ</p>")
+                    + (f"<details><summary>the same in every run ({len(same)})</summary>"
+                       f"{side_by_side_table([row(r) for r in same])}</details>" if same else ""))
+    title = "compare " + ", ".join(e.rel for e in entries)
+    return page(title, f"<h1>{esc(title)}</h1><p><a href='/'>all runs</a></p>" + "".join(body))
 
 
 def _report_link(r: RunEntry) -> str:

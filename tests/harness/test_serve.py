@@ -199,8 +199,16 @@ def test_what_runs_and_requests_say_is_escaped(served):
 
 def test_compare_needs_two_known_runs(served):
     assert served.get("/compare")[0] == 400
+    assert served.get("/compare?run=own-hw/20261102T100000Z")[0] == 400
     assert served.get("/compare?a=own-hw/20261102T100000Z&b=no/such")[0] == 404
     assert served.get("/compare?a=../secret.txt&b=own-hw/20261102T100000Z")[0] == 404
+
+
+def test_compare_takes_any_number_of_runs(served):
+    runs = ("own-hw/20261102T100000Z", "kafka-acks1/20261203T100000Z", "own-partition/20261101T100000Z")
+    status, page = served.get("/compare?" + "&".join(f"run={r}" for r in runs))
+    assert status == 200 and all(f"href='/{r}/'" in page for r in runs)
+    assert "<tr class=differ><th>verdict</th><td>INVALID</td><td>INVALID</td><td>VALID</td></tr>" in page
 
 
 @pytest.mark.parametrize("flags, words", [
