@@ -37,7 +37,7 @@ from typing import Any
 
 from workloads.clients import ClientContext
 from workloads.config import WorkloadConfig
-from workloads.consumer import CLOSE_BOUND_S, Reader
+from workloads.consumer import CLOSE_BOUND_S, Reader, read_on
 from workloads.group import GroupReader
 from workloads.producer import PURGE_GRACE_S, ProducerClient, ProducerSlot
 from workloads.recording import ProcessIds, Stats
@@ -112,15 +112,11 @@ def _plain_consumer(clients: ClientContext, pid: int, order: dict) -> int:
     """A plain consumer (workloads/consumer.py's ConsumerSlot, one instance):
     its partitions from where the order says, read and committed until told
     to stop or its instance is unusable."""
-    cfg = clients.config
     partitions = order.get("partitions")
     start = {int(p): int(o) for p, o in (order.get("start") or {}).items()}
     reader = Reader(clients, pid, subscribe=partitions is None, partitions=partitions, start=start,
-                    commit_interval_s=cfg.commit_interval_s)
-    while not clients.stopping.is_set() and reader.crash_reason is None:
-        reader.poll(cfg.poll_batch, cfg.poll_timeout_s)
-        if reader.crash_reason is None:
-            reader.maybe_commit(time.monotonic())
+                    commit_interval_s=clients.config.commit_interval_s)
+    read_on(reader, clients)
     reader.close(min(CLOSE_BOUND_S, max(0.0, clients.stop_deadline - time.monotonic())))
     return 0 if reader.crash_reason is None else CRASHED
 

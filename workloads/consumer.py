@@ -276,6 +276,16 @@ def new_reader(clients: ClientContext, partitions: list[int] | None, start: dict
                   commit_interval_s=clients.config.commit_interval_s)
 
 
+def read_on(reader: Reader, clients: ClientContext) -> None:
+    """A plain consumer's loop: poll, and commit when due, until the workload
+    stops or the instance becomes unusable (its `crash_reason`)."""
+    cfg = clients.config
+    while not clients.stopping.is_set() and reader.crash_reason is None:
+        reader.poll(cfg.poll_batch, cfg.poll_timeout_s)
+        if reader.crash_reason is None:
+            reader.maybe_commit(time.monotonic())
+
+
 class ConsumerSlot(threading.Thread):
     """One consumer of the workload: a thread, successive reader instances."""
 
@@ -295,12 +305,9 @@ class ConsumerSlot(threading.Thread):
 
     def _run(self) -> None:
         clients = self.clients
-        cfg = clients.config
         reader = self.reader
         while not clients.stopping.is_set():
-            reader.poll(cfg.poll_batch, cfg.poll_timeout_s)
-            if reader.crash_reason is None:
-                reader.maybe_commit(time.monotonic())
+            read_on(reader, clients)
             if reader.crash_reason is not None and not clients.stopping.is_set():
                 reader = self.reader = self._replace(reader)
         reader.close(min(CLOSE_BOUND_S, max(0.0, clients.stop_deadline - time.monotonic())))
