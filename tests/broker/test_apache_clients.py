@@ -96,3 +96,22 @@ def test_apache_s_producer_consumer_and_commands_against_the_own_broker(make_clu
     rows = [line.split() for line in groups.stdout.splitlines() if line.startswith("apache-group")]
     described_offsets = {int(r[2]): int(r[3]) for r in rows}
     assert described_offsets == committed, groups.stdout
+
+
+def test_describe_configs_answers_topics_and_this_broker_and_refuses_the_rest(make_cluster):
+    from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
+
+    cluster = make_cluster(1, settings={"min.insync.replicas": "1", "log.segment.bytes": "2097152"})
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("described", 1, 1)])["described"].result(timeout=30)
+    topic = admin.describe_configs([ConfigResource("topic", "described")])
+    configs = next(iter(topic.values())).result(timeout=30)
+    assert configs["segment.bytes"].value == "2097152" and configs["unclean.leader.election.enable"].value == "false"
+    # Set on the broker, or its default: the source says which.
+    assert configs["segment.bytes"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+    assert configs["max.message.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
+    broker = next(iter(admin.describe_configs([ConfigResource("broker", "1")]).values())).result(timeout=30)
+    assert broker["log.segment.bytes"].value == "2097152" and broker["min.insync.replicas"].value == "1"
+    missing = next(iter(admin.describe_configs([ConfigResource("topic", "no-such-topic")]).values()))
+    with pytest.raises(Exception, match="UNKNOWN_TOPIC|no topic"):
+        missing.result(timeout=30)
