@@ -41,9 +41,9 @@ row of state per partition from chunk to chunk: each wait is taken as it
 ends, into the longest so far, the faults it overlaps and the waits
 listed. What the walk must know of the whole history first (the faults,
 the heal, which key goes to which partition, the workload's end: `Known`)
-comes from the checker's first read (checkers/folds/liveness.py), so a
-history of any length is measured in memory that follows its partitions
-and faults, not its sends. The walk is one compiled pass (Numba), its
+comes from the checker's first read (checkers/folds/liveness.py), and a
+large history is read again for the walk, so the walk's memory follows
+the history's partitions and faults, not its sends. The walk is one compiled pass (Numba), its
 definitions tested on hand-made histories (tests/checkers/test_liveness.py)
 cut into chunks anywhere.
 """
