@@ -179,6 +179,11 @@ def _shown(runs: list[RunRecord]) -> str:
     return ", ".join(f"{a} ({n})" for a, n in sorted(shown.items())) or "none"
 
 
+def _cell(text: str) -> str:
+    """Text for a markdown table's cell: a `|` in it (an expected log pattern's) escaped."""
+    return text.replace("|", "\\|")
+
+
 def table(records: list[RunRecord]) -> str:
     """The markdown table: one row per scenario (and control), in the order first recorded."""
     rows = ["| scenario | system | expected | runs | expectation met | seeds | anomalies (runs showing them) | commit |",
@@ -189,7 +194,7 @@ def table(records: list[RunRecord]) -> str:
     for name, runs in by_name.items():
         not_run = sum(r.verdict == NOT_RUN for r in runs)
         rows.append("| " + " | ".join([
-            f"`{name}`", runs[0].system, specs.expect_words(runs[0].expect),
+            f"`{name}`", runs[0].system, _cell(specs.expect_words(runs[0].expect)),
             f"{len(runs)}" + (f" ({not_run} could not run)" if not_run else ""),
             f"{sum(r.met for r in runs)}/{len(runs)}",
             ", ".join(str(r.seed) for r in runs),
