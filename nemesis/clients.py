@@ -124,14 +124,14 @@ def sweep(ctx: Context) -> dict:
     return {"clients_resumed": resumed} if resumed else {}
 
 
-def _broker_ports(ctx: Context) -> list[tuple[str, int]]:
-    """The brokers' addresses the clients bootstrap from (at most MAX_CUT_PROBES)."""
+def broker_addresses(ctx: Context) -> list[tuple[str, int]]:
+    """The brokers' (host, port) the clients bootstrap from, as the system lists them."""
     found = []
     for entry in (ctx.system.bootstrap().split(",") if isinstance(ctx.system, BrokerSystem) else []):
         host, _, port = entry.strip().rpartition(":")
         if host and port.isdigit():
             found.append((host.strip("[]"), int(port)))
-    return found[:MAX_CUT_PROBES]
+    return found
 
 
 def _probe_cut(gid: int, brokers: list[tuple[str, int]], healed: bool) -> dict:
@@ -146,7 +146,7 @@ def start_cut(ctx: Context, step: Step) -> tuple[dict, dict]:
     if member.gid is None:
         raise FaultError(f"{step.mode}: cutting a client off the network needs the harness to run as root")
     client_net.cut(member.gid)
-    brokers = _broker_ports(ctx)
+    brokers = broker_addresses(ctx)[:MAX_CUT_PROBES]
     value = {"mode": step.mode, "clients": [member.pid] if member.pid is not None else [], **_what(member),
              "gid": member.gid, "verified": _probe_cut(member.gid, brokers, healed=False)}
     return value, {"client_cut": member.gid, "member": member, "brokers": brokers}

@@ -49,7 +49,7 @@ import random
 
 from infra import net
 from infra.nodes import parallel
-from infra.system import BrokerSystem, ControllerQuorum
+from infra.system import ControllerQuorum
 from nemesis import clients
 from nemesis.fault import NETWORK, Context, Fault, FaultError, Step, how_words, natural, node_words, verdict
 from nemesis.targets import (PARTITION_TARGETS, controller, followers_of, group_coordinator, kraft_controllers,
@@ -146,12 +146,12 @@ def probe_cuts(ctx: Context, grudge: dict[str, list[str]], expect_cut: bool) -> 
 
 def _port_of(ctx: Context, name: str) -> int:
     """The broker port clients reach a node on, from the system's bootstrap list."""
-    if isinstance(ctx.system, BrokerSystem):
+    brokers = clients.broker_addresses(ctx)
+    if brokers:
         address = ctx.cluster.node(name).address
-        for entry in ctx.system.bootstrap().split(","):
-            host, _, port = entry.strip().rpartition(":")
-            if host == address and port.isdigit():
-                return int(port)
+        for host, port in brokers:
+            if host == address:
+                return port
     raise FaultError(f"clients: no broker port known for {name}")
 
 
