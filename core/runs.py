@@ -211,7 +211,10 @@ def side_by_side(entries: list[RunEntry], anomalies: tuple = ()) -> list[Section
     names = [n for n in anomalies if any(n in counted(r) for r in entries)]
     names += sorted({n for r in entries for n in counted(r)} - set(names))
     seen = [n for n in names if any((counted(r).get(n) or {}).get("count") for r in entries)]
-    keys = sorted({k for r in entries for k in r.settings()})
+    # Each run's throughput and settings, made once, not once per row.
+    speeds = [throughput(r.results) for r in entries]
+    settings = [r.settings() for r in entries]
+    keys = sorted({k for s in settings for k in s})
     return [
         Section("the runs", (
             row("system", lambda r: (r.run.get("versions") or {}).get("system") or r.system or None),
@@ -224,8 +227,7 @@ def side_by_side(entries: list[RunEntry], anomalies: tuple = ()) -> list[Section
         Section("liveness", tuple(row(label, lambda r, key=key: liveness(r).get(key)) for label, key in (
             ("longest unavailability (s)", "unavailable_s"), ("recovery after the heal (s)", "recovery_s"),
             ("consumers' recovery (s)", "consumer_recovery_s"), ("hung partitions", "hung_partitions")))),
-        Section("throughput", tuple(row(label, lambda r, label=label: throughput(r.results).get(label))
-                                    for label in throughput({}))),
+        Section("throughput", tuple(Row(label, tuple(s.get(label) for s in speeds)) for label in throughput({}))),
         Section("stories (the first of each anomaly)", tuple(row(n, lambda r, n=n: first_story(r, n)) for n in seen)),
-        Section("settings", tuple(row(k, lambda r, k=k: r.settings().get(k)) for k in keys)),
+        Section("settings", tuple(Row(k, tuple(s.get(k) for s in settings)) for k in keys)),
     ]
