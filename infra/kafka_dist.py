@@ -176,9 +176,7 @@ def ensure_kafka(version: str = DEFAULT_VERSION, cache_dir: str | os.PathLike = 
         fcntl.flock(lock, fcntl.LOCK_EX)
         if is_cached(version, cache):
             return home / "libs"
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise UserError("mvn is not installed (run `make setup`, which installs Debian's maven)")
+        mvn = _maven()
         versions = known_versions()
         if version not in versions:
             same_line = [v for v in versions if v.rsplit(".", 1)[0] == version.rsplit(".", 1)[0]]
@@ -215,9 +213,7 @@ def ensure_tools(version: str = DEFAULT_VERSION, cache_dir: str | os.PathLike = 
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (tools / COMPLETE).is_file():
             return tools
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise UserError("mvn is not installed (run `make setup`, which installs Debian's maven)")
+        mvn = _maven()
         if not quiet:
             print(f"kafka_dist: resolving kafka-tools {version} from Maven Central into {tools}", file=sys.stderr)
         staging = Path(tempfile.mkdtemp(prefix=".tools-", dir=libs.parent))
@@ -244,6 +240,14 @@ def tools_classpath(version: str = DEFAULT_VERSION, cache_dir: str | os.PathLike
     """A `java -cp` value for Apache's command-line clients of `version` (resolved once)."""
     tools = ensure_tools(version, cache_dir, quiet=True)
     return f"{tools.parent / 'libs'}/*:{tools}/*"
+
+
+def _maven() -> str:
+    """The mvn command's path, else a UserError saying how to get it."""
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise UserError("mvn is not installed (run `make setup`, which installs Debian's maven)")
+    return mvn
 
 
 def _pom(dependencies: list[tuple[str, str, str]]) -> str:
