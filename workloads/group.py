@@ -217,8 +217,8 @@ class GroupSlot(ConsumerSlot):
         reader.commit_before_leaving()
         reader.close(min(CLOSE_BOUND_S, max(0.0, clients.stop_deadline - time.monotonic())))
 
-
     def _successor(self, old: Reader) -> GroupReader:
+        """A new member of the group: the group hands it its partitions."""
         return new_member(self.clients, self.group)
 
 
