@@ -16,10 +16,13 @@ over a few defaults that suit a small cluster that fails over in seconds.
   run's ensemble under the chroot `/kafka`; leaders and the controller are
   read from ZooKeeper (`infra.zk_state`, Kafka's own layout).
 - KRaft mode (`kraft`, Kafka 3.3 and later): the first three nodes (one, on
-  clusters of one or two) are voters running broker and controller in one
-  process, the others brokers only; storage is formatted with one cluster
-  id per run. Leaders come from a metadata request, the controller from the
-  voters' `quorum-state` files.
+  clusters of one or two) are voters, running broker and controller in one
+  process (`kafka_controllers = "combined"`) or a controller process of
+  their own beside the broker (`"separate"`, infra/kraft_controllers.py);
+  storage is formatted with one cluster id per run, and with the features
+  `kafka_features` names (`eligible.leader.replicas.version=0`, say).
+  Leaders come from a metadata request, the controller from the voters'
+  `quorum-state` files.
 
 A broker that dies while starting is a UserError quoting the last lines of
 its log and of kafka.out (the JVM's own output), naming both files, and what
@@ -51,6 +54,7 @@ from typing import Iterator
 
 from core.errors import UserError
 from infra import kafka_dist
+from infra import kraft_controllers
 from infra import zk_state
 from infra.brokers import BrokerBase
 from infra.nodes import Cluster, Node, parallel
@@ -173,6 +177,8 @@ class KafkaOptions:
     heap: str = "512m"
     java: str = "java"
     start_timeout: float = 120.0
+    controllers: str = "combined"  # KRaft: infra/kraft_controllers.py LAYOUTS
+    features: tuple[str, ...] = ()  # KRaft: NAME=LEVEL, given to the storage format
 
 
 @dataclass(frozen=True)
@@ -192,6 +198,9 @@ def resolve(options: KafkaOptions, in_place: bool = True, unpack: bool = True) -
     check before a run starts)."""
     if options.mode not in MODES:
         raise UserError(f"--kafka-mode {options.mode!r}: expected one of {', '.join(MODES)}")
+    if options.mode != "kraft" and (options.controllers != "combined" or options.features):
+        flag = "--kafka-controllers" if options.controllers != "combined" else "--kafka-features"
+        raise UserError(f"{flag} is for KRaft mode only: add --kafka-mode kraft")
     if options.dist:
         dist = kafka_dist.resolve_kafka_dist(options.dist)
         if options.version and options.version != dist.version:
@@ -331,6 +340,8 @@ class KafkaSystem(BrokerBase):
         self._homes: dict[str, str] = {}  # node -> Kafka home (libs/) on that node
         self.cluster_id = new_cluster_id()
         self.dist: Distribution | None = None
+        # The voters' own daemons in the separate KRaft layout, else None.
+        self.controllers: kraft_controllers.ControllerDaemons | None = None
 
     # -- where things are
 
@@ -347,7 +358,8 @@ class KafkaSystem(BrokerBase):
         return f"{node.run_dir}/kafka-log4j.properties"
 
     def log_files(self, node: Node) -> list[str]:
-        return [f"{node.log_dir}/server.log", f"{node.log_dir}/kafka.out", self.config_file(node)]
+        own = [f"{node.log_dir}/server.log", f"{node.log_dir}/kafka.out", self.config_file(node)]
+        return own + (kraft_controllers.log_files(node) if self._separate() and node in self.voters() else [])
 
     def version(self) -> str:
         version = self.dist.version if self.dist else (self.options.version or DEFAULT_VERSION)
@@ -360,6 +372,17 @@ class KafkaSystem(BrokerBase):
     def controller_quorum(self) -> list[str]:
         """The KRaft voters' node names ([] in ZooKeeper mode): infra.system.ControllerQuorum."""
         return [n.name for n in self.voters()] if self.mode == "kraft" else []
+
+    def _separate(self) -> bool:
+        return self.mode == "kraft" and self.options.controllers == "separate"
+
+    def controller_processes(self) -> kraft_controllers.ControllerDaemons | None:
+        """The voters' own processes, which `kraft-controllers` faults hit (the
+        separate layout); None where they are the brokers' (infra.system.ControllerProcesses)."""
+        return self.controllers
+
+    def _voter_id(self, node: Node) -> int:
+        return kraft_controllers.controller_id(self.broker_id(node)) if self._separate() else self.broker_id(node)
 
     def controller_port(self) -> int:
         """The port of the KRaft voters' CONTROLLER listener."""
@@ -388,12 +411,11 @@ class KafkaSystem(BrokerBase):
             props.update({"broker.id": str(self.broker_id(node)), "listeners": listener,
                           "zookeeper.connect": self.zookeeper_connect + CHROOT})
         else:
-            voter = node in self.voters()
+            voter = node in self.voters() and not self._separate()
             props.update({
                 "node.id": str(self.broker_id(node)),
                 "process.roles": "broker,controller" if voter else "broker",
-                "controller.quorum.voters": ",".join(f"{self.broker_id(v)}@{v.address}:{o.controller_port}"
-                                                     for v in self.voters()),
+                "controller.quorum.voters": self._quorum_voters(),
                 "listeners": listener + (f",CONTROLLER://{node.address}:{o.controller_port}" if voter else ""),
                 "controller.listener.names": "CONTROLLER",
                 "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -401,15 +423,34 @@ class KafkaSystem(BrokerBase):
             })
         return props
 
-    def _java(self, node: Node, main: list[str], tool: bool = False) -> list[str]:
+    def _quorum_voters(self) -> str:
+        return ",".join(f"{self._voter_id(v)}@{v.address}:{self.options.controller_port}" for v in self.voters())
+
+    def controller_properties(self, node: Node) -> dict[str, str]:
+        """A separate controller's properties: the broker's settings (the
+        controller reads min.insync.replicas and the session timeouts too),
+        a controller's roles, id, listener and metadata dir."""
+        props = {k: v for k, v in self.properties(node).items()
+                 if k not in ("advertised.listeners", "inter.broker.listener.name")}
+        props.update({
+            "node.id": str(self._voter_id(node)),
+            "process.roles": "controller",
+            "listeners": f"CONTROLLER://{node.address}:{self.options.controller_port}",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT",
+            "log.dirs": kraft_controllers.metadata_dir(node),
+        })
+        return props
+
+    def _java(self, node: Node, main: list[str], tool: bool = False, log_config: str | None = None) -> list[str]:
         """The broker's JVM (`kafka.Kafka`): its heap and G1. A short-lived
         `tool`'s (StorageTool, DumpLogSegments): 256 MB, C1 only and the serial
         collector, which cut such a JVM's CPU, and a Kafka run dumps every node's
         log at once (docs/decisions.md, "Kafka's short-lived tools: C1 only and
         the serial collector")."""
         home = self._homes[node.name]
-        flag = (f"-Dlog4j2.configurationFile={self.log_config_file(node)}" if self._log4j2()
-                else f"-Dlog4j.configuration=file:{self.log_config_file(node)}")
+        log_config = log_config or self.log_config_file(node)
+        flag = (f"-Dlog4j2.configurationFile={log_config}" if self._log4j2()
+                else f"-Dlog4j.configuration=file:{log_config}")
         vm = (["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"] if tool else
               [f"-Xmx{self.options.heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20"])
         return [self.options.java, *vm, "-Xms64m",
@@ -423,9 +464,17 @@ class KafkaSystem(BrokerBase):
         self.dist = resolve(self.options, self._local)
         if self.mode == "zk":
             zk_state.fresh_chroot(self.zookeeper_connect, CHROOT)
+        if self._separate():
+            self.controllers = kraft_controllers.ControllerDaemons(self.voters(), self._controller_argv)
         parallel(self._prepare, self._nodes)
+        if self.controllers is not None:
+            self.controllers.start_all()
         parallel(self.start, self._nodes)
         self.wait_serving(self._nodes, self.options.start_timeout)
+
+    def _controller_argv(self, node: Node) -> list[str]:
+        return self._java(node, ["kafka.Kafka", kraft_controllers.config_file(node)],
+                          log_config=kraft_controllers.log_config_file(node))
 
     def _prepare(self, node: Node) -> None:
         r = node.remote
@@ -442,14 +491,30 @@ class KafkaSystem(BrokerBase):
         self._homes[node.name] = str(self.dist.home) if self._local and self.dist.home else self._ship(node)
         props = "".join(f"{k}={v}\n" for k, v in sorted(self.properties(node).items()))
         r.write_file(self.config_file(node), props.encode())
-        r.write_file(self.log_config_file(node), (LOG4J2 if self._log4j2() else LOG4J).encode())
+        r.write_file(self.log_config_file(node), self._log_config("server.log"))
         if self.mode == "kraft":
-            self._format(node)
+            self._format(node, self.config_file(node))
+            # What the format wrote is durable, as the OS's writeback would have
+            # made it long before a run: the disk-fault filesystem, when mounted
+            # here, would otherwise empty it at a power loss (it keeps only
+            # fsynced bytes), and the broker would not start again.
+            r.run(f"find {data} -type f -exec sync -- {{}} +")
+        if self.controllers is not None and node in self.controllers.nodes:
+            self.controllers.prepare(node)
+            props = "".join(f"{k}={v}\n" for k, v in sorted(self.controller_properties(node).items()))
+            r.write_file(kraft_controllers.config_file(node), props.encode())
+            r.write_file(kraft_controllers.log_config_file(node), self._log_config(kraft_controllers.LOG_NAME))
+            self._format(node, kraft_controllers.config_file(node))
 
-    def _format(self, node: Node) -> None:
-        """Formats the node's storage for this run's KRaft cluster id."""
+    def _log_config(self, file_name: str) -> bytes:
+        """log4j's (or, from Kafka 4, log4j2's) configuration writing everything to `file_name`."""
+        return (LOG4J2 if self._log4j2() else LOG4J).replace("server.log", file_name).encode()
+
+    def _format(self, node: Node, config: str) -> None:
+        """Formats the storage `config` names for this run's KRaft cluster id, with the run's features."""
+        features = [a for f in self.options.features for a in ("--feature", f)]
         argv = self._java(node, ["kafka.tools.StorageTool", "format", "-t", self.cluster_id,
-                                 "-c", self.config_file(node), "--ignore-formatted"], tool=True)
+                                 "-c", config, "--ignore-formatted", *features], tool=True)
         res = node.remote.run(" ".join(shlex.quote(a) for a in argv) + " 2>&1", check=False, timeout=180)
         if res.exit_status != 0:
             raise UserError(f"Kafka on {node.name}: formatting KRaft storage failed: {_tail_line(res.stdout)}")
@@ -554,6 +619,16 @@ class KafkaSystem(BrokerBase):
             time.sleep(0.2)
         log.warning("%s: broker %d still registered after %.0f s; starting anyway", node.name, me, timeout)
 
+    def teardown(self, cluster: Cluster) -> None:
+        if self.controllers is not None:
+            def stop(node: Node) -> None:
+                try:
+                    self.controllers.stop(node)
+                except RemoteError as e:
+                    log.warning("stopping Kafka's controller on %s: %s", node.name, e)
+            parallel(stop, self.controllers.nodes)
+        super().teardown(cluster)
+
     # -- readiness
 
     def wait_serving(self, nodes: list[Node], timeout: float) -> None:
@@ -566,6 +641,12 @@ class KafkaSystem(BrokerBase):
             dead = [n for n in nodes if self.process_state(n) is None]
             if dead:
                 raise UserError(self.startup_failure(dead[0]))
+            if self.controllers is not None:
+                gone = [n for n in self.controllers.nodes if self.controllers.process_state(n) is None]
+                if gone:
+                    raise UserError(f"Kafka's controller on {gone[0].name} exited while starting; "
+                                    f"{self._file_tail(gone[0], f'{gone[0].log_dir}/{kraft_controllers.LOG_NAME}')}; "
+                                    f"{self._file_tail(gone[0], f'{gone[0].log_dir}/controller.out')}")
             seen = self._serving_ids()
             if want <= seen and all(self._accepts(n) for n in nodes):
                 return
@@ -645,7 +726,8 @@ class KafkaSystem(BrokerBase):
             return self.node_of(zk_state.controller(self.zookeeper_connect, CHROOT))
 
         def quorum_state(node: Node) -> tuple[int, int]:
-            path = f"{self.data_dir(node)}/__cluster_metadata-0/quorum-state"
+            where = kraft_controllers.metadata_dir(node) if self._separate() else self.data_dir(node)
+            path = f"{where}/__cluster_metadata-0/quorum-state"
             try:
                 data = json.loads(node.remote.run(f"cat {shlex.quote(path)}", check=False).stdout or "{}")
                 return int(data.get("leaderEpoch", -1)), int(data.get("leaderId", -1))
@@ -653,7 +735,7 @@ class KafkaSystem(BrokerBase):
                 return -1, -1
 
         epoch, leader = max(parallel(quorum_state, self.voters()), default=(-1, -1))
-        return self.node_of(leader) if epoch >= 0 else None
+        return self.node_of(kraft_controllers.broker_of(leader)) if epoch >= 0 else None
 
     def partition_states(self, topic: str) -> dict[int, tuple[str | None, int | None, list[str]]]:
         """partition -> (leader, epoch, ISR): from ZooKeeper in ZooKeeper mode; in
@@ -711,7 +793,23 @@ class KafkaSystem(BrokerBase):
 
 
 def _options(values: dict) -> KafkaOptions:
-    return KafkaOptions(version=values["kafka_version"], mode=values["kafka_mode"], dist=values["kafka_dist"])
+    return KafkaOptions(version=values["kafka_version"], mode=values["kafka_mode"], dist=values["kafka_dist"],
+                        controllers=values.get("kafka_controllers") or "combined",
+                        features=_features(values.get("kafka_features")))
+
+
+FEATURE_RE = re.compile(r"[a-z][a-z0-9._-]*=\d+")
+
+
+def _features(text) -> tuple[str, ...]:
+    """`NAME=LEVEL,NAME=LEVEL` as StorageTool's --feature takes them; a UserError otherwise."""
+    if not text:
+        return ()
+    items = tuple(f.strip() for f in str(text).split(",") if f.strip())
+    bad = [f for f in items if not FEATURE_RE.fullmatch(f)]
+    if bad:
+        raise UserError(f"--kafka-features {bad[0]!r}: expected NAME=LEVEL, e.g. eligible.leader.replicas.version=0")
+    return items
 
 
 SYSTEM = SystemKind(
@@ -724,5 +822,10 @@ SYSTEM = SystemKind(
                      metavar="X.Y.Z"),
         SystemOption("kafka_mode", "zk", "zk (ZooKeeper, default) or kraft", choices=MODES),
         SystemOption("kafka_dist", None, "a Kafka folder or .tgz to run instead of the jar cache", metavar="PATH"),
+        SystemOption("kafka_controllers", "combined", "KRaft: the voters' controllers in the brokers' processes "
+                     "(combined, default) or in processes of their own beside them (separate)",
+                     choices=kraft_controllers.LAYOUTS),
+        SystemOption("kafka_features", "", "KRaft: features the storage is formatted with, NAME=LEVEL[,...] "
+                     "(e.g. eligible.leader.replicas.version=0)", metavar="NAME=LEVEL"),
     ),
 )

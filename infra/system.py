@@ -13,6 +13,9 @@ it fills, and callers ask with `isinstance(system, Proto)`, never getattr:
     ControllerQuorum  controller_quorum() -> the nodes of its KRaft controller
                   quorum ([] when it runs none, e.g. Kafka in ZooKeeper mode);
                   controller_port() -> the TCP port its controllers listen on
+    ControllerProcesses  controller_processes() -> the quorum's own processes
+                  (start, kill, pause, resume, process_state by node) where they
+                  are not the brokers' (Kafka's separate KRaft layout), else None
     PartitionStates  partition_states(topic) -> {partition: (leader, epoch, isr)}
                   from the system's own metadata; truncations(node, logs) -> the
                   truncations a node's collected logs record (the cluster-state
@@ -115,6 +118,13 @@ class ControllerQuorum(Protocol):
     def controller_quorum(self) -> list[str]: ...
 
     def controller_port(self) -> int: ...
+
+
+@runtime_checkable
+class ControllerProcesses(Protocol):
+    """The controller quorum's processes where they run beside the brokers, not in them."""
+
+    def controller_processes(self): ...
 
 
 @dataclass(frozen=True)

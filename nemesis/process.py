@@ -10,23 +10,46 @@ leaders, replicas, followers, out-of-sync, controller, kraft-controllers,
 zookeeper, all). With `zookeeper` they hit the ZooKeeper process on the
 ensemble's nodes instead of the broker (infra.zookeeper.ZooKeeper, found in
 the cluster's state): its end restarts or resumes ZooKeeper, and the sweep
-checks ZooKeeper's processes too. With `consumers`, `producers` or
-`clients` they hit a client's own process (nemesis/clients.py).
+checks ZooKeeper's processes too. With `kraft-controllers`, where the
+system runs its controllers as processes of their own
+(infra.system.ControllerProcesses: Kafka's separate KRaft layout), they hit
+those, and the sweep checks them too; in the combined layout the voters'
+brokers are the controllers. With `consumers`, `producers` or `clients`
+they hit a client's own process (nemesis/clients.py).
 """
 
 from __future__ import annotations
 
 from core.waiting import holds_within
 from infra.nodes import parallel
+from infra.system import ControllerProcesses
 from infra.zookeeper import ZooKeeper
 from nemesis import clients
 from nemesis.fault import PROCESSES, Context, Fault, Step, describe_nodes, per_node, process_state, verdict
 from nemesis.targets import PROCESS_TARGETS, draw_nodes, resolve, zookeeper
 
 
-def _processes(ctx: Context, on_zookeeper: bool):
-    """Whose processes a fault hits: ZooKeeper's, or the system's."""
-    return zookeeper(ctx) if on_zookeeper else ctx.system
+def _controllers(ctx: Context):
+    """The system's controller processes where they are not its brokers', else None."""
+    return ctx.system.controller_processes() if isinstance(ctx.system, ControllerProcesses) else None
+
+
+def _whose(ctx: Context, step: Step) -> dict:
+    """Whose processes a step's fault hits, as its state records it: {} for the system's."""
+    if step.mode == "zookeeper":
+        return {"zookeeper": True}
+    if step.mode == "kraft-controllers" and _controllers(ctx) is not None:
+        return {"controllers": True}
+    return {}
+
+
+def _processes(ctx: Context, state: dict):
+    """Whose processes a fault hits: ZooKeeper's, the separate controllers', or the system's."""
+    if state.get("zookeeper"):
+        return zookeeper(ctx)
+    if state.get("controllers"):
+        return _controllers(ctx)
+    return ctx.system
 
 
 def _state(ctx: Context, procs, name: str) -> str | None:
@@ -37,13 +60,13 @@ def start_kill(ctx: Context, step: Step) -> tuple[dict, dict]:
     if step.mode in clients.CLIENT_TARGETS:
         return clients.start_kill(ctx, step)
     names, how = resolve(ctx, step)
-    on_zk = step.mode == "zookeeper"
-    procs = _processes(ctx, on_zk)
+    whose = _whose(ctx, step)
+    procs = _processes(ctx, whose)
     parallel(lambda n: procs.kill(ctx.cluster.node(n)), names)
     gone = {n: holds_within(lambda n=n: _state(ctx, procs, n) is None, 5) for n in names}
     value = {"nodes": names, **how, "verified": {"ok": all(gone.values()),
                                                   "process_gone": gone}}
-    return value, {"nodes": names, **({"zookeeper": True} if on_zk else {})}
+    return value, {"nodes": names, **whose}
 
 
 def restart(ctx: Context, state: dict) -> dict:
@@ -51,7 +74,7 @@ def restart(ctx: Context, state: dict) -> dict:
     if "member" in state:
         return clients.after_kill(ctx, state)
     names = state["nodes"]
-    procs = _processes(ctx, bool(state.get("zookeeper")))
+    procs = _processes(ctx, state)
     parallel(lambda n: procs.start(ctx.cluster.node(n)), names)
     up = {n: _state(ctx, procs, n) not in (None, "T") for n in names}
     return {"nodes": names, "verified": {"ok": all(up.values()), "running": up}}
@@ -61,19 +84,19 @@ def start_pause(ctx: Context, step: Step) -> tuple[dict, dict]:
     if step.mode in clients.CLIENT_TARGETS:
         return clients.start_pause(ctx, step)
     names, how = resolve(ctx, step)
-    on_zk = step.mode == "zookeeper"
-    procs = _processes(ctx, on_zk)
+    whose = _whose(ctx, step)
+    procs = _processes(ctx, whose)
     parallel(lambda n: procs.pause(ctx.cluster.node(n)), names)
     stopped = {n: holds_within(lambda n=n: _state(ctx, procs, n) == "T", 5) for n in names}
     return ({"nodes": names, **how, "verified": {"ok": all(stopped.values()), "stopped": stopped}},
-            {"nodes": names, **({"zookeeper": True} if on_zk else {})})
+            {"nodes": names, **whose})
 
 
 def stop_pause(ctx: Context, state: dict) -> dict:
     if "member" in state:
         return clients.stop_pause(ctx, state)
     names = state["nodes"]
-    procs = _processes(ctx, bool(state.get("zookeeper")))
+    procs = _processes(ctx, state)
     parallel(lambda n: procs.resume(ctx.cluster.node(n)), names)
     resumed = {n: holds_within(lambda n=n: _state(ctx, procs, n) not in ("T", None), 5) for n in names}
     return {"nodes": names, "verified": {"ok": all(resumed.values()), "resumed": resumed}}
@@ -81,7 +104,7 @@ def stop_pause(ctx: Context, state: dict) -> dict:
 
 def sweep(ctx: Context) -> dict:
     """Every stopped process resumed, every missing one started, ZooKeeper's
-    first (brokers need it): where."""
+    and the separate controllers' first (brokers need them): where."""
     done: dict = {}
     try:
         zk = ZooKeeper.from_cluster(ctx.cluster)
@@ -89,7 +112,10 @@ def sweep(ctx: Context) -> dict:
         done.setdefault("errors", {})["zookeeper"] = str(e)
         zk = None
     zk_nodes = [n.name for n in zk.nodes()] if zk is not None else []
-    for procs, names, suffix in ((zk, zk_nodes, " zookeeper"), (ctx.system, ctx.names, "")):
+    controllers = _controllers(ctx)
+    controller_nodes = [n.name for n in controllers.nodes] if controllers is not None else []
+    for procs, names, suffix in ((zk, zk_nodes, " zookeeper"), (controllers, controller_nodes, " controller"),
+                                 (ctx.system, ctx.names, "")):
         for name in names:
             node = ctx.cluster.node(name)
             try:

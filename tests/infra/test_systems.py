@@ -46,7 +46,8 @@ def test_an_unknown_system_is_one_line():
 
 def test_the_spec_passes_the_chosen_systems_settings_to_its_record():
     spec = build({"system": "kafka", "kafka_mode": "kraft", "seed": 1})
-    assert spec.system_options == {"kafka_version": "", "kafka_mode": "kraft", "kafka_dist": None}
+    assert spec.system_options == {"kafka_version": "", "kafka_mode": "kraft", "kafka_dist": None,
+                                   "kafka_controllers": "combined", "kafka_features": ""}
     kafka = SYSTEMS["kafka"].make("127.0.0.1:2181", {}, spec.system_options)
     assert kafka.mode == "kraft"
     own = SYSTEMS["own"].make("127.0.0.1:2181", {}, build({"debug_bug": ["no-dedup"], "seed": 1}).system_options)

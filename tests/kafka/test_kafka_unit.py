@@ -17,8 +17,9 @@ class FakeNode:
         self.data_dir, self.log_dir, self.run_dir = f"/n/{name}/data", f"/n/{name}/logs", f"/n/{name}/run"
 
 
-def system_on(n: int, mode: str, settings: dict | None = None) -> KafkaSystem:
-    s = KafkaSystem("10.0.0.11:2181,10.0.0.12:2181", settings or {}, KafkaOptions(mode=mode))
+def system_on(n: int, mode: str, settings: dict | None = None, controllers: str = "combined") -> KafkaSystem:
+    s = KafkaSystem("10.0.0.11:2181,10.0.0.12:2181", settings or {},
+                    KafkaOptions(mode=mode, controllers=controllers))
     s._nodes = [FakeNode(f"n{i}", f"10.0.0.{10 + i}") for i in range(1, n + 1)]
     s._ids = {node.name: i for i, node in enumerate(s._nodes, start=1)}
     return s
@@ -69,6 +70,23 @@ def test_kraft_properties_make_the_first_three_nodes_voters():
     assert [n.name for n in system_on(2, "kraft").voters()] == ["n1"]
 
 
+def test_separate_controllers_are_voters_of_their_own_beside_brokers_only():
+    s = system_on(3, "kraft", {"min.insync.replicas": 2}, controllers="separate")
+    voters = "101@10.0.0.11:9093,102@10.0.0.12:9093,103@10.0.0.13:9093"
+    broker, controller = s.properties(s._nodes[1]), s.controller_properties(s._nodes[1])
+    assert broker["process.roles"] == "broker" and broker["node.id"] == "2"
+    assert broker["listeners"] == "PLAINTEXT://10.0.0.12:9092" and broker["controller.quorum.voters"] == voters
+    assert controller["process.roles"] == "controller" and controller["node.id"] == "102"
+    assert controller["listeners"] == "CONTROLLER://10.0.0.12:9093"
+    assert controller["controller.quorum.voters"] == voters
+    # Its metadata log is off the broker's data dir, where the disk-fault filesystem is mounted.
+    assert controller["log.dirs"] == "/n/n2/data/kraft-controller" != broker["log.dirs"]
+    assert controller["min.insync.replicas"] == "2"  # the controller elects by it (ELR)
+    assert "advertised.listeners" not in controller
+    # The quorum's leader, named by its controller's id, is the node it runs on.
+    assert kafka.kraft_controllers.broker_of(103) == 3 and kafka.kraft_controllers.broker_of(2) == 2
+
+
 def test_the_harness_keeps_the_per_node_settings():
     with pytest.raises(UserError) as e:
         KafkaSystem("zk:2181", {"broker.id": 7})
@@ -94,6 +112,11 @@ def test_a_startup_failure_is_told_by_its_error_line():
     ({"system": "own", "kafka_mode": "kraft"}, ["--kafka-mode", "needs --system kafka"]),
     ({"system": "kafka", "kafka_dist": "/no/such/kafka.tgz"}, ["no such file"]),
     ({"system": "kafka", "broker": {"listeners": "PLAINTEXT://0.0.0.0:1"}}, ["[broker] listeners"]),
+    ({"system": "kafka", "kafka_controllers": "separate"}, ["--kafka-controllers", "KRaft mode only"]),
+    ({"system": "kafka", "kafka_controllers": "apart", "kafka_mode": "kraft"}, ["--kafka-controllers"]),
+    ({"system": "kafka", "kafka_features": "eligible.leader.replicas.version=0"},
+     ["--kafka-features", "KRaft mode only"]),
+    ({"system": "kafka", "kafka_mode": "kraft", "kafka_features": "elr off"}, ["--kafka-features", "NAME=LEVEL"]),
 ])
 def test_bad_kafka_specs(values, words):
     with pytest.raises(UserError) as e:
