@@ -19,13 +19,14 @@ A matrix file (TOML; docs/nightly.md):
     [[run]]                   # an inline spec: a name and any spec settings
     name = "own-pause-idempotent"
     systems = ["own", "kafka"]
+    versions = ["3.9.2", "4.4.0"]   # Kafka's runs crossed with these releases
     seeds = [1, 2]
     [run.spec]
     nemesis = ["pause"]
     [run.spec.expect]
     valid = true
 
-A cell is one (entry, system, seed, repeat): one run, re-run under
+A cell is one (entry, system, Kafka version, seed, repeat): one run, re-run under
 `--deflake`. Its class (exact words in docs/nightly.md):
 
     PASS     the first run met its expectation
@@ -58,7 +59,7 @@ CLASSES = (PASS, FAIL, FLAKY, HANG, ERROR, INTERRUPTED)
 EXTRA_S = 600.0  # default limit: the spec's time limits plus this (cluster start, settle, check)
 _LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 TOP_KEYS = {"name", "seeds", "repeats", "limit-s", "set", "run", "deflake"}
-ENTRY_KEYS = {"scenario", "scenarios", "name", "spec", "systems", "seeds", "repeats", "limit-s", "set"}
+ENTRY_KEYS = {"scenario", "scenarios", "name", "spec", "systems", "versions", "seeds", "repeats", "limit-s", "set"}
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,10 @@ def _cells(entry: dict, defaults: dict, where: str, repeat: int | None) -> list[
     if systems is not None and (not isinstance(systems, list) or not systems
                                 or not all(isinstance(s, str) for s in systems)):
         raise UserError(f"{where}: systems: expected a list of system names")
+    versions = entry.get("versions")
+    if versions is not None and (not isinstance(versions, list) or not versions
+                                 or not all(isinstance(v, str) for v in versions)):
+        raise UserError(f"{where}: versions: expected a list of Kafka releases, e.g. [\"3.9.2\", \"4.4.0\"]")
     bases: list[tuple[str, str, dict]] = []  # (label, scenario, values)
     if ("scenario" in entry or "scenarios" in entry) == ("spec" in entry):
         raise UserError(f"{where}: give scenario (or scenarios) or an inline spec (name and [run.spec]), one of them")
@@ -197,14 +202,32 @@ def _cells(entry: dict, defaults: dict, where: str, repeat: int | None) -> list[
             values["name"] = label if system == own_system and len(systems or [system]) == 1 else f"{label}-{system}"
             if scenario:
                 values["scenario"] = scenario
-            spec = _checked(values, f"{where}: {values['name']}")
-            cell_limit = float(limit) if limit is not None else spec.time_limit + spec.final_time_limit + EXTRA_S
-            for seed in seeds:
-                for r in range(1, repeats + 1):
-                    cells.append(Cell(label=values["name"], system=system, seed=seed, repeat=r,
-                                      values=values, expect=dict(spec.expect), limit_s=cell_limit,
-                                      scenario=scenario))
+            for values in _versioned(values, versions if system == "kafka" else None):
+                spec = _checked(values, f"{where}: {values['name']}")
+                cell_limit = float(limit) if limit is not None else spec.time_limit + spec.final_time_limit + EXTRA_S
+                for seed in seeds:
+                    for r in range(1, repeats + 1):
+                        cells.append(Cell(label=values["name"], system=system, seed=seed, repeat=r,
+                                          values=values, expect=dict(spec.expect), limit_s=cell_limit,
+                                          scenario=scenario))
     return cells
+
+
+def _versioned(values: dict, versions: list[str] | None) -> list[dict]:
+    """A Kafka cell's values once per release of `versions` (its name ending in
+    `-kafka-X.Y.Z`); a release without ZooKeeper mode (4.0 on) runs in KRaft
+    mode whatever the scenario says. Without versions, the values as they are."""
+    if not versions:
+        return [values]
+    out = []
+    for version in versions:
+        v = {**values, "kafka_version": version}
+        if not version.startswith("3."):
+            v["kafka_mode"] = "kraft"
+        base = values["name"] if values["name"].endswith("-kafka") else values["name"] + "-kafka"
+        v["name"] = f"{base}-{version}"
+        out.append(v)
+    return out
 
 
 def _checked(values: dict, where: str) -> specs.TestSpec:

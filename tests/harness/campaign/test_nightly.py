@@ -219,8 +219,30 @@ def test_a_matrix_crosses_scenarios_specs_systems_seeds_and_repeats(tmp_path):
         "own-power-loss seed 1 repeat 3"
 
 
+def test_kafka_runs_are_crossed_with_versions_and_4x_runs_in_kraft_mode(tmp_path):
+    m = mx.load(write(tmp_path, """
+        [[run]]
+        scenarios = ["kafka-safe-one-fault", "own-safe-one-fault"]
+        versions = ["3.9.2", "4.4.0"]
+        [[run]]
+        name = "pause"
+        systems = ["own", "kafka"]
+        versions = ["4.1.2"]
+        [run.spec]
+        nemesis = ["pause"]
+    """))
+    got = [(c.label, c.values.get("kafka_version"), c.values.get("kafka_mode")) for c in m.cells]
+    assert got == [("kafka-safe-one-fault-kafka-3.9.2", "3.9.2", None),
+                   ("kafka-safe-one-fault-kafka-4.4.0", "4.4.0", "kraft"),
+                   ("own-safe-one-fault", None, None),  # the own broker has no versions to cross
+                   ("pause-own", None, None), ("pause-kafka-4.1.2", "4.1.2", "kraft")]
+    assert build({**m.cells[1].values, "seed": 1}).system_options["kafka_mode"] == "kraft"
+
+
 @pytest.mark.parametrize("text,words", [
     ("", "at least one [[run]]"),
+    ("[[run]]\nscenario = 'kafka-safe-one-fault'\nversions = '4.4.0'", "versions: expected a list"),
+    ("[[run]]\nscenario = 'kafka-safe-one-fault'\nversions = ['9.9.9']", "unknown Kafka version"),
     ("bogus = 1\n[[run]]\nscenario = 'own-power-loss'", "unknown key 'bogus'"),
     ("[[run]]\nscenario = 'no-such'", "no such scenario"),
     ("[[run]]\nscenario = 'own-power-loss'\nname = 'x'\n[run.spec]\nnodes = 3", "one of them"),
