@@ -184,7 +184,14 @@ def add_arguments(parser) -> None:
     add_provider_arguments(parser)
 
 
-def load_file(path: str) -> dict[str, Any]:
+EXTENDS_DEPTH = 4  # scenarios extending scenarios, at most this deep (a cycle is an error)
+
+
+def load_file(path: str, _depth: int = 0) -> dict[str, Any]:
+    """A spec or scenario file's settings by field name. `extends = "NAME"`
+    starts from the scenario NAME's settings, this file's replacing them key
+    by key (a table replaces the whole table): a twin that differs in one
+    setting (idempotence, a feature) says only that, and its description."""
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)
@@ -192,7 +199,18 @@ def load_file(path: str) -> dict[str, Any]:
         raise UserError(f"{path}: cannot read: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{path}: not valid TOML ({e})") from None
-    out = {}
+    out: dict[str, Any] = {}
+    if "extends" in data:
+        base = data.pop("extends")
+        if not isinstance(base, str):
+            raise UserError(f"{path}: extends: expected a scenario name")
+        if _depth >= EXTENDS_DEPTH:
+            raise UserError(f"{path}: extends {base!r}: scenarios extend each other more than "
+                            f"{EXTENDS_DEPTH} deep (a cycle?)")
+        try:
+            out.update(load_file(str(scenario_file(base)), _depth + 1))
+        except UserError as e:
+            raise UserError(f"{path}: extends: {e}") from None
     for key, value in data.items():
         name = key.replace("-", "_")
         if name not in FIELDS and name not in SYSTEM_OPTIONS or name == "system_options":

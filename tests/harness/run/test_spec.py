@@ -233,3 +233,25 @@ def test_the_consumers_target_needs_group_members_running_as_processes():
                   "client_processes": True}).nemesis_targets == "consumers"
     s = build({"nemesis": "kill,pause", "nemesis_targets": "consumers", "groups": group, "client_processes": True})
     assert s.client_processes and s.nemesis_targets == "consumers"
+
+
+def test_a_scenario_extends_another_and_says_only_what_differs(tmp_path, monkeypatch):
+    from harness.run import spec as specs
+    monkeypatch.setattr(specs, "SCENARIOS", tmp_path)
+    (tmp_path / "base.toml").write_text('description = "the base"\nsystem = "kafka"\nnodes = 3\nrate = 300.0\n'
+                                        '[broker]\n"a.b" = 1\n"c.d" = 2\n[expect]\nvalid = true\n')
+    (tmp_path / "twin.toml").write_text('description = "the twin"\nextends = "base"\nidempotent = true\n'
+                                        '[broker]\n"a.b" = 5\n')
+    (tmp_path / "twin-of-twin.toml").write_text('extends = "twin"\nrate = 100.0\n')
+    twin = specs.load_file(str(tmp_path / "twin.toml"))
+    assert twin == {"description": "the twin", "system": "kafka", "nodes": 3, "rate": 300.0, "idempotent": True,
+                    "broker": {"a.b": 5}, "expect": {"valid": True}}  # a table replaces the whole table
+    assert specs.load_file(str(tmp_path / "twin-of-twin.toml"))["rate"] == 100.0
+    (tmp_path / "loop-a.toml").write_text('extends = "loop-b"\n')
+    (tmp_path / "loop-b.toml").write_text('extends = "loop-a"\n')
+    for text, words in (('extends = "loop-a"\n', "more than 4 deep"), ('extends = "nope"\n', "no such scenario"),
+                        ("extends = 3\n", "expected a scenario name")):
+        (tmp_path / "bad.toml").write_text(text)
+        with pytest.raises(UserError) as e:
+            specs.load_file(str(tmp_path / "bad.toml"))
+        assert words in str(e.value) and "\n" not in str(e.value), str(e.value)
