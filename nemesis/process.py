@@ -10,11 +10,11 @@ leaders, replicas, followers, out-of-sync, controller, kraft-controllers,
 zookeeper, all). With `zookeeper` they hit the ZooKeeper process on the
 ensemble's nodes instead of the broker (infra.zookeeper.ZooKeeper, found in
 the cluster's state): its end restarts or resumes ZooKeeper, and the sweep
-checks ZooKeeper's processes too. With `kraft-controllers`, where the
-system runs its controllers as processes of their own
-(infra.system.ControllerProcesses: Kafka's separate KRaft layout), they hit
-those, and the sweep checks them too; in the combined layout the voters'
-brokers are the controllers. With `consumers`, `producers` or `clients`
+checks ZooKeeper's processes too. With `kraft-controllers` (the voters) or
+`controller` (the active one), where the system runs its controllers as
+processes of their own (infra.system.ControllerProcesses: Kafka's separate
+KRaft layout), they hit those, and the sweep checks them too; in the
+combined layout, and in ZooKeeper mode, the controller is a broker. With `consumers`, `producers` or `clients`
 they hit a client's own process (nemesis/clients.py).
 """
 
@@ -38,8 +38,8 @@ def _whose(ctx: Context, step: Step) -> dict:
     """Whose processes a step's fault hits, as its state records it: {} for the system's."""
     if step.mode == "zookeeper":
         return {"zookeeper": True}
-    if step.mode == "kraft-controllers" and _controllers(ctx) is not None:
-        return {"controllers": True}
+    if step.mode in ("kraft-controllers", "controller") and _controllers(ctx) is not None:
+        return {"controllers": True}  # the separate layout: the quorum's (active) controller is its own process
     return {}
 
 
