@@ -17,11 +17,13 @@ TOOLS_STAMP := .cache/kafka/$(KAFKA_VERSION)/tools/.complete
 # Kafka 4 (KRaft only): the first line with eligible leader replicas on by default, and the newest.
 KAFKA4_VERSIONS ?= 4.1.2 4.4.0
 KAFKA4_STAMPS := $(foreach v,$(KAFKA4_VERSIONS),.cache/kafka/$(v)/.complete)
+# Their kafka-tools too: from 4.2 Kafka's log dump tool (DumpLogSegments) lives there.
+KAFKA4_TOOLS_STAMPS := $(foreach v,$(KAFKA4_VERSIONS),.cache/kafka/$(v)/tools/.complete)
 
 .PHONY: setup run test bench clean docker-image spark-archive
 .SILENT:
 
-setup: $(SYSTEM_STAMP) $(STAMP) $(KAFKA_STAMP) $(TOOLS_STAMP) $(KAFKA4_STAMPS) spark-archive
+setup: $(SYSTEM_STAMP) $(STAMP) $(KAFKA_STAMP) $(TOOLS_STAMP) $(KAFKA4_STAMPS) $(KAFKA4_TOOLS_STAMPS) spark-archive
 
 $(SYSTEM_STAMP): scripts/setup-system.sh
 	scripts/setup-system.sh
@@ -43,6 +45,9 @@ $(TOOLS_STAMP): | $(KAFKA_STAMP)
 
 $(KAFKA4_STAMPS): .cache/kafka/%/.complete: | $(SYSTEM_STAMP) $(STAMP)
 	$(PY) -m infra.kafka_dist --version $*
+
+$(KAFKA4_TOOLS_STAMPS): .cache/kafka/%/tools/.complete: | .cache/kafka/%/.complete
+	$(PY) -m infra.kafka_dist --version $* --tools
 
 # The Spark driver's class-data archive (checkers/spark_archive.py), made once per
 # JDK and pyspark into .cache/spark/ (a check, then the dump): a cold Spark session

@@ -74,6 +74,8 @@ CACHE_ENV = "HARNESS_KAFKA_CACHE"  # another jar cache than .cache/kafka (shared
 # Releases this system knows how to configure: KRaft is production-ready from
 # 3.3; ZooKeeper mode is gone from 4.0.
 OLDEST, NEWEST_MAJOR = (3, 3), 4
+# Kafka's log dump tool: in the broker's jar up to 4.1, in kafka-tools (the cache's tools/) later.
+DUMP_CLASSES = ("kafka.tools.DumpLogSegments", "org.apache.kafka.tools.DumpLogSegments")
 LOG_ERROR_RE = re.compile(r"^\[[^]]*\] (ERROR|FATAL) |^Error: |^Exception in thread ")
 # The lines of server.log that tell a truncation (Kafka 3.9, both modes), in order:
 #   [Broker id=1] Follower harness-0 starts at leader epoch 1 from offset 702 with partition epoch 1
@@ -455,7 +457,17 @@ class KafkaSystem(BrokerBase):
               [f"-Xmx{self.options.heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20"])
         return [self.options.java, *vm, "-Xms64m",
                 "-Djava.awt.headless=true", "-Djava.net.preferIPv4Stack=true",
-                flag, f"-Dkafka.logs.dir={node.log_dir}", "-cp", f"{home}/libs/*", *main]
+                flag, f"-Dkafka.logs.dir={node.log_dir}", "-cp", f"{home}/libs/*:{home}/tools/*", *main]
+
+    def _dump_segments(self, node: Node, args: list[str]) -> str:
+        """The shell command running Kafka's DumpLogSegments with `args` on the
+        node, its output on stdout: the class is in the broker's jar up to 4.1
+        and in kafka-tools (`tools/`) later, so the second is tried where the
+        first is not found."""
+        q = shlex.quote
+        tries = [f"{DUMP_NICE} " + " ".join(q(a) for a in self._java(node, [main, *args], tool=True)) + " 2>/dev/null"
+                 for main in DUMP_CLASSES]
+        return "{ " + " || ".join(tries) + "; }"
 
     # -- lifecycle
 
@@ -560,7 +572,7 @@ class KafkaSystem(BrokerBase):
         return self._dump_with_kafka_tool(node, topic, dest)
 
     def _dump_with_kafka_tool(self, node: Node, topic: str, dest: str) -> int:
-        """kafka-dump-log (`kafka.tools.DumpLogSegments --print-data-log`) from
+        """kafka-dump-log (DumpLogSegments `--print-data-log`) from
         the node's jars over every segment, gzip'd on the node, parsed here
         into `dest`."""
         q = shlex.quote
@@ -570,11 +582,8 @@ class KafkaSystem(BrokerBase):
             if not files:
                 return 0
             raw = f"{node.run_dir}/kafka-dump-log.txt"
-            argv = self._java(node, ["kafka.tools.DumpLogSegments", "--print-data-log", "--files", ",".join(files)],
-                              tool=True)
-            node.remote.run(f"{DUMP_NICE} " + " ".join(q(a) for a in argv)
-                            + f" > {q(raw)} 2>/dev/null && {DUMP_NICE} gzip -1 -f {q(raw)}",
-                            timeout=600)
+            dump = self._dump_segments(node, ["--print-data-log", "--files", ",".join(files)])
+            node.remote.run(f"{dump} > {q(raw)} && {DUMP_NICE} gzip -1 -f {q(raw)}", timeout=600)
             local = dest + ".raw.gz"
             node.remote.get(raw + ".gz", local)
             try:

@@ -392,7 +392,7 @@ def dist_tarball(dist: KafkaDist | Path, dest_dir: str | os.PathLike) -> Path:
             return out
         tmp = out.with_suffix(f".tgz.tmp{os.getpid()}")
         with tarfile.open(tmp, "w:gz", compresslevel=1) as tar:
-            for sub in ("libs", "config"):
+            for sub in ("libs", "tools", "config"):
                 if (dist.path / sub).is_dir():
                     tar.add(dist.path / sub, arcname=f"kafka-{dist.version}/{sub}")
         tmp.rename(out)
