@@ -15,6 +15,9 @@ from pathlib import Path
 
 import orjson
 
+from core.history.elections import election_sentence, elections
+from core.history.states import read_states
+
 VERDICTS = ("VALID", "INVALID", "no results")
 FILTERS = ("system", "scenario", "verdict", "date")
 
@@ -58,6 +61,13 @@ class RunEntry:
         """The anomalies the checker counted as errors."""
         anomalies = self.results.get("anomalies", {})
         return [n for n, a in anomalies.items() if isinstance(a, dict) and a.get("error")]
+
+    def elections(self) -> list[str]:
+        """Each KRaft election the controller recorded (core/history/elections.py),
+        in words; [] for a run without controller records."""
+        lines = [s for s in read_states(self.path / "states.jsonl") or []
+                 if s["kind"] in ("kraft-partition", "kraft-broker")]
+        return [election_sentence(e) for e in elections(lines)]
 
     @property
     def has_report(self) -> bool:
@@ -183,7 +193,9 @@ def side_by_side(entries: list[RunEntry], anomalies: tuple = ()) -> list[Section
     scenario, seed, outcome, verdicts), its anomaly counts (`anomalies`: the
     order to list them in, the registry's), its liveness (unavailability,
     recovery, hung partitions), its throughput, the first story of each
-    anomaly any run counted, and its settings. Each row holds one value per
+    anomaly any run counted, the KRaft controller's elections where a run
+    recorded them (which set each leader came from: what tells Kafka 4 with
+    eligible leader replicas from the same faults without), and its settings. Each row holds one value per
     run; the views put the rows that differ first and fold the others."""
     def row(label: str, get) -> Row:
         return Row(label, tuple(get(r) for r in entries))
@@ -215,6 +227,7 @@ def side_by_side(entries: list[RunEntry], anomalies: tuple = ()) -> list[Section
     speeds = [throughput(r.results) for r in entries]
     settings = [r.settings() for r in entries]
     keys = sorted({k for s in settings for k in s})
+    said = [r.elections() for r in entries]
     return [
         Section("the runs", (
             row("system", lambda r: (r.run.get("versions") or {}).get("system") or r.system or None),
@@ -229,5 +242,8 @@ def side_by_side(entries: list[RunEntry], anomalies: tuple = ()) -> list[Section
             ("consumers' recovery (s)", "consumer_recovery_s"), ("hung partitions", "hung_partitions")))),
         Section("throughput", tuple(Row(label, tuple(s.get(label) for s in speeds)) for label in throughput({}))),
         Section("stories (the first of each anomaly)", tuple(row(n, lambda r, n=n: first_story(r, n)) for n in seen)),
+        Section("elections (the KRaft controller's records)", tuple(
+            Row(f"election {i + 1}", tuple(s[i] if i < len(s) else None for s in said))
+            for i in range(max(map(len, said), default=0)))),
         Section("settings", tuple(Row(k, tuple(s.get(k) for s in settings)) for k in keys)),
     ]

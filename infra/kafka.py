@@ -54,7 +54,7 @@ from typing import Iterator
 
 from core.errors import UserError
 from infra import kafka_dist
-from infra import kraft_controllers
+from infra import kraft_controllers, kraft_metadata
 from infra import zk_state
 from infra.brokers import BrokerBase
 from infra.nodes import Cluster, Node, parallel
@@ -745,6 +745,36 @@ class KafkaSystem(BrokerBase):
 
         epoch, leader = max(parallel(quorum_state, self.voters()), default=(-1, -1))
         return self.node_of(kraft_controllers.broker_of(leader)) if epoch >= 0 else None
+
+    def controller_records(self, topic: str) -> list[dict]:
+        """The KRaft controller's decisions about `topic` and the brokers
+        (infra.system.ControllerRecords; infra/kraft_metadata.py), read from
+        the first voter whose metadata log the dump tool reads, node names for
+        broker ids, `wall` seconds for the records' CreateTime. [] in
+        ZooKeeper mode or where no voter's log can be read."""
+        if self.mode != "kraft":
+            return []
+        q = shlex.quote
+        for node in self.voters():
+            where = kraft_controllers.metadata_dir(node) if self._separate() else self.data_dir(node)
+            listing = node.remote.run(f"ls -1 {q(where)}/__cluster_metadata-0/*.log 2>/dev/null", check=False)
+            files = [f for f in listing.stdout.split() if f.endswith(".log")]
+            if not files:
+                continue
+            dump = self._dump_segments(node, ["--cluster-metadata-decoder", "--files", ",".join(files)])
+            res = node.remote.run(f"{dump} | grep -E {q(kraft_metadata.GREP)}", check=False, timeout=300)
+            found = kraft_metadata.records(res.stdout.splitlines(), topic)
+            if found:
+                return [self._named_record(r) for r in found]
+        return []
+
+    def _named_record(self, r: dict) -> dict:
+        out = {"wall": r["wall_ms"] / 1000, "kind": r["kind"]}
+        if r["kind"] == "broker":
+            return {**out, "node": self.node_of(r["broker"]), "event": r["event"], "epoch": r["epoch"]}
+        names = {k: [self.node_of(b) for b in r[k]] for k in ("isr", "elr", "last_known_elr")}
+        return {**out, "partition": r["partition"], "leader": self.node_of(r["leader"]) if r["leader"] >= 0 else None,
+                **names}
 
     def partition_states(self, topic: str) -> dict[int, tuple[str | None, int | None, list[str]]]:
         """partition -> (leader, epoch, ISR): from ZooKeeper in ZooKeeper mode; in

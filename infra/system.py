@@ -13,6 +13,10 @@ it fills, and callers ask with `isinstance(system, Proto)`, never getattr:
     ControllerQuorum  controller_quorum() -> the nodes of its KRaft controller
                   quorum ([] when it runs none, e.g. Kafka in ZooKeeper mode);
                   controller_port() -> the TCP port its controllers listen on
+    ControllerRecords  controller_records(topic) -> the controller's own record of
+                  its decisions about the topic's partitions (leader, ISR, eligible
+                  leader replicas) and the brokers (registered, fenced), in order,
+                  with `wall` seconds (Kafka's KRaft metadata log; states.jsonl)
     ControllerProcesses  controller_processes() -> the quorum's own processes
                   (start, kill, pause, resume, process_state by node) where they
                   are not the brokers' (Kafka's separate KRaft layout), else None
@@ -118,6 +122,13 @@ class ControllerQuorum(Protocol):
     def controller_quorum(self) -> list[str]: ...
 
     def controller_port(self) -> int: ...
+
+
+@runtime_checkable
+class ControllerRecords(Protocol):
+    """What the controller recorded of its decisions, read after a run."""
+
+    def controller_records(self, topic: str) -> list[dict]: ...
 
 
 @runtime_checkable

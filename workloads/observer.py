@@ -42,7 +42,7 @@ from typing import Callable
 import orjson
 
 from infra.nodes import Cluster, Node
-from infra.system import PartitionStates, Primaries, Processes, Truncation
+from infra.system import ControllerRecords, PartitionStates, Primaries, Processes, Truncation
 
 log = logging.getLogger(__name__)
 # librdkafka's own complaints (a dead leader) go where the workload's go: harness.log only.
@@ -354,13 +354,49 @@ def truncation_lines(truncations: list[Truncation], topic: str, origin_wall: flo
     return sorted(out, key=lambda x: x["time"])
 
 
+def controller_lines(records: list[dict], origin_wall: float) -> list[dict]:
+    """states.jsonl lines for the controller's records (infra.system.ControllerRecords),
+    on the history's clock: `kraft-partition` and `kraft-broker`."""
+    out = []
+    for r in records:
+        line = {"time": round((r["wall"] - origin_wall) * 1e9), "kind": "kraft-" + r["kind"]}
+        line.update({k: v for k, v in r.items() if k not in ("wall", "kind")})
+        out.append(line)
+    return out
+
+
+def append_controller_records(path: str | Path, system, topic: str, origin_wall: float) -> int:
+    """Appends the controller's records of `topic` and the brokers to
+    states.jsonl, while the controllers' data is still there; how many.
+    Never raises: they are evidence."""
+    if not isinstance(system, ControllerRecords):
+        return 0
+    return _appended(path, "the controller's records",
+                     lambda: controller_lines(system.controller_records(topic), origin_wall))
+
+
+def _appended(path: str | Path, what: str, make: Callable[[], list[dict]]) -> int:
+    """`make()`'s lines appended to states.jsonl; how many. A failure is
+    logged and appends nothing: what is collected after a run is evidence,
+    never a reason for the run to fail."""
+    try:
+        lines = make()
+        with open(path, "ab") as f:
+            f.write(b"".join(orjson.dumps(x, option=orjson.OPT_APPEND_NEWLINE) for x in lines))
+        return len(lines)
+    except Exception as e:
+        log.warning("collecting %s into %s failed: %s: %s", what, path, type(e).__name__, e)
+        return 0
+
+
 def append_truncations(path: str | Path, system, cluster: Cluster, nodes_dir: str | Path, topic: str,
                        origin_wall: float) -> int:
     """Reads the truncations in each node's collected logs (`nodes_dir/<node>/`)
     and appends them to states.jsonl; returns how many. Never raises."""
     if not isinstance(system, PartitionStates):
         return 0
-    try:
+
+    def lines() -> list[dict]:
         nodes = list(system.nodes(cluster)) if hasattr(system, "nodes") else list(cluster.nodes)
         found: list[Truncation] = []
         for node in nodes:
@@ -369,11 +405,7 @@ def append_truncations(path: str | Path, system, cluster: Cluster, nodes_dir: st
         if not getattr(cluster, "shares_filesystem", False):  # local nodes share this machine's clock and zone
             with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
                 offsets = dict(zip([n.name for n in nodes], pool.map(node_utc_offset, nodes)))
-        lines = truncation_lines(found, topic, origin_wall, offsets)
-        with open(path, "ab") as f:
-            f.write(b"".join(orjson.dumps(x, option=orjson.OPT_APPEND_NEWLINE) for x in lines))
-        return len(lines)
-    except Exception as e:
-        log.warning("collecting truncations into %s failed: %s: %s", path, type(e).__name__, e)
-        return 0
+        return truncation_lines(found, topic, origin_wall, offsets)
+
+    return _appended(path, "truncations", lines)
 

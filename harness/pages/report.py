@@ -23,6 +23,7 @@ from checkers.summary import describe
 from core.history.format import NEMESIS
 from core.runs import dotted
 from harness.pages import stories
+from harness.pages.controller import controller_html
 from harness.pages.figures import figures_html, liveness_html
 from harness.pages.html import Cell, esc, key_values, page, table
 from nemesis import conditions
@@ -99,6 +100,7 @@ def report_page(results: dict, ev, images: dict[str, str]) -> str:
     parts.append(_latency_table(results))
     parts.append(figures_html(images))
     parts.append(_faults_html(faults))
+    parts.append(controller_html(ev.controller))
     parts.append(_node_logs_html(results.get("node_logs")))
     parts.append(_settings_html(run))
     parts.append(_excerpt_html(ev.excerpt))

@@ -56,6 +56,7 @@ class Evidence:
     lanes: dict = field(default_factory=dict)  # per partition, its leader, epoch and ISR segments
     nodes: dict = field(default_factory=dict)  # per node, its state's segments
     truncations: list[dict] = field(default_factory=list)
+    controller: list[dict] = field(default_factory=list)  # the KRaft controller's records (kraft-* lines)
     marks: list[dict] = field(default_factory=list)  # the examples' events, at their partition and time
     excerpt: list[dict] = field(default_factory=list)  # the history events the page cites, with context
     timeline: tuple | None = None  # (operations to draw, how they were chosen)
@@ -97,6 +98,7 @@ def gather(run_dir: Path, results: dict) -> Evidence:
             except (KeyError, TypeError, ValueError, OSError, HistoryError) as e:
                 log.warning("no consumer group figure: %s", e)
     states = read_states(ev.folder)
+    ev.controller = [s for s in states if s["kind"] in ("kraft-partition", "kraft-broker")]
     until = max([ev.history_end] + [s["time"] for s in states])
     try:
         ev.lanes = partition_lanes(states, until)

@@ -54,7 +54,7 @@ from nemesis.injector import Nemesis
 from nemesis.registry import FAULT_ENDS
 from nemesis.schedule import from_records, plan, to_records
 from workloads.config import WorkloadConfig
-from workloads.observer import STATES_FILE, Observer, append_truncations, origin_seconds
+from workloads.observer import STATES_FILE, Observer, append_controller_records, append_truncations, origin_seconds
 from workloads.topic import create_topic, wait_settled
 from workloads.workload import Workload
 
@@ -487,6 +487,8 @@ def _finish(r: Run) -> None:
         r.teardown = threading.Thread(name="teardown", target=_undo, args=(r, (
             ("the observer's last samples", r.observer, lambda: r.observer.join()),
             ("dump the logs on disk", r.system, lambda: _dump_disk(r)),
+            ("collect the controller's records", r.observer, lambda: append_controller_records(
+                r.observer.path, r.system, r.observer.topic, origin_seconds(r.info["history_origin"]))),
             ("hand the dumps to the check", r, r.dumped.set),
             ("stop the system", r.system, lambda: r.system.teardown(r.cluster)),
             ("unmount the faultfs", r.faultfs, lambda: _unmount_faultfs(r)),

@@ -53,6 +53,19 @@ def test_the_same_scenario_on_three_versions_side_by_side(tmp_path):
     assert {r.label for r in differ} == {"kafka_version", "versions.system"} and "nodes" in {r.label for r in same}
 
 
+def test_the_controller_s_elections_say_which_set_each_leader_came_from(tmp_path):
+    from tests.core.test_elections import WITH_ELR, WITHOUT_ELR
+    folders = [_run(tmp_path, "on", "kafka", "4.4.0", 0, 1.0), _run(tmp_path, "off", "kafka", "4.4.0", 1977, 1.0),
+               _run(tmp_path, "zk", "kafka", "3.9.2", 2468, 1.0)]
+    for folder, lines in zip(folders, (WITH_ELR, WITHOUT_ELR)):
+        (folder / "states.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    rows = _rows(side_by_side([run_at(f) for f in folders]))["elections (the KRaft controller's records)"]
+    (values, differs), = rows.values()
+    assert differs and values[2] is None  # ZooKeeper mode: no controller records
+    assert "from the eligible leader replicas [n1, n2] (KIP-966)" in values[0]
+    assert "from the ISR [n3], its only member" in values[1] and "registered again at 27.0 s" in values[1]
+
+
 def test_the_page_marks_the_differences_and_escapes_what_runs_say(tmp_path):
     evil = "<script>alert(1)</script>"
     runs = [run_at(_run(tmp_path, name, "kafka", version, lost, 1.0, evil))

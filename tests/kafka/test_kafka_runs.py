@@ -96,3 +96,25 @@ def test_power_loss_of_every_node_with_readers_along_is_lost_acked(results):
     page = (run_dir / "report.html").read_text()
     assert "not in the topic at the end" in page
     assert left_behind(run_dir) == {"processes": [], "namespaces": []}
+
+
+def test_kafka4_without_eligible_leader_replicas_loses_and_the_controller_says_why(results):
+    # Issue 50, KIP-966: the ISR's last member loses power; with the feature off the
+    # controller elects it again from the ISR once it is back, with what its log kept.
+    proc, run_dir = harness_run(results, "--scenario", "kafka4-last-replica-standing-elr-off", "--seed", "1")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "expectation met" in proc.stdout
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["versions"]["system"] == "kafka 4.4.0 (kraft)"
+    # The voters ran controllers of their own, beside their brokers.
+    controller = (run_dir / "nodes" / "n1" / "kafka-controller.properties").read_text()
+    assert "process.roles=controller" in controller and "node.id=101" in controller
+    assert "process.roles=broker\n" in (run_dir / "nodes" / "n1" / "kafka.properties").read_text()
+    states = [json.loads(line) for line in (run_dir / "states.jsonl").read_text().splitlines()]
+    kraft = [s for s in states if s["kind"] == "kraft-partition"]
+    assert kraft and all(s["elr"] == [] for s in kraft)  # the feature is off: nobody is ever eligible
+    assert any(s["kind"] == "kraft-broker" and s["event"] == "fenced" for s in states)
+    page = (run_dir / "report.html").read_text()
+    assert "The KRaft controller's records" in page
+    assert "its only member (no eligible leader replicas); it had been fenced and registered again" in page
+    assert left_behind(run_dir) == {"processes": [], "namespaces": []}
