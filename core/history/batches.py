@@ -22,7 +22,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from core.history.files import HistorySource, iter_source_jsonl
-from core.history.format import TYPES
+from core.history.format import READ_UNCOMMITTED, TXN, TYPES
 from core.history.jsonl import ReadReport
 from core.history.parquet import events_to_table, string_codes
 
@@ -119,10 +119,31 @@ class Events:
         return self.typ == TYPES.index(name)
 
     def polled(self) -> "Items":
-        """The records of the batch's ok polls by clients, flattened (made once)."""
+        """The records of the batch's reads, flattened (made once): of its ok
+        polls by clients and its transactions' completions, but those read
+        at read_uncommitted (docs/history.md, "Transactions")."""
         if self._polled is None:
-            self._polled = flatten(self.table, "records", self.is_op("poll") & self.is_type("ok"))
+            self._polled = flatten(self.table, "records", self.reading())
         return self._polled
+
+    def reading(self) -> np.ndarray:
+        """Which rows' records are reads: ok polls and transactions' completions, read_committed."""
+        rows = self.is_op("poll") & self.is_type("ok")
+        if TXN in self.names.ops:
+            rows |= self.is_op(TXN) & ~self.is_type("invoke")
+        if "isolation" in self.table.column_names and rows.any():
+            rows &= ~uncommitted(self.table)
+        return rows
+
+
+def uncommitted(table) -> np.ndarray:
+    """Which rows of `table` read at read_uncommitted."""
+    import pyarrow.compute as pc
+
+    column = table["isolation"]
+    if not column.null_count < len(column):
+        return np.zeros(table.num_rows, bool)
+    return pc.fill_null(pc.equal(column.cast("string"), READ_UNCOMMITTED), False).to_numpy(zero_copy_only=False)
 
 
 def decode(table, names: Names) -> Events:

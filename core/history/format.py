@@ -17,8 +17,14 @@ from core.errors import HistoryError
 
 TYPES = ("invoke", "ok", "fail", "info")
 COMPLETIONS = ("ok", "fail", "info")
-CLIENT_FS = ("send", "poll", "assign", "seek", "commit", "crash", "final-reads", "process", "committed")
+CLIENT_FS = ("send", "poll", "assign", "seek", "commit", "crash", "final-reads", "process", "committed", "txn")
 FINAL_READS = "final-reads"
+# A transaction (docs/history.md, "Transactions"): its sends, the records its
+# polls returned, the consumer offsets it commits; and the isolation level a
+# poll or a transaction read at (absent: read_committed).
+TXN = "txn"
+ISOLATION = ("read_committed", "read_uncommitted")
+READ_UNCOMMITTED = "read_uncommitted"
 # A consumer group's committed offsets read from the cluster: -1 where the group has none.
 COMMITTED = "committed"
 NO_OFFSET = -1
@@ -28,7 +34,7 @@ NEMESIS_PROCESS_ID = -1
 BASE_FIELDS = ("index", "time", "process", "type", "f")
 # Fields with a column of their own in Parquet; every other field goes to `extra`.
 COLUMN_FIELDS = ("key", "value", "partition", "offset", "error", "records", "partitions", "offsets", "ends", "group",
-                 "generation", "final")
+                 "generation", "final", "sends", "isolation")
 # Positions are packed into one long by the checker (partition << 40 | offset).
 # A partition beyond MAX_PARTITION is rejected. An offset may be any int64
 # (MAX_STORED_OFFSET): a real broker has served a record at offset 2^42 + 28
@@ -132,6 +138,30 @@ def check_fields(event: Any, where: str) -> None:
             raise HistoryError(f"{where}: 'partitions' must be a list of integers")
     elif f == COMMITTED and type_ == "ok":
         _check_objects(event, "offsets", where, _check_committed)
+    elif f == TXN:
+        _check_txn(event, type_, where)
+
+
+def _check_txn(event: dict, type_: str, where: str) -> None:
+    """A transaction: `sends` always (an ok completion's with their positions),
+    and where present its `records` read and its `offsets` committed."""
+    # A committed transaction's sends are acknowledged: each with its position.
+    _check_objects(event, "sends", where, _check_record if type_ == "ok" else _check_txn_send)
+    if type_ != "invoke" and event.get("records") is not None:
+        _check_objects(event, "records", where, _check_record)
+    if event.get("offsets") is not None:
+        if not isinstance(event.get("group"), str):
+            raise HistoryError(f"{where}: a transaction that commits offsets needs 'group' (a string)")
+        _check_objects(event, "offsets", where, _check_position)
+
+
+def _check_txn_send(x: dict, where: str) -> None:
+    """A send of a transaction invoked, aborted or unknown: its value, its position where known."""
+    _check_int(x, "value", where)
+    if "key" in x:
+        _check_int(x, "key", where, nullable=True)
+    if x.get("partition") is not None or x.get("offset") is not None:
+        _check_position(x, where)
 
 
 def _check_group_fields(event: dict, where: str) -> None:
@@ -143,6 +173,9 @@ def _check_group_fields(event: dict, where: str) -> None:
         _check_int(event, "generation", where)
     if "final" in event and event["final"] is not None and not isinstance(event["final"], bool):
         raise HistoryError(f"{where}: 'final' must be true or false, not {_show(event['final'])}")
+    if event.get("isolation") is not None and event["isolation"] not in ISOLATION:
+        raise HistoryError(f"{where}: 'isolation' must be one of {', '.join(ISOLATION)}, not "
+                           f"{_show(event['isolation'])}")
 
 
 def _check_committed(x: dict, where: str) -> None:
@@ -173,7 +206,7 @@ def _plain_client_event(e: dict) -> bool:
         if type_ == "ok":
             return _plain_position(e)
         return type_ in ("fail", "info") and (e.get("error") is None or type(e["error"]) is str)
-    if f == "poll" and type_ == "ok":
+    if f == "poll" and type_ == "ok" and "isolation" not in e:
         records = e.get("records")
         if type(records) is not list:
             return False

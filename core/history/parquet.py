@@ -17,8 +17,8 @@ import orjson
 
 from core.errors import HistoryError, first_line
 from core.history.format import (BASE_FIELDS, CLIENT_FS, COLUMN_FIELDS, COMMITTED, FINAL_READS, FOLD_ABOVE,
-                                  MAX_PARTITION, MAX_STORED_OFFSET, NEMESIS, NEMESIS_PROCESS_ID, NO_OFFSET, TYPES,
-                                  OrderCheck)
+                                  ISOLATION, MAX_PARTITION, MAX_STORED_OFFSET, NEMESIS, NEMESIS_PROCESS_ID, NO_OFFSET,
+                                  TXN, TYPES, OrderCheck)
 from core.history.jsonl import ReadReport, iter_jsonl
 
 # --------------------------------------------------------------------------
@@ -40,6 +40,9 @@ def arrow_schema():
         ("ends", pa.list_(pa.struct(pos))),  # final-reads completions
         # A consumer group's: on assign, commit and committed (docs/history.md, "Consumer groups").
         ("group", pa.string()), ("generation", pa.int64()), ("final", pa.bool_()),
+        # A transaction's sends (docs/history.md, "Transactions"), and the isolation a poll or transaction read at.
+        ("sends", pa.list_(pa.struct(pos + [("key", pa.int64()), ("value", pa.int64())]))),
+        ("isolation", pa.string()),
         # Every other field of the event as a JSON object (a nemesis op's value, probes).
         ("extra", pa.string()),
     ])
@@ -127,7 +130,7 @@ def offsets_to_fold(batch) -> set[int]:
     found: set[int] = set()
     names = batch.schema.names
     columns = [batch.column(names.index("offset"))] if "offset" in names else []
-    for name in ("records", "ends", "offsets"):
+    for name in ("records", "ends", "offsets", "sends"):
         if name in names:
             flat = pc.list_flatten(batch.column(names.index(name)))
             if isinstance(flat, pa.ChunkedArray):
@@ -218,7 +221,7 @@ def events_at(files: list[Path], indexes, columns: tuple[str, ...]) -> dict[int,
 
 REQUIRED_PARQUET = {"index": "int", "time": "int", "process": "int", "type": "string", "f": "string"}
 # A consumer group's columns, where a history has them.
-GROUP_COLUMNS = {"group": "string", "generation": "int", "final": "bool"}
+GROUP_COLUMNS = {"group": "string", "generation": "int", "final": "bool", "isolation": "string"}
 
 
 def _is_kind(t, kind: str, pa) -> bool:
@@ -301,7 +304,8 @@ def _read_batches(files: list[Path], passed_on: bool) -> Iterator:
             if name in schema.names and not _is_kind(schema.field(name).type, kind, pa):
                 raise HistoryError(f"{file.name}: column '{name}' must be {kind}, not {schema.field(name).type}")
         needed = [c for c in ("index", "time", "process", "type", "f", "value", "partition", "offset",
-                              "partitions", "offsets", "ends", "group") + (PASSED_ON if passed_on else ())
+                              "partitions", "offsets", "ends", "group", "sends", "isolation")
+                  + (PASSED_ON if passed_on else ())
                   if c in schema.names]
         if "records" in schema.names:
             needed += _record_leaves(pf.schema)
@@ -554,10 +558,21 @@ def _check_parquet_batch(file: Path, batch, order: OrderCheck, pa, pc) -> None:
         if top is not None:
             bad(pc.and_(mask(), pc.fill_null(pc.greater(column, top), False)), f"'{name}' is out of range", at)
 
-    def positions(mask: Mask | None, name: str, least_offset: int = 0) -> None:
+    def positions(mask: Mask | None, name: str, least_offset: int = 0, optional: bool = False,
+                  values_only: bool = False) -> None:
         """Where `mask` holds, list column `name` holds positions in range (and
-        `value`s for records), offsets from `least_offset` on."""
-        if mask is None or not present(mask, name, f"'{name}' must be a list"):
+        `value`s for records and sends), offsets from `least_offset` on;
+        `optional`: only where the list is there; `values_only`: a
+        position only where the item has one (a transaction's sends but a
+        committed one's)."""
+        if mask is None:
+            return
+        if optional:
+            if name not in cols or not pc.any(pc.and_(mask(), pc.is_valid(cols[name]))).as_py():
+                return
+            outer = mask
+            mask = cache(lambda: pc.and_(outer(), pc.is_valid(cols[name])))
+        if not present(mask, name, f"'{name}' must be a list"):
             return
         items = cols[name]
         flat = pc.list_flatten(items)
@@ -566,20 +581,28 @@ def _check_parquet_batch(file: Path, batch, order: OrderCheck, pa, pc) -> None:
         rows = cache(lambda: pc.list_parent_indices(items))
         in_rows = cache(lambda: pc.take(mask(), rows()))
         fields = [flat.type.field(i).name for i in range(flat.type.num_fields)]
-        wanted = ("partition", "offset", "value") if name == "records" else ("partition", "offset")
+        wanted = ("partition", "offset", "value") if name in ("records", "sends") else ("partition", "offset")
         for field in wanted:
             if field not in fields:
                 raise HistoryError(f"{file.name}: {name} lack '{field}'")
             top = {"partition": MAX_PARTITION, "offset": MAX_STORED_OFFSET}.get(field)
             column = pc.struct_field(flat, field)
+            where = in_rows
+            if values_only and top is not None:
+                # A position where the item has one: its partition and offset both there, in range.
+                other = pc.struct_field(flat, "offset" if field == "partition" else "partition")
+                half = pc.xor(pc.is_valid(column), pc.is_valid(other))
+                bad(pc.and_(in_rows(), half), "a send has a partition without an offset, or one without the other",
+                    rows())
+                where = cache(lambda c=column: pc.and_(in_rows(), pc.is_valid(c)))
             if top is None:
-                if not _all_present(column, in_rows, pc):
-                    bad(pc.and_(in_rows(), pc.is_null(column)), f"a record lacks '{field}'", rows())
+                if not _all_present(column, where, pc):
+                    bad(pc.and_(where(), pc.is_null(column)), f"a record lacks '{field}'", rows())
             elif field == "offset" and least_offset:
                 # Shifted so that `least_offset` is 0 (an int64 holds no offset above the top).
-                in_range(in_rows, pc.subtract(column.cast(pa.int64()), least_offset), field, None, rows)
+                in_range(where, pc.subtract(column.cast(pa.int64()), least_offset), field, None, rows)
             else:
-                in_range(in_rows, column, field, top, rows)
+                in_range(where, column, field, top, rows)
 
     is_send = cache(lambda: pa.array(client & (f_index == f_of.get("send", -1))))
     present(is_send, "value", "a send needs 'value'")
@@ -596,6 +619,19 @@ def _check_parquet_batch(file: Path, batch, order: OrderCheck, pa, pc) -> None:
         present(committed, "group", "a committed read needs 'group'")
         present(committed, "partitions", "'partitions' must be a list of integers")
     positions(rows_of(FINAL_READS, ("ok",)), "ends")
+    positions(rows_of(TXN, ("ok",)), "sends")
+    positions(rows_of(TXN, ("invoke", "fail", "info")), "sends", values_only=True)
+    positions(rows_of(TXN, ("ok", "fail", "info")), "records", optional=True)
+    txn_offsets = rows_of(TXN, TYPES)
+    positions(txn_offsets, "offsets", optional=True)
+    if txn_offsets is not None and "offsets" in cols:
+        committing = pc.and_(txn_offsets(), pc.is_valid(cols["offsets"]))
+        bad(pc.and_(committing, pc.is_null(cols["group"])) if "group" in cols else committing,
+            "a transaction that commits offsets needs 'group'")
+    if "isolation" in cols and cols["isolation"].null_count < n:
+        named = pc.is_valid(cols["isolation"])
+        bad(pc.and_(named, pc.invert(pc.is_in(cols["isolation"].cast(pa.string()), pa.array(ISOLATION)))),
+            f"'isolation' must be one of {', '.join(ISOLATION)}")
     for mask in (rows_of("assign", ("invoke", "ok")), rows_of(FINAL_READS, ("invoke",))):
         if mask is not None:
             present(mask, "partitions", "'partitions' must be a list of integers")
