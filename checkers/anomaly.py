@@ -44,7 +44,7 @@ MISSING_SAMPLE = 1000
 
 # The frames of the kernel, by name (checkers/kernel/stages.py makes them).
 FRAMES = ("by-value", "group-records", "group-values", "by-position", "read-order", "send-order", "replicas",
-          "commits")
+          "commits", "txn-values", "torn", "cycles")
 
 
 @dataclass(frozen=True)

@@ -32,20 +32,21 @@ import numpy as np
 from checkers import liveness, node_logs, offsets, registry, stats
 from checkers.engines import local as local_engine
 from checkers.engines import spark as spark_engine
+from checkers.folds import Transactions
 from checkers.folds import liveness as liveness_facts
 from checkers.history_read import HistoryRead, give_back_read_memory
 from checkers.kernel import rows as r
 from checkers.kernel.extract import extract
 from checkers.kernel.facts import ranges
 from checkers.kernel import series
-from checkers.kernel.stages import Found, merge, problem_message
+from checkers.kernel.stages import Found, cycle_pass, merge, problem_message
 from checkers.load import events_ahead, prepare, scratch_for
 from checkers.spark import QUICK_START_JAVA, Beside, SessionStart, default_master
 from core.errors import HistoryError, UserError
 from core.history.batches import decode, file_tables
 from core.history.dumps import dumps as find_dumps
 from core.history.files import load_run_json, resolve
-from core.history.format import FINAL_READS, TYPES
+from core.history.format import FINAL_READS, TXN, TYPES
 from core.history.jsonl import iter_jsonl
 from core.history.parquet import events_at, write_parquet
 from core.history.states import read_states
@@ -146,7 +147,7 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
             partials = local_engine.run(batches + [extra.split(local_engine.SHARDS)], facts, dumps, fold)
             del batches
         seconds["kernel"] = round(time.monotonic() - t, 3)
-        found = merge(partials)
+        found = merge(partials + [cycle_pass(partials, read.fold(Transactions).spans)])
         problem = problem_message(found.problems)
         if problem is not None:
             live.wait()
@@ -282,7 +283,7 @@ def _results(found: Found, read: HistoryRead, facts, faults: list[dict], promise
         "unfinished": {"send": sends["unfinished"], **unfinished_other},
     }
     counts["other_ops"] = {f: outcomes(f, unfinished_other.get(f, 0))
-                           for f in ("assign", "seek", "commit", "crash", FINAL_READS, "process", "committed")
+                           for f in ("assign", "seek", "commit", "crash", FINAL_READS, "process", "committed", TXN)
                            if f in totals}
     logs = facts.logs
     warnings = logs.warnings() + _unchecked(facts)
@@ -474,6 +475,27 @@ def _prime_events() -> list[dict]:
     add(2, "ok", "final-reads", ends=[{"partition": 0, "offset": 1}, {"partition": 1, "offset": 4}])
     add(2, "invoke", "committed", group="g1", partitions=[0], final=True)
     add(2, "ok", "committed", offsets=[{"partition": 0, "offset": 1}])
+    # Transactions on partitions 3 to 5: two whose writes cross (a ww cycle, one of them reading its own
+    # record), two that read each other's (a wr cycle), one that reads a record of one invoked after it
+    # completed (a wr and a realtime edge), and a consumer that sees part of one.
+    def txn(process, sends, records=()):
+        add(process, "invoke", "txn", sends=[{"key": 0, "value": v} for v, _, _ in sends])
+        add(process, "ok", "txn", sends=[{"key": 0, "value": v, "partition": p, "offset": o} for v, p, o in sends],
+            records=[{"partition": p, "offset": o, "key": 0, "value": v} for p, o, v in records])
+
+    txn(4, [(20, 3, 0), (21, 4, 1)])
+    txn(5, [(22, 3, 1), (23, 4, 0)], records=[(3, 1, 22)])
+    add(4, "invoke", "txn", sends=[{"key": 0, "value": 24}])
+    add(5, "invoke", "txn", sends=[{"key": 0, "value": 25}])
+    add(4, "ok", "txn", sends=[{"key": 0, "value": 24, "partition": 3, "offset": 2}],
+        records=[{"partition": 3, "offset": 3, "key": 0, "value": 25}])
+    add(5, "ok", "txn", sends=[{"key": 0, "value": 25, "partition": 3, "offset": 3}],
+        records=[{"partition": 3, "offset": 2, "key": 0, "value": 24}])
+    txn(7, [], records=[(3, 4, 26)])
+    txn(8, [(26, 3, 4)])
+    txn(9, [(27, 5, 0), (28, 5, 1), (29, 5, 2)])
+    poll(6, (5, 0, 27))
+    poll(6, (5, 2, 29))
     return events
 
 

@@ -284,6 +284,79 @@ LOST_COMMIT = Anomaly(
 
 
 # --------------------------------------------------------------------------
+# Transactions (docs/history.md, "Transactions")
+
+
+def _precommitted_line(e: dict, clock) -> str:
+    return (f"value {e['value']}, sent by the transaction of events {e['invoke_index']}-{e['txn_index']}, "
+            f"was read by that same transaction (event {e['read_index']}) before it committed")
+
+
+PRECOMMITTED_READ = Anomaly(
+    name="precommitted-read", when=ALWAYS,
+    meaning="a transaction read its own record before it committed (read_committed)",
+    counted="distinct values", frame="txn-values", condition=lambda t: t.own_read >= 0, order=("own_read", "value"),
+    example=lambda t, at, facts: pick(t, at, value="value", invoke_index="invoke_index", txn_index="txn",
+                                      read_index="own_read"),
+    line=_precommitted_line)
+
+
+def _torn_line(e: dict, clock) -> str:
+    return (f"process {e['process']} read value {e['read_value']} (offset {e['read_offset']}) of the transaction "
+            f"completed at event {e['txn_index']} in partition {e['partition']}, but stepped over its value "
+            f"{e['skipped_value']} at offset {e['skipped_offset']} (events {e['prev_index']} then {e['index']})")
+
+
+TORN_TRANSACTION = Anomaly(
+    name="torn-transaction", when=ALWAYS,
+    meaning="a read_committed consumer saw part of a committed transaction's records in a partition and "
+            "stepped over the rest",
+    counted="distinct (transaction, process, partition)", frame="torn", condition=lambda t: t.txn >= 0,
+    order=("index", "txn"),
+    example=lambda t, at, facts: pick(t, at, txn_index="txn", process="process", partition="partition",
+                                      skipped_value="skipped_value", skipped_offset="skipped_offset",
+                                      read_value="read_value", read_offset="read_offset", prev_index="prev_index",
+                                      index="index"),
+    line=_torn_line)
+
+
+def _cycle_examples(c, at, facts) -> list[dict]:
+    return [{**e, "steps": c.cycle[row].steps()} for e, row in zip(pick(c, at, first="first", size="size"),
+                                                                   at.tolist())]
+
+
+def _cycle_line(e: dict, clock) -> str:
+    def txn(t: dict) -> str:
+        return f"T{t['invoke_index']}" + (f"-{t['complete_index']}" if t["complete_index"] is not None else "")
+    steps = e["steps"]
+    return (f"{e['size']} transactions in a cycle: "
+            + " ".join(f"{txn(s['from'])} -{s['kind']}->" for s in steps) + (f" {txn(steps[0]['from'])}"
+                                                                                if steps else ""))
+
+
+def _cycle(name: str, when: str, meaning: str, condition) -> Anomaly:
+    return Anomaly(name=name, when=when, meaning=meaning, counted="strongly connected components", frame="cycles",
+                   condition=condition, order=("first", "graph"), example=_cycle_examples, line=_cycle_line)
+
+
+# The graphs' numbers are checkers/kernel/transactions.py's (WW, DEP, WW_RT, DEP_RT, WR_RT): the kernel
+# imports this table, so it does not import them. Kafka does not isolate writes (a partition's log order is not the order transactions commit in), so
+# cycles with ww edges are information, as in Jepsen's Kafka test; wr and realtime edges both follow the
+# order transactions commit in, and a cycle of them alone is an error.
+G0 = _cycle("G0", NEVER, "a cycle of write-write dependencies between transactions", lambda c: c.graph == 0)
+G1C = _cycle("G1c", NEVER, "a cycle of write-write and write-read dependencies (at least one write-read)",
+             lambda c: (c.graph == 1) & c.has_wr)
+G0_REALTIME = _cycle("G0-realtime", NEVER, "a cycle of write-write and realtime dependencies (at least one realtime)",
+                     lambda c: (c.graph == 2) & c.has_rt)
+G1C_REALTIME = _cycle("G1c-realtime", NEVER,
+                      "a cycle of write-write, write-read and realtime dependencies (a write-read and a realtime)",
+                      lambda c: (c.graph == 3) & c.has_wr & c.has_rt)
+WR_CYCLE = _cycle("wr-cycle", ALWAYS,
+                  "a cycle of write-read and realtime dependencies: transactions that each read the other's "
+                  "committed records", lambda c: c.graph == 4)
+
+
+# --------------------------------------------------------------------------
 # The table
 
 
@@ -298,7 +371,8 @@ def _table(*records: Anomaly) -> dict[str, Anomaly]:
 
 ANOMALIES: dict[str, Anomaly] = _table(
     LOST_WRITE, LOST_ACKED, DIRTY_READ, DUPLICATE, INCONSISTENT_OFFSET, ABORTED_READ, NONMONOTONIC_POLL,
-    POLL_SKIP, NONMONOTONIC_SEND, UNSEEN, REPLICA_DIVERGENCE, CONSUMER_LOSS, REDELIVERY, LOST_COMMIT)
+    POLL_SKIP, NONMONOTONIC_SEND, UNSEEN, REPLICA_DIVERGENCE, CONSUMER_LOSS, REDELIVERY, LOST_COMMIT,
+    PRECOMMITTED_READ, TORN_TRANSACTION, G0, G1C, G0_REALTIME, G1C_REALTIME, WR_CYCLE)
 NAMES = tuple(ANOMALIES)
 MEANING = {a.name: a.meaning for a in ANOMALIES.values()}
 STORIES = {a.name: a.story for a in ANOMALIES.values() if a.story is not None}

@@ -34,7 +34,7 @@ from core.history.dumps import columns, read_dump
 
 # The history's columns the kernel's rows are made of.
 COLUMNS = ("index", "time", "process", "type", "f", "key", "value", "partition", "offset", "records", "offsets",
-           "group")
+           "group", "sends", "isolation")
 # Rows handed from one stage to the next at most in one Arrow batch.
 BATCH_ROWS = 1 << 20
 _HISTORY, _DUMP = 0, 1

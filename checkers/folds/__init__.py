@@ -21,7 +21,9 @@ so the driver's memory follows the history's few events, not its length:
 - `liveness.LivenessFacts`: what liveness's walk must know of the whole
   history, and for a history of ordinary size its chunks;
 - `clock.Clock`: the first index of each stretch of the history's time
-  (the buckets of the results' series).
+  (the buckets of the results' series);
+- `transactions.Transactions`: each transaction's invocation and
+  completion (the realtime order of the cycles' second pass).
 
 Folds run in that order on each batch: `Pairs` leaves each batch's sends'
 pairs on it (`Events.send_pairs`) for the folds after it. A new analysis of
@@ -36,6 +38,7 @@ from checkers.folds.liveness import LivenessFacts
 from checkers.folds.pairs import Pairs
 from checkers.folds.reads import Reads
 from checkers.folds.restarts import Restarts
+from checkers.folds.transactions import Transactions
 
 # The folds, in the order each batch is handed to them.
-FOLDS = (Few, Restarts, Pairs, Reads, Groups, LivenessFacts, Clock)
+FOLDS = (Few, Restarts, Pairs, Reads, Groups, LivenessFacts, Clock, Transactions)

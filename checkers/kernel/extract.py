@@ -3,7 +3,10 @@
 Every client event the anomalies read becomes rows, whatever the batch's
 place in the history: a send event one row, an ok poll a row per record
 (READ) and per run of them (RUN), a `process` completion a row per record,
-a commit a row per offset. Nothing here needs the rest of the history, so
+a commit a row per offset. A transaction's event is a send row per send
+(marked TXN_SEND), a READ row per record it read (naming it), and, where
+it commits consumer offsets, a commit row per offset (docs/history.md,
+"Transactions"); a read at read_uncommitted is no READ row. Nothing here needs the rest of the history, so
 the in-process engine makes a batch's rows as it reads the batch, and
 Spark's executors make them from the row groups they read. The only fact
 taken from the whole history is which offsets to fold (`fold`,
@@ -20,7 +23,7 @@ import numpy as np
 
 from checkers.kernel import rows as r
 from core.history.batches import Events, flatten
-from core.history.format import FOLD_ABOVE, TYPES
+from core.history.format import FOLD_ABOVE, TXN, TYPES
 
 
 def extract(ev: Events, fold: dict[int, int] | None = None, shards: int = 1) -> list[r.Shard]:
@@ -45,12 +48,29 @@ def extract(ev: Events, fold: dict[int, int] | None = None, shards: int = 1) -> 
         add(r.SENDS, [r.Rows(kind[at], value[at], pos[at], ev.index[send[at]], ev.process[send[at]],
                              r.constant(r.NONE, len(kind[at])), r.constant(r.NONE, len(kind[at])))
                       for at in _cut(value, shards)])
+    txn = ev.is_op(TXN) if TXN in ev.names.ops else None
+    if txn is not None and txn.any():
+        # A transaction's sends are sends (x: TXN_SEND), completed by its completion.
+        items = flatten(ev.table, "sends", txn)
+        kind = _SEND_KIND[ev.typ[items.parent]]
+        pos = np.where(kind == r.SEND_OK, r.packed(np.maximum(items.partition, 0), _folded(items.offset, fold)),
+                       r.NONE)
+        rows = r.Rows.of(r.SEND_INVOKE, len(items), value=items.value, pos=pos, index=ev.index[items.parent],
+                         process=ev.process[items.parent], x=r.constant(r.TXN_SEND, len(items)))
+        rows.kind = kind
+        for shard, taken in zip(out, rows.split_rows(r.SENDS, shards)):
+            if len(taken):
+                shard.blocks.setdefault(r.SENDS, []).append(taken)
     recs = ev.polled()
     if len(recs):
         offset = _folded(recs.offset, fold)
         pos = r.packed(recs.partition, offset)
+        # A transaction's read names its transaction (x: its completion's index), a poll's none.
+        reader = (np.where(txn[recs.parent], ev.index[recs.parent], r.NONE) if txn is not None
+                  else r.constant(r.NONE, len(recs)))
         add(r.READS, [r.Rows.of(r.READ, len(recs.value[at]), value=recs.value[at], pos=pos[at],
-                                index=ev.index[recs.parent[at]], process=ev.process[recs.parent[at]])
+                                index=ev.index[recs.parent[at]], process=ev.process[recs.parent[at]],
+                                **({"x": reader[at]} if txn is not None else {}))
                       for at in _cut(recs.value, shards)])
         add(r.RUNS, _runs(ev, recs.parent, recs.slot, recs.partition, offset, recs.value).split_rows(
             r.RUNS, shards))
@@ -66,9 +86,10 @@ def extract(ev: Events, fold: dict[int, int] | None = None, shards: int = 1) -> 
                                        index=ev.index[items.parent], process=ev.process[items.parent]))
     add(r.PROCESSED, r.Rows.joined(processed).split_rows(r.PROCESSED, shards))
     commits = []
+    committing = ev.is_op("commit") | (txn if txn is not None else False)  # a transaction commits offsets too
     for kind, type_ in ((r.COMMIT_INVOKE, "invoke"), (r.COMMIT_OK, "ok"), (r.COMMIT_FAIL, "fail"),
                         (r.COMMIT_INFO, "info")):
-        commit = ev.is_op("commit") & ev.is_type(type_)
+        commit = committing & ev.is_type(type_)
         if commit.any():
             items = flatten(ev.table, "offsets", commit)
             commits.append(r.Rows.of(kind, len(items), pos=r.packed(items.partition, _folded(items.offset, fold)),

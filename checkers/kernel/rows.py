@@ -27,11 +27,12 @@ POS_BITS = 40
 NONE = -1
 
 # The kinds of rows. What each column holds, by kind (x and y: see each):
-SEND_INVOKE = 0  # value, index, process
+SEND_INVOKE = 0  # value, index, process; x TXN_SEND for a transaction's send (-1: a plain send)
 SEND_OK = 1  # value, pos (acknowledged), index, process
 SEND_FAIL = 2  # value, index, process
 SEND_INFO = 3  # value, index, process
-READ = 4  # value, pos, index (the poll's), process
+READ = 4  # value, pos, index (the poll's), process, x the transaction that read it (its completion's index; -1: a
+#          poll)
 PROCESSED_OK = 5  # a record a `process` completion holds: value, pos, index, process
 PROCESSED_FAIL = 6
 PROCESSED_INFO = 7
@@ -49,12 +50,17 @@ EXTRA = 16  # (stage 1 ->) a position a value was read at that is not its acknow
 #             (the first read there)
 FINAL = 17  # (stage 1 ->) a record of a final log: value, pos
 RESULT = 18  # a shard's partial results (Spark's engine: their bytes in a column of their own)
+TXN_ACK = 19  # (stage 1 ->) a committed transaction's send: value, pos, index (the transaction: its completion's
+#               index), process
+
+# The x of a transaction's send rows.
+TXN_SEND = 1
 
 # Rows of one family go together (a `Shard` holds each family's as one block).
-SENDS, READS, PROCESSED, RUNS, COMMITS, REPLICAS, ACKS, EXTRAS, FINALS = range(9)
+SENDS, READS, PROCESSED, RUNS, COMMITS, REPLICAS, ACKS, EXTRAS, FINALS, TXN_ACKS = range(10)
 FAMILY = np.array([SENDS] * 4 + [READS] + [PROCESSED] * 4 + [RUNS] + [COMMITS] * 4 + [REPLICAS, ACKS, EXTRAS, FINALS,
-                                                                                      -1], np.int8)
-assert len(FAMILY) == RESULT + 1
+                                                                                      -1, TXN_ACKS], np.int8)
+assert len(FAMILY) == TXN_ACK + 1
 # Passed through the first stage, to the second.
 PASSED = (RUNS, COMMITS, REPLICAS)
 # The families the first stage's shards take, all of a value's rows in one

@@ -36,6 +36,7 @@ from checkers.kernel.groups import commits, group_records, group_values
 from checkers.kernel.read_order import read_order
 from checkers.kernel.replicas import replicas
 from checkers.kernel.send_order import send_order
+from checkers.kernel.transactions import cycles, torn, txn_values
 
 NONE = r.NONE
 # The sends' counts a shard keeps (checkers/kernel/by_value.py's `counts`).
@@ -54,6 +55,7 @@ class Partial:
     counts: dict[str, int] = field(default_factory=dict)
     problems: list[int] = field(default_factory=list)
     series: dict[str, dict] = field(default_factory=dict)  # checkers/kernel/series.py
+    edges: dict[str, list] = field(default_factory=dict)  # transactions' dependencies (checkers/kernel/transactions.py)
 
     def decide(self, frame_name: str, frame, facts: Facts) -> None:
         """Every anomaly of `frame_name` over `frame`."""
@@ -77,7 +79,7 @@ class Partial:
 
     def as_dict(self) -> dict:
         return {"found": self.found, "missing": self.missing, "counts": self.counts, "problems": self.problems,
-                "series": self.series}
+                "series": self.series, "edges": self.edges}
 
 
 def _ordered(frame, rows: np.ndarray, order: tuple[str, ...]) -> np.ndarray:
@@ -107,6 +109,9 @@ def first_frames(shard: r.Shard, facts: Facts) -> tuple[dict[str, object], r.Sha
     nothing to make it of), and the rows it hands on to the second stage."""
     v, handed = by_value(shard, facts)
     frames: dict[str, object] = {"by-value": v, "group-records": (), "group-values": ()}
+    frames["txn-values"], txn_acks = txn_values(v, shard.parts(r.SENDS))
+    if len(txn_acks):
+        handed.blocks[r.TXN_ACKS] = [txn_acks]
     processed = shard[r.PROCESSED]
     if facts.processing and len(processed):
         processed = processed.take(np.flatnonzero(_held(v.value, processed.value)))  # a value no poll delivered: none
@@ -128,6 +133,8 @@ def first_stage(shard: r.Shard, facts: Facts) -> tuple[r.Shard, dict]:
     partial.counts = counts(v)
     partial.problems = send_problems(v)
     partial.series["unread"] = series.unread(v, facts)
+    if len(frames["txn-values"].wr):
+        partial.edges["wr"] = frames["txn-values"].wr.tolist()
     return handed, partial.as_dict()
 
 
@@ -148,8 +155,10 @@ def second_frames(shard: r.Shard, facts: Facts) -> dict[str, object]:
     # and a read of a partition nobody committed to has nothing acknowledged to lose.
     commit_rows = shard[r.COMMITS]
     partitions = set(np.unique(commit_rows.pos >> r.POS_BITS).tolist())
+    steps = read_order(shard[r.RUNS], facts.restarts, known)
     return {"by-position": known,
-            "read-order": read_order(shard[r.RUNS], facts.restarts, known),
+            "read-order": steps,
+            "torn": torn(shard[r.TXN_ACKS], shard[r.RUNS], steps),
             "send-order": send_order(acks),
             "replicas": replicas(on_disk, shard[r.FINALS], facts.logs.ends) if len(on_disk) else (),
             "commits": commits(commit_rows, facts, partitions) if facts.committed else ()}
@@ -158,9 +167,12 @@ def second_frames(shard: r.Shard, facts: Facts) -> dict[str, object]:
 def second_stage(shard: r.Shard, facts: Facts) -> dict:
     """A shard of partitions: its frames' anomalies."""
     partial = Partial()
-    for name, frame in second_frames(shard, facts).items():
+    frames = second_frames(shard, facts)
+    for name, frame in frames.items():
         partial.decide(name, frame, facts)
     partial.series["lag"] = series.lag(shard[r.RUNS], shard[r.ACKS], facts)
+    if len(frames["torn"].ww):
+        partial.edges["ww"] = frames["torn"].ww.tolist()
     return partial.as_dict()
 
 
@@ -174,6 +186,18 @@ class Found:
     counts: dict[str, int]
     problems: list[int]
     series: dict
+
+
+def cycle_pass(partials: list[dict], spans: dict[int, int]) -> dict:
+    """The second pass over the shards' results: the transactions' dependency
+    graphs made of every shard's edges, and their cycles' anomalies, as one
+    more partial result for `merge` (checkers/kernel/transactions.py);
+    `spans`: each completed transaction's completion -> its invocation
+    (checkers/folds/transactions.py)."""
+    edges = {kind: [e for p in partials for e in p.get("edges", {}).get(kind, ())] for kind in ("ww", "wr")}
+    partial = Partial()
+    partial.decide("cycles", cycles(np.array(edges["ww"], np.int64), np.array(edges["wr"], np.int64), spans), None)
+    return partial.as_dict()
 
 
 def merge(partials: list[dict]) -> Found:

@@ -10,6 +10,10 @@ def reference_counts(events: list[dict], dumps: dict[str, list[list[int]]] | Non
     """Every anomaly's count; `dumps`: each node's replica records at the end,
     [partition, offset, epoch, key, value] (docs/history.md)."""
     client = [e for e in events if e["process"] != "nemesis"]
+    # A transaction's sends are sends, its reads reads, its offsets a commit's (docs/history.md,
+    # "Transactions"); a read at read_uncommitted is no read.
+    txns = _transactions(client)
+    client = [x for e in client for x in _as_plain(e)]
 
     # Sends by value.
     outcome: dict[int, str] = {}
@@ -149,8 +153,138 @@ def reference_counts(events: list[dict], dumps: dict[str, list[list[int]]] | Non
                 diverged.add((p, o))
     counts["replica-divergence"] = len(diverged)
 
+    counts.update(_transaction_counts(txns, client, values_at))
     counts["_info_read"] = sum(1 for v, oc in outcome.items() if oc == "info" and v in read_values)
     counts["_info_unread"] = sum(1 for v, oc in outcome.items() if oc == "info" and v not in read_values)
+    return counts
+
+
+def _as_plain(e: dict) -> list[dict]:
+    """A client event as the plain events it counts as: a transaction's as a
+    send per send, a poll of its records, a commit of its offsets; a
+    read_uncommitted poll as an empty one."""
+    uncommitted = e.get("isolation") == "read_uncommitted"
+    if e["f"] == "poll" and uncommitted:
+        return [{**e, "records": []}] if e["type"] == "ok" else [e]
+    if e["f"] != "txn":
+        return [e]
+    out = []
+    for s in e["sends"]:
+        send = {"index": e["index"], "process": e["process"], "type": e["type"], "f": "send", "value": s["value"]}
+        if e["type"] == "ok":
+            send.update(partition=s["partition"], offset=s["offset"])
+        out.append(send)
+    if e["type"] != "invoke":
+        out.append({**e, "f": "poll", "type": "ok", "records": [] if uncommitted else (e.get("records") or []),
+                    "txn": e["index"]})
+    if e.get("offsets") is not None:
+        out.append({**e, "f": "commit", "txn": e["index"]})
+    return out
+
+
+def _transactions(client: list[dict]) -> list[dict]:
+    """Each transaction: its invocation, its completion (None: never), its node."""
+    out = []
+    for inv, comp in _paired(client, "txn"):
+        out.append({"inv": inv, "comp": comp, "node": comp["index"] if comp is not None else inv["index"]})
+    return out
+
+
+def _transaction_counts(txns: list[dict], client: list[dict], values_at) -> dict[str, int]:
+    """precommitted-read, torn-transaction and the cycles, as docs/history.md's "Transactions" reads them."""
+    writer = {}  # value -> its transaction
+    for t in txns:
+        for s in t["inv"]["sends"]:
+            writer[s["value"]] = t
+    polls = [e for e in client if e["f"] == "poll" and e["type"] == "ok"]
+    own = {r["value"] for e in polls if "txn" in e for r in e["records"]
+           if r["value"] in writer and writer[r["value"]]["node"] == e["txn"]}
+    counts = {"precommitted-read": len(own)}
+
+    # Each committed transaction's records, by partition.
+    committed = [t for t in txns if t["comp"] is not None and t["comp"]["type"] == "ok"]
+    records_of = {}
+    for t in committed:
+        for s in t["comp"]["sends"]:
+            records_of.setdefault((t["node"], s["partition"]), []).append((s["offset"], s["value"]))
+    # torn: a process's consecutive reads of a partition (restarted as for poll-skip) step over a record of a
+    # committed transaction it returned another record of there.
+    returned = {(e["process"], r["partition"], r["value"]) for e in polls for r in e["records"]}
+    last: dict[tuple[int, int], int] = {}
+    seek_invoked: dict[int, list] = defaultdict(list)
+    torn = set()
+    for e in client:
+        if e["f"] == "seek" and e["type"] == "invoke":
+            seek_invoked[e["process"]].append(e.get("partition"))
+            continue
+        if e["f"] in ("assign", "crash", "seek") and e["type"] in ("invoke", "fail"):
+            if e["f"] == "seek":
+                seek_invoked[e["process"]].pop(0)
+            continue
+        if e["f"] == "seek":
+            named = e.get("partition", seek_invoked[e["process"]].pop(0))
+        if e["f"] in ("assign", "crash") or (e["f"] == "seek" and named is None):
+            for key in [k for k in last if k[0] == e["process"]]:
+                del last[key]
+        elif e["f"] == "seek":
+            last.pop((e["process"], named), None)
+        elif e["f"] == "poll" and e["type"] == "ok":
+            for r in e["records"]:
+                key = (e["process"], r["partition"])
+                a, b = last.get(key), r["offset"]
+                if a is not None and b > a + 1:
+                    for (node, p), recs in records_of.items():
+                        if p != r["partition"]:
+                            continue
+                        for o, v in recs:
+                            if a < o < b and any((e["process"], p, w) in returned for o2, w in recs if o2 != o):
+                                torn.add((node, e["process"], p))
+                last[key] = b
+    counts["torn-transaction"] = len(torn)
+
+    # The graphs: ww from each partition's log order, wr from the transactions' reads, realtime from
+    # completions before invocations.
+    ww, wr = set(), set()
+    by_partition = defaultdict(list)
+    for (node, p), recs in records_of.items():
+        by_partition[p] += [(o, node) for o, _ in recs]
+    for recs in by_partition.values():
+        recs.sort()
+        ww |= {(a, b) for (_, a), (_, b) in zip(recs, recs[1:]) if a != b}
+    for e in polls:
+        if "txn" in e:
+            for r in e["records"]:
+                t = writer.get(r["value"])
+                if t is not None and t["node"] != e["txn"] and not (t["comp"] and t["comp"]["type"] == "fail"):
+                    wr.add((t["node"], e["txn"]))
+    nodes = {x for edge in ww | wr for x in edge}
+    span = {t["node"]: (t["inv"]["index"], t["comp"]["index"] if t["comp"] else None) for t in txns}
+    rt = {(a, b) for a in nodes for b in nodes if span[a][1] is not None and span[a][1] < span[b][0]}
+
+    def components(edges: set) -> list[set]:
+        reach = {n: {n} for n in nodes}
+        changed = True
+        while changed:
+            changed = False
+            for a, b in edges:
+                if not reach[b] <= reach[a]:
+                    reach[a] |= reach[b]
+                    changed = True
+        found = []
+        for n in nodes:
+            c = {m for m in reach[n] if n in reach[m]}
+            if len(c) >= 2 and c not in found:
+                found.append(c)
+        return found
+
+    def holding(c: set, edges: set) -> bool:
+        return any(a in c and b in c for a, b in edges)
+
+    counts["G0"] = len(components(ww))
+    counts["G1c"] = sum(1 for c in components(ww | wr) if holding(c, wr))
+    counts["G0-realtime"] = sum(1 for c in components(ww | rt) if holding(c, rt))
+    counts["G1c-realtime"] = sum(1 for c in components(ww | wr | rt) if holding(c, wr) and holding(c, rt))
+    counts["wr-cycle"] = len(components(wr | rt))
     return counts
 
 
@@ -173,7 +307,7 @@ def _groups(client: list[dict], reads: list, final_read: list, ends: dict) -> di
     """consumer-loss, redelivery and lost-commit, as docs/history.md's "Consumer groups" reads."""
     member: dict[int, str] = {}
     for e in client:
-        if e["f"] in ("assign", "commit", "committed") and isinstance(e.get("group"), str):
+        if e["f"] in ("assign", "commit", "committed") and isinstance(e.get("group"), str) and "txn" not in e:
             member.setdefault(e["process"], e["group"])
     processed = _paired(client, "process")
     processing = {member[inv["process"]] for inv, _ in processed if inv["process"] in member}

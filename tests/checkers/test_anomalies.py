@@ -12,7 +12,9 @@ pytestmark = pytest.mark.spark
 
 ZERO = {"lost-write": 0, "lost-acked": 0, "dirty-read": 0, "duplicate": 0, "inconsistent-offset": 0,
         "aborted-read": 0, "nonmonotonic-poll": 0, "poll-skip": 0, "nonmonotonic-send": 0, "unseen": 0,
-        "replica-divergence": 0, "consumer-loss": 0, "redelivery": 0, "lost-commit": 0}
+        "replica-divergence": 0, "consumer-loss": 0, "redelivery": 0, "lost-commit": 0,
+        "precommitted-read": 0, "torn-transaction": 0, "G0": 0, "G1c": 0, "G0-realtime": 0, "G1c-realtime": 0,
+        "wr-cycle": 0}
 
 
 def only(**counts) -> dict:

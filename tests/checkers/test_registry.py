@@ -44,10 +44,10 @@ def test_no_product_code_but_the_registry_names_an_anomaly():
 
 
 def test_every_frame_has_its_anomalies_and_every_anomaly_a_definition():
-    assert len(set(registry.NAMES)) == len(registry.NAMES) == 14
+    assert len(set(registry.NAMES)) == len(registry.NAMES) == 21
     assert {a.frame for a in registry.ANOMALIES.values()} == set(FRAMES)
     table = (ROOT / "docs" / "history.md").read_text()
-    documented = set(re.findall(r"^\| `([a-z-]+)` \| (?:yes\*?|no) \|", table, re.MULTILINE))
+    documented = set(re.findall(r"^\| `([A-Za-z0-9-]+)` \| (?:yes\*?|no) \|", table, re.MULTILINE))
     assert documented == set(registry.NAMES)
     assert all(a.meaning and a.counted and a.line for a in registry.ANOMALIES.values())
 
@@ -94,6 +94,8 @@ def planted_frames(tmp_path_factory) -> dict:
     from core.history.files import resolve
     from core.history.parquet import write_parquet
     from checkers.kernel.extract import replica_rows
+    from checkers.folds import Transactions
+    from checkers.kernel.transactions import cycles
 
     folder = tmp_path_factory.mktemp("prime")
     write_parquet(_prime_events(), folder / "history.parquet")
@@ -107,5 +109,6 @@ def planted_frames(tmp_path_factory) -> dict:
     on_disk = [replica_rows(k, *columns(chunk)) for k, node in enumerate(sorted(nodes))
                for chunk in read_dump(nodes[node])]
     frames.update(second_frames(r.Shard.joined([handed, r.Shard({r.REPLICAS: on_disk})]), facts))
+    frames["cycles"] = cycles(frames["torn"].ww, frames["txn-values"].wr, read.fold(Transactions).spans)
     assert all(len(frame) for frame in frames.values())
     return frames

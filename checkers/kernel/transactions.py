@@ -1,0 +1,373 @@
+"""Transactions (docs/history.md, "Transactions"): three frames, and the
+dependency graph between transactions.
+
+A transaction is named by one history index, its *node*: its completion's,
+or its invocation's where it never completed (it then read nothing). Its
+sends are sends (TXN_SEND rows, checkers/kernel/extract.py), so every
+anomaly of a send holds of them; its reads are READ rows naming it.
+
+- `TxnValues` (first stage, a shard of values): a row per value a
+  transaction sent, with the first read of it by its own transaction; the
+  shard's write-read edges (writer -> reader, both transactions: the writer
+  not aborted); it hands on each committed transaction's send (TXN_ACK);
+- `Torn` (second stage, a shard of partitions): a row per (transaction,
+  reader, partition) where the reader's consecutive reads of the partition
+  stepped over a record of a committed transaction of which it returned
+  another record there; the shard's write-write edges (each committed
+  transactional record -> the next one of another transaction in its
+  partition's log);
+- `Cycles` (the driver, once every shard's edges are in: the second pass):
+  a row per strongly connected component of two or more transactions of
+  each graph: ww, ww+wr, and those with realtime edges (T1 -> T2 where T1
+  completed before T2 was invoked), and wr with realtime edges. Within a
+  component every edge lies on a cycle, so a component holding an edge of
+  a kind holds a cycle through it: the example is one, found by a search
+  within the component.
+
+Realtime edges are not drawn pairwise: each transaction points to a node
+for its completion's index, the index nodes are chained upward, and each
+invocation's index node points to its transaction; T1 reaches T2 through
+them exactly when T1 completed before T2 was invoked.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from checkers.compiled import compiled
+from checkers.kernel import rows as r
+from checkers.kernel.by_value import ByValue
+from checkers.kernel.read_order import ReadOrder
+from core.history.format import MAX_OFFSET
+
+NONE = r.NONE
+_SLOT_MASK = (1 << 32) - 1
+
+
+def _pairs(edges: np.ndarray) -> np.ndarray:
+    """Distinct (from, to) rows of a (k, 2) array, sorted."""
+    return np.unique(edges.reshape(-1, 2), axis=0) if len(edges) else np.empty((0, 2), np.int64)
+
+
+# --------------------------------------------------------------------------
+# First stage: by value
+
+
+@dataclass
+class TxnValues:
+    """A row per value a transaction sent (module docstring)."""
+
+    value: np.ndarray
+    txn: np.ndarray  # its transaction's node
+    invoke_index: np.ndarray
+    ack_pos: np.ndarray  # where a committed transaction put it (-1: not committed)
+    own_read: np.ndarray  # the first read of it by its own transaction (-1: none)
+    wr: np.ndarray = field(default_factory=lambda: np.empty((0, 2), np.int64), repr=False)
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+
+def txn_values(v: ByValue, sends: list[r.Rows]) -> tuple[TxnValues, r.Rows]:
+    """The frame of a shard's transactional values (`v`'s values a
+    TXN_SEND row of `sends` holds), and its TXN_ACK rows."""
+    # A plain history's send rows hold x as one number (no memory, no pass over it).
+    marked = [p.value[p.x == r.TXN_SEND] for p in sends
+              if len(p) and not (p.x.strides == (0,) and p.x[0] == NONE)]
+    if not marked or not sum(len(m) for m in marked):
+        empty = np.empty(0, np.int64)
+        return TxnValues(empty, empty, empty, empty, empty), r.Rows.empty()
+    rows = np.unique(np.searchsorted(v.value, np.concatenate(marked)))
+    node = np.where(v.comp_index >= 0, v.comp_index, v.inv_index)
+    own = np.full(len(v), NONE, np.int64)
+    reads, read_row = v.reads_joined()
+    by_txn = reads.x >= 0
+    is_txn_value = np.zeros(len(v), bool)
+    is_txn_value[rows] = True
+    at = np.flatnonzero(by_txn & is_txn_value[read_row])
+    reader, row = reads.x[at], read_row[at]
+    mine = reader == v.comp_index[row]
+    for k in np.argsort(reads.index[at][mine], kind="stable")[::-1]:  # the least index written last
+        own[row[mine][k]] = reads.index[at][mine][k]
+    writer_ok = v.outcome[row] != r.SEND_FAIL  # an aborted transaction's writes are not in the graph
+    wr = np.stack((node[row], reader), axis=1)[~mine & writer_ok]
+    frame = TxnValues(v.value[rows], node[rows], v.inv_index[rows], np.where(v.ok[rows], v.ack_pos[rows], NONE),
+                      own[rows], _pairs(wr))
+    acked = rows[v.ok[rows] & (v.ack_pos[rows] >= 0)]
+    handed = r.Rows.of(r.TXN_ACK, len(acked), value=v.value[acked], pos=v.ack_pos[acked],
+                       index=v.comp_index[acked], process=v.process[acked])
+    return frame, handed
+
+
+# --------------------------------------------------------------------------
+# Second stage: by partition
+
+
+@dataclass
+class Torn:
+    """A row per (transaction, reader, partition, skipped record) (module
+    docstring); an anomaly of it counts distinct `key`s."""
+
+    txn: np.ndarray
+    process: np.ndarray
+    partition: np.ndarray
+    skipped_value: np.ndarray
+    skipped_offset: np.ndarray
+    read_value: np.ndarray  # a record of the transaction the reader returned there
+    read_offset: np.ndarray
+    prev_index: np.ndarray  # the reads the step went from and to
+    index: np.ndarray
+    ww: np.ndarray = field(default_factory=lambda: np.empty((0, 2), np.int64), repr=False)
+    key = ("txn", "process", "partition")
+
+    def __len__(self) -> int:
+        return len(self.txn)
+
+
+def torn(acks: r.Rows, runs: r.Rows, steps: ReadOrder) -> Torn:
+    """The frame of a shard's TXN_ACK and RUN rows and its read order's odd steps."""
+    order = np.lexsort((acks.index, acks.pos))
+    pos, txn, value = acks.pos[order], acks.index[order], acks.value[order]
+    same = (pos[1:] >> r.POS_BITS) == (pos[:-1] >> r.POS_BITS)
+    ww = _pairs(np.stack((txn[:-1], txn[1:]), axis=1)[same & (txn[1:] != txn[:-1])]) if len(pos) else None
+    columns: list[list[int]] = [[] for _ in range(9)]
+    gaps = np.flatnonzero(steps.offset > steps.prev_offset + 1) if len(steps) and len(pos) else []
+    if len(gaps):
+        run_partition, first = runs.pos >> r.POS_BITS, runs.pos & MAX_OFFSET
+        last = first + (runs.y & _SLOT_MASK) - 1
+        for g in gaps.tolist():
+            p, R = int(steps.partition[g]), int(steps.process[g])
+            lo = np.searchsorted(pos, (p << r.POS_BITS) | (int(steps.prev_offset[g]) + 1))
+            hi = np.searchsorted(pos, (p << r.POS_BITS) | int(steps.offset[g]))
+            mine = (runs.process == R) & (run_partition == p)
+            for k in range(lo, hi):
+                t = txn[k]
+                others = np.flatnonzero((txn == t) & ((pos >> r.POS_BITS) == p) & (pos != pos[k]))
+                for o in others.tolist():
+                    at = int(pos[o] & MAX_OFFSET)
+                    if ((first[mine] <= at) & (at <= last[mine])).any():
+                        for column, x in zip(columns, (t, R, p, value[k], pos[k] & MAX_OFFSET, value[o], at,
+                                                      steps.prev_index[g], steps.index[g])):
+                            column.append(int(x))
+                        break
+    frame = Torn(*(np.array(c, np.int64) for c in columns))
+    if ww is not None:
+        frame.ww = ww
+    return frame
+
+
+# --------------------------------------------------------------------------
+# The second pass: cycles
+
+WW, DEP, WW_RT, DEP_RT, WR_RT = range(5)  # the graphs: which edges each holds
+GRAPH_NAMES = ("ww", "ww+wr", "ww+realtime", "ww+wr+realtime", "wr+realtime")
+_HAS_WW = (True, True, True, True, False)
+_HAS_WR = (False, True, False, True, True)
+_HAS_RT = (False, False, True, True, True)
+
+
+@dataclass
+class Cycles:
+    """A row per strongly connected component of two or more transactions of each graph."""
+
+    graph: np.ndarray
+    first: np.ndarray  # its least transaction (node)
+    size: np.ndarray  # its transactions
+    has_wr: np.ndarray  # bool: a wr edge between two of them
+    has_rt: np.ndarray  # bool: a realtime edge on a cycle within it
+    cycle: list = field(default_factory=list, repr=False)  # per row: its example cycle's steps
+
+    def __len__(self) -> int:
+        return len(self.graph)
+
+
+def cycles(ww: np.ndarray, wr: np.ndarray, spans: dict[int, int]) -> Cycles:
+    """The components of every graph of the transactions joined by `ww` and
+    `wr` edges ((k, 2) arrays of nodes); `spans`: each completed
+    transaction's node (its completion's index) -> its invocation's index
+    (a node not in it never completed: its node is its invocation)."""
+    ww, wr = ww.reshape(-1, 2).astype(np.int64), wr.reshape(-1, 2).astype(np.int64)
+    nodes = np.unique(np.concatenate((ww.ravel(), wr.ravel())))
+    out: list[list] = [[] for _ in range(5)]
+    found: list = []
+    if len(nodes) < 2:
+        return Cycles(*(np.array(c, np.int64) for c in out[:3]), np.array(out[3], bool), np.array(out[4], bool))
+    n = len(nodes)
+    ww_i, wr_i = np.searchsorted(nodes, ww), np.searchsorted(nodes, wr)
+    invoked = np.array([spans.get(int(t), int(t)) for t in nodes.tolist()], np.int64)
+    completed = np.array([int(t) if int(t) in spans else NONE for t in nodes.tolist()], np.int64)
+    # The index nodes of realtime: each invocation's and completion's index, chained upward.
+    marks = np.unique(np.concatenate((invoked, completed[completed >= 0])))
+    m = len(marks)
+    done = np.flatnonzero(completed >= 0)
+    rt = np.concatenate((
+        np.stack((done, n + np.searchsorted(marks, completed[done])), axis=1),
+        np.stack((n + np.arange(m - 1), n + np.arange(1, m)), axis=1),
+        np.stack((n + np.searchsorted(marks, invoked), np.arange(n)), axis=1)))
+    for graph in range(5):
+        parts = ([ww_i] if _HAS_WW[graph] else []) + ([wr_i] if _HAS_WR[graph] else [])
+        parts += [rt] if _HAS_RT[graph] else []
+        edges = np.concatenate(parts) if parts else np.empty((0, 2), np.int64)
+        size = n + (m if _HAS_RT[graph] else 0)
+        comp = _components(size, edges)
+        txn_comp = comp[:n]
+        counts = np.bincount(txn_comp, minlength=int(comp.max()) + 1)
+        wr_inside = np.zeros(len(counts), bool)
+        if _HAS_WR[graph] and len(wr_i):
+            same = txn_comp[wr_i[:, 0]] == txn_comp[wr_i[:, 1]]
+            wr_inside[txn_comp[wr_i[same, 0]]] = True
+        rt_inside = (np.bincount(comp[n:], minlength=len(counts)) > 0)[:len(counts)] if _HAS_RT[graph] \
+            else np.zeros(len(counts), bool)
+        for c in np.flatnonzero(counts >= 2).tolist():
+            members = np.flatnonzero(txn_comp == c)
+            out[0].append(graph)
+            out[1].append(int(nodes[members[0]]))
+            out[2].append(len(members))
+            out[3].append(bool(wr_inside[c]))
+            out[4].append(bool(rt_inside[c]))
+            found.append((graph, c, comp, edges, ww_i, wr_i, n))
+    frame = Cycles(*(np.array(c, np.int64) for c in out[:3]), np.array(out[3], bool), np.array(out[4], bool))
+    frame.cycle = [_Lazy(nodes, invoked, completed, *f) for f in found]
+    return frame
+
+
+class _Lazy:
+    """A component's example cycle, found only when it is shown."""
+
+    def __init__(self, nodes, invoked, completed, graph, c, comp, edges, ww_i, wr_i, n) -> None:
+        self.args = (nodes, invoked, completed, graph, c, comp, edges, ww_i, wr_i, n)
+
+    def steps(self) -> list[dict]:
+        return _cycle(*self.args)
+
+
+def _cycle(nodes, invoked, completed, graph, c, comp, edges, ww_i, wr_i, n) -> list[dict]:
+    """A closed walk within component `c`, through a wr edge (graphs with
+    wr) and an index node (graphs with realtime): each step {from, to,
+    kind}, transactions as their invocation's and completion's indexes, a
+    run of index nodes one realtime ("rt") step."""
+    inside = (comp[edges[:, 0]] == c) & (comp[edges[:, 1]] == c)
+    succ: dict[int, list[int]] = {}
+    for a, b in edges[inside].tolist():
+        succ.setdefault(a, []).append(b)
+    kinds: dict[tuple[int, int], str] = {}
+    for name, pairs, held in (("wr", wr_i, _HAS_WR[graph]), ("ww", ww_i, _HAS_WW[graph])):
+        for a, b in (pairs.tolist() if held else []):
+            kinds.setdefault((a, b), name)
+    wr_in = [(a, b) for a, b in kinds if kinds[(a, b)] == "wr" and comp[a] == c and comp[b] == c]
+    marks = {x for x in np.flatnonzero(comp == c).tolist() if x >= n}
+    if wr_in:
+        a, b = min(wr_in)
+        if marks:
+            to_mark = _path(succ, b, marks)
+            walk = [a] + to_mark + _path(succ, to_mark[-1], {a})[1:]
+        else:
+            walk = [a] + _path(succ, b, {a})
+    else:
+        start = min(marks) if marks else int(np.flatnonzero(comp[:n] == c)[0])
+        walk = [start] + _path(succ, succ[start][0], {start})
+    loop = walk[:-1]
+    at = [k for k, x in enumerate(loop) if x < n]
+    steps = []
+    for i, k in enumerate(at):
+        j = at[(i + 1) % len(at)]
+        x, y = loop[k], loop[j]
+        kind = kinds.get((x, y), "rt") if (j - k) % len(loop) == 1 else "rt"
+        steps.append({"from": _txn(invoked, completed, x), "to": _txn(invoked, completed, y), "kind": kind})
+    return steps
+
+
+def _txn(invoked, completed, k: int) -> dict:
+    return {"invoke_index": int(invoked[k]), "complete_index": int(completed[k]) if completed[k] >= 0 else None}
+
+
+def _path(succ: dict[int, list[int]], start: int, goals: set[int]) -> list[int]:
+    """A shortest path from `start` to one of `goals` along `succ` (breadth first), both ends included."""
+    if start in goals:
+        return [start]
+    before = {start: start}
+    queue = deque([start])
+    while queue:
+        a = queue.popleft()
+        for b in succ.get(a, ()):
+            if b not in before:
+                before[b] = a
+                if b in goals:
+                    path = [b]
+                    while path[-1] != start:
+                        path.append(before[path[-1]])
+                    return path[::-1]
+                queue.append(b)
+    return [start]  # not reached: within a component every node reaches every other
+
+
+def _components(n: int, edges: np.ndarray) -> np.ndarray:
+    """Each of `n` nodes' strongly connected component (Tarjan's, iterative, compiled)."""
+    order = np.argsort(edges[:, 0], kind="stable") if len(edges) else np.empty(0, np.int64)
+    heads = edges[order, 1].astype(np.int64) if len(edges) else np.empty(0, np.int64)
+    start = np.searchsorted(edges[order, 0] if len(edges) else np.empty(0, np.int64), np.arange(n + 1))
+    return _tarjan(n, start.astype(np.int64), heads)
+
+
+@compiled
+def _tarjan(n, start, heads):
+    index = np.full(n, -1, np.int64)
+    low = np.zeros(n, np.int64)
+    on = np.zeros(n, np.bool_)
+    comp = np.full(n, -1, np.int64)
+    stack = np.empty(n, np.int64)
+    call = np.empty(n, np.int64)  # the DFS's nodes
+    next_edge = np.empty(n, np.int64)
+    top = 0
+    depth = 0
+    counter = 0
+    components = 0
+    for root in range(n):
+        if index[root] >= 0:
+            continue
+        call[0] = root
+        next_edge[0] = start[root]
+        depth = 1
+        index[root] = counter
+        low[root] = counter
+        counter += 1
+        stack[top] = root
+        top += 1
+        on[root] = True
+        while depth > 0:
+            v = call[depth - 1]
+            e = next_edge[depth - 1]
+            if e < start[v + 1]:
+                next_edge[depth - 1] = e + 1
+                w = heads[e]
+                if index[w] < 0:
+                    index[w] = counter
+                    low[w] = counter
+                    counter += 1
+                    stack[top] = w
+                    top += 1
+                    on[w] = True
+                    call[depth] = w
+                    next_edge[depth] = start[w]
+                    depth += 1
+                elif on[w] and index[w] < low[v]:
+                    low[v] = index[w]
+            else:
+                if low[v] == index[v]:
+                    while True:
+                        top -= 1
+                        w = stack[top]
+                        on[w] = False
+                        comp[w] = components
+                        if w == v:
+                            break
+                    components += 1
+                depth -= 1
+                if depth > 0:
+                    u = call[depth - 1]
+                    if low[v] < low[u]:
+                        low[u] = low[v]
+    return comp

@@ -1,0 +1,185 @@
+"""Transactions (docs/history.md, "Transactions") on hand-made histories with
+known counts: the sends of a transaction as sends (lost, duplicated, an
+aborted one read: Jepsen's G1a), precommitted-read, torn-transaction, and
+the cycles of the dependency graph (G0, G1c, their realtime variants, and
+wr-cycle), with histories where nothing is wrong. Every check also compares
+the reference checker and the in-process engine."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.checkers.test_anomalies import ZERO, only
+
+pytestmark = pytest.mark.spark
+
+
+def txn(hist, process, sends=(), records=(), outcome="ok", isolation=None, group=None, offsets=None) -> tuple:
+    """A transaction: `sends` (value, partition, offset) each, `records` its reads
+    (partition, offset, value); `outcome` None: never completed. Returns its
+    invocation's and completion's indexes."""
+    extra = {"isolation": isolation} if isolation else {}
+    if group is not None:
+        extra.update(group=group, offsets=[{"partition": p, "offset": o} for p, o in sorted(offsets.items())])
+    inv = hist.add(process, "invoke", "txn", sends=[{"key": 0, "value": v} for v, _, _ in sends], **extra)
+    if outcome is None:
+        return inv, None
+    comp = hist.add(process, outcome, "txn",
+                    sends=[{"key": 0, "value": v, **({"partition": p, "offset": o} if outcome == "ok" else {})}
+                           for v, p, o in sends],
+                    records=[{"partition": p, "offset": o, "key": 0, "value": v} for p, o, v in records],
+                    **({"error": "ABORTED"} if outcome != "ok" else {}), **extra)
+    return inv, comp
+
+
+def _final(hist, ends: dict[int, list[int | None]], process=20) -> None:
+    """Final reads: each partition's values at offsets 0, 1, ... (None: a marker or aborted record, not returned)."""
+    hist.final_reads(process, sorted(ends))
+    hist.poll(process, *[(p, o, v) for p, values in ends.items() for o, v in enumerate(values) if v is not None])
+    hist.final_reads_ok(process, {p: len(values) for p, values in ends.items()})
+
+
+def test_committed_aborted_and_consume_transform_produce_transactions_with_nothing_wrong(hist, check):
+    # Two producers' transactions across partitions 0 and 1 (markers take offsets), one aborted; a
+    # read_committed consumer skips the aborted records, a read_uncommitted one sees them; a
+    # consume-transform-produce transaction reads, writes and commits its offsets.
+    txn(hist, 0, [(1, 0, 0), (2, 1, 0)])
+    txn(hist, 1, [(3, 0, 2), (4, 1, 2)], outcome="fail")
+    txn(hist, 0, [(5, 0, 4), (6, 1, 4)])
+    hist.assign(5, [0, 1])
+    hist.poll(5, (0, 0, 1), (1, 0, 2))
+    hist.poll(5, (0, 4, 5), (1, 4, 6))
+    hist.add(6, "invoke", "poll", isolation="read_uncommitted")
+    hist.add(6, "ok", "poll", isolation="read_uncommitted",
+             records=[{"partition": 0, "offset": o, "key": 0, "value": v} for o, v in ((0, 1), (2, 3), (4, 5))])
+    txn(hist, 7, [(7, 2, 0)], records=[(0, 0, 1), (0, 4, 5)], group="g", offsets={0: 5})
+    hist.committed(8, "g", {0: 5})
+    _final(hist, {0: [1, None, None, None, 5], 1: [2, None, None, None, 6], 2: [7]})
+    r = check(hist)
+    assert r["counts_by_anomaly"] == ZERO
+    assert r["valid"] is True
+    assert r["counts"]["sends"] == {"ok": 5, "fail": 2, "info": 0}
+    assert r["counts"]["other_ops"]["txn"] == {"ok": 3, "fail": 1, "info": 0}
+
+
+def test_an_aborted_transaction_read_at_read_committed_is_an_aborted_read(hist, check):
+    # Jepsen's G1a: the poll's and the transaction's read each count the value once; a
+    # read_uncommitted read of it is none.
+    _, aborted = txn(hist, 0, [(1, 0, 0), (2, 1, 0)], outcome="fail")
+    read = hist.poll(5, (0, 0, 1))
+    txn(hist, 6, [(3, 2, 0)], records=[(1, 0, 2)])
+    hist.add(7, "invoke", "poll", isolation="read_uncommitted")
+    hist.add(7, "ok", "poll", isolation="read_uncommitted", records=[{"partition": 0, "offset": 0, "key": 0, "value": 1}])
+    r = check(hist)
+    assert r["counts_by_anomaly"] == only(aborted_read=2, unseen=1)
+    (first, _) = r["anomalies"]["aborted-read"]["examples"]
+    assert first["value"] == 1 and first["fail_index"] == aborted and first["read_index"] == read
+
+
+def test_a_committed_transaction_s_lost_and_duplicated_records(hist, check):
+    txn(hist, 0, [(1, 0, 0), (2, 0, 1), (3, 1, 0)])
+    hist.poll(5, (0, 0, 1), (0, 2, 9))  # read past 2: lost, and torn (1 returned, 2 stepped over)
+    hist.send(1, 9, 0, 2)
+    hist.poll(5, (1, 0, 3), (1, 1, 3))  # 3 twice
+    _final(hist, {0: [1, None, 9], 1: [3, 3]})  # the final reader steps over 2 too
+    r = check(hist)
+    assert r["counts_by_anomaly"] == only(lost_write=1, duplicate=1, poll_skip=2, torn_transaction=2)
+    assert [e["value"] for e in r["anomalies"]["lost-write"]["examples"]] == [2]
+
+
+def test_a_transaction_that_reads_its_own_records(hist, check):
+    inv, comp = txn(hist, 0, [(1, 0, 0), (2, 0, 1)], records=[(0, 0, 1), (0, 1, 2)])
+    txn(hist, 1, [(3, 0, 2)], records=[(0, 0, 1)])  # another's record: no precommitted read
+    r = check(hist)
+    assert r["counts_by_anomaly"] == only(precommitted_read=2, unseen=1)
+    assert r["anomalies"]["precommitted-read"]["examples"][0] == {
+        "value": 1, "invoke_index": inv, "txn_index": comp, "read_index": comp}
+    assert r["valid"] is False
+
+
+def test_a_consumer_that_sees_part_of_a_committed_transaction(hist, check):
+    _, t = txn(hist, 0, [(1, 0, 0), (2, 0, 1), (3, 0, 2), (4, 1, 0)])
+    hist.poll(5, (0, 0, 1))
+    at = hist.poll(5, (0, 2, 3))  # stepped over 2: torn (and a lost write, a skip)
+    hist.poll(6, (0, 0, 1))
+    hist.seek(6, 0, 2)
+    hist.poll(6, (0, 2, 3))  # moved on by a seek: nothing torn
+    hist.poll(7, (1, 0, 4))  # the transaction's other partition only: whole there
+    r = check(hist)
+    assert r["counts_by_anomaly"] == only(torn_transaction=1, lost_write=1, poll_skip=1)
+    assert r["anomalies"]["torn-transaction"]["examples"] == [
+        {"txn_index": t, "process": 5, "partition": 0, "skipped_value": 2, "skipped_offset": 1, "read_value": 1,
+         "read_offset": 0, "prev_index": at - 2, "index": at}]
+
+
+def test_writes_that_cross_in_two_partitions_are_a_ww_cycle_information_only(hist, check):
+    # Two concurrent transactions, each first in one partition: G0 (Kafka's normal).
+    a = hist.add(0, "invoke", "txn", sends=[{"key": 0, "value": 1}, {"key": 1, "value": 2}])
+    b = hist.add(1, "invoke", "txn", sends=[{"key": 0, "value": 3}, {"key": 1, "value": 4}])
+    a_ok = hist.add(0, "ok", "txn", sends=[{"key": 0, "value": 1, "partition": 0, "offset": 0},
+                                           {"key": 1, "value": 2, "partition": 1, "offset": 1}])
+    b_ok = hist.add(1, "ok", "txn", sends=[{"key": 0, "value": 3, "partition": 0, "offset": 1},
+                                           {"key": 1, "value": 4, "partition": 1, "offset": 0}])
+    _final(hist, {0: [1, 3], 1: [4, 2]})
+    r = check(hist)
+    assert r["counts_by_anomaly"] == only(G0=1)
+    assert r["valid"] is True and r["anomalies"]["G0"]["error"] is False
+    (e,) = r["anomalies"]["G0"]["examples"]
+    ta, tb = {"invoke_index": a, "complete_index": a_ok}, {"invoke_index": b, "complete_index": b_ok}
+    assert e["size"] == 2 and sorted(s["kind"] for s in e["steps"]) == ["ww", "ww"]
+    assert {(s["from"]["invoke_index"], s["to"]["invoke_index"]) for s in e["steps"]} == {(a, b), (b, a)}
+    assert ta in [s["from"] for s in e["steps"]] and tb in [s["to"] for s in e["steps"]]
+
+
+def test_one_after_the_other_but_behind_it_in_a_log_is_a_realtime_ww_cycle(hist, check):
+    # T1 completes before T2 begins, yet T2's record is below T1's in partition 1.
+    txn(hist, 0, [(1, 0, 0), (2, 1, 1)])
+    txn(hist, 1, [(3, 0, 1), (4, 1, 0)])
+    r = check(hist)
+    assert r["counts_by_anomaly"] == only(G0=1, G0_realtime=1, unseen=4)
+    steps = r["anomalies"]["G0-realtime"]["examples"][0]["steps"]
+    assert sorted(s["kind"] for s in steps) == ["rt", "ww"]
+
+
+def test_transactions_that_read_each_other_s_records_are_a_wr_cycle(hist, check):
+    hist.add(0, "invoke", "txn", sends=[{"key": 0, "value": 1}])
+    hist.add(1, "invoke", "txn", sends=[{"key": 0, "value": 2}])
+    hist.add(0, "ok", "txn", sends=[{"key": 0, "value": 1, "partition": 0, "offset": 0}],
+             records=[{"partition": 0, "offset": 1, "key": 0, "value": 2}])
+    hist.add(1, "ok", "txn", sends=[{"key": 0, "value": 2, "partition": 0, "offset": 1}],
+             records=[{"partition": 0, "offset": 0, "key": 0, "value": 1}])
+    r = check(hist)
+    assert r["counts_by_anomaly"] == only(G1c=1, wr_cycle=1)
+    assert r["valid"] is False and r["anomalies"]["wr-cycle"]["error"] is True
+    assert sorted(s["kind"] for s in r["anomalies"]["wr-cycle"]["examples"][0]["steps"]) == ["wr", "wr"]
+
+
+def test_a_read_of_a_transaction_begun_after_it_completed_is_a_realtime_wr_cycle(hist, check):
+    txn(hist, 0, [], records=[(0, 0, 1)])
+    txn(hist, 1, [(1, 0, 0)])
+    r = check(hist)
+    assert r["counts_by_anomaly"] == only(G1c_realtime=1, wr_cycle=1)
+    steps = r["anomalies"]["G1c-realtime"]["examples"][0]["steps"]
+    assert sorted(s["kind"] for s in steps) == ["rt", "wr"]
+
+
+def test_serial_transactions_and_an_aborted_writer_make_no_cycle(hist, check):
+    # Each reads the one before; a read of an aborted transaction (G1a) draws no edge out of it.
+    txn(hist, 0, [(1, 0, 0)])
+    txn(hist, 1, [(2, 0, 1)], records=[(0, 0, 1)])
+    txn(hist, 2, [(3, 0, 2)], records=[(0, 1, 2)])
+    hist.add(3, "invoke", "txn", sends=[{"key": 0, "value": 4}])
+    txn(hist, 4, [(5, 0, 4)], records=[(0, 3, 4)])
+    hist.add(3, "fail", "txn", sends=[{"key": 0, "value": 4}], records=[{"partition": 0, "offset": 4, "key": 0,
+                                                                         "value": 5}], error="ABORTED")
+    _final(hist, {0: [1, 2, 3, None, 5]})
+    r = check(hist)
+    # The final reads step over the aborted record, which a read made known: a skip.
+    assert r["counts_by_anomaly"] == only(aborted_read=1, poll_skip=1)
+
+
+def test_offsets_committed_in_a_transaction_are_a_commit(hist, check):
+    txn(hist, 0, [(1, 1, 0)], records=[], group="g", offsets={0: 7})
+    hist.committed(1, "g", {0: 3})
+    r = check(hist)
+    assert r["counts_by_anomaly"] == only(lost_commit=1, unseen=1)
