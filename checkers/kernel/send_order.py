@@ -4,8 +4,11 @@ it invoked them, each beside the one just before it.
 The first stage pairs every acknowledged send with its invocation (ACK
 rows: the completion's position and index, the invocation's index); the
 second stage's shards are sets of partitions, so each (process,
-partition)'s acknowledgements are in one shard, put in invocation order by
-one sort.
+partition)'s acknowledgements are in one shard. Taken in invocation order
+(a stable sort of the invocations' indexes: each part of the shard's
+acknowledgements comes in the order of values, which a producer sends
+rising, so the sort merges a few runs), each is paired with the last one
+of its pair before it by one compiled pass.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from checkers.compiled import compiled
 from checkers.kernel import rows as r
 from checkers.key_rows import PARTITION_BITS, fits_above_partition, seen_rows
 from core.history.format import MAX_OFFSET
@@ -41,28 +45,41 @@ class SendOrder:
 def send_order(acks: r.Rows) -> SendOrder:
     """The frame of a shard's ACK rows."""
     partition = acks.pos >> r.POS_BITS
-    order = _by_group_then_invocation(acks.process, partition, acks.x)
-    process, partition = acks.process[order], partition[order]
-    after = np.flatnonzero((process[1:] == process[:-1]) & (partition[1:] == partition[:-1])) + 1
-    this, before = order[after], order[after - 1]
+    this, before = _each_after_the_last(acks.process, partition, acks.x)
     offset = acks.pos & MAX_OFFSET
-    return SendOrder(acks.process[this], partition[after], acks.value[this], offset[this], acks.x[this],
+    return SendOrder(acks.process[this], partition[this], acks.value[this], offset[this], acks.x[this],
                      acks.index[this], acks.value[before], offset[before], acks.x[before])
 
 
-def _by_group_then_invocation(process: np.ndarray, partition: np.ndarray, invoke_index: np.ndarray) -> np.ndarray:
-    """The order of acknowledgements by (process, partition), then by
-    invocation. They come in the order of their values, which each
-    producer sends rising: a stable sort by the pair alone (its number
-    among the few pairs, sorted by radix where they fit in 16 bits) then
-    leaves each pair's in invocation order, which is checked; else a sort
-    by all three."""
+def _each_after_the_last(process: np.ndarray, partition: np.ndarray,
+                         invoke_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each acknowledgement that has one before it in its (process,
+    partition) by invocation, and that one: the pairs numbered by a table of
+    those seen, the acknowledgements walked in invocation order; else by a
+    sort by all three."""
     if len(process) and fits_above_partition(process):
         group, pairs = seen_rows((process << PARTITION_BITS) | partition)
-        if len(pairs) <= np.iinfo(np.int16).max:
-            group = group.astype(np.int16)
-        order = np.argsort(group, kind="stable")
-        g, inv = group[order], invoke_index[order]
-        if not ((g[1:] == g[:-1]) & (inv[1:] < inv[:-1])).any():
-            return order
-    return np.lexsort((invoke_index, partition, process))
+        this, before = np.empty(len(group), np.int64), np.empty(len(group), np.int64)
+        n = _after_last(np.argsort(invoke_index, kind="stable"), group, np.full(len(pairs), -1, np.int64), this,
+                        before)
+        return this[:n], before[:n]
+    order = np.lexsort((invoke_index, partition, process))
+    process, partition = process[order], partition[order]
+    after = np.flatnonzero((process[1:] == process[:-1]) & (partition[1:] == partition[:-1])) + 1
+    return order[after], order[after - 1]
+
+
+@compiled
+def _after_last(order, group, last, this, before):
+    """Each row with an earlier one of its group (`group`: each row's) in
+    `order`, into `this`, and that one, the group's last so far, into
+    `before`; how many."""
+    n = 0
+    for i in order:
+        g = group[i]
+        j = last[g]
+        if j >= 0:
+            this[n], before[n] = i, j
+            n += 1
+        last[g] = i
+    return n
