@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from checkers.compiled import compiled
 from checkers.kernel import rows as r
 from checkers.kernel.by_value import ByValue
 from checkers.kernel.facts import Facts, in_brackets
@@ -29,7 +30,6 @@ from core.history.format import MAX_OFFSET, MAX_PARTITION
 # Buckets of the history's clock the series count in, at most.
 POINTS = 4_000
 _PART_BITS = MAX_PARTITION.bit_length()
-_GROUP_SHIFT = 41  # a partition's number above an offset or index below 2**41
 
 
 def unread(v: ByValue, facts: Facts) -> dict[int, dict[int, int]]:
@@ -77,17 +77,31 @@ def lag(runs: r.Rows, acks: r.Rows, facts: Facts) -> dict[int, dict[int, int]]:
 def _known_before(partition: np.ndarray, index: np.ndarray, offset: np.ndarray, q_partition: np.ndarray,
                   q_index: np.ndarray) -> np.ndarray:
     """For each query (partition, index), the highest `offset` of that
-    partition at an index below it (-1: none)."""
-    if not len(partition):
-        return np.full(len(q_partition), -1, np.int64)
-    key = (partition << _GROUP_SHIFT) | index
-    order = np.argsort(key, kind="stable")
-    key = key[order]
-    # A running maximum within each partition: its offsets lifted above every lower partition's.
-    lifted = np.maximum.accumulate((partition[order] << _GROUP_SHIFT) | offset[order])
-    at = np.searchsorted(key, (q_partition << _GROUP_SHIFT) | q_index, "left") - 1
-    found = (at >= 0) & ((key[np.maximum(at, 0)] >> _GROUP_SHIFT) == q_partition)
-    return np.where(found, lifted[np.maximum(at, 0)] & ((1 << _GROUP_SHIFT) - 1), -1)
+    partition at an index below it (-1: none): the rows and the queries
+    walked together in index order (the rows come nearly in it: a stable
+    sort merges their runs), each partition's highest so far kept."""
+    out = np.full(len(q_partition), -1, np.int64)
+    if not len(partition) or not len(q_partition):
+        return out
+    queries = np.argsort(q_index, kind="stable")
+    highest = np.full(max(int(partition.max()), int(q_partition.max())) + 1, -1, np.int64)
+    return _highest_before(np.argsort(index, kind="stable"), partition, index, offset, queries, q_partition, q_index,
+                           highest, out)
+
+
+@compiled
+def _highest_before(rows, partition, index, offset, queries, q_partition, q_index, highest, out):
+    """`_known_before`'s walk: `rows` and `queries` in index order, each
+    partition's highest offset so far in `highest`."""
+    j = 0
+    for q in queries:
+        while j < len(rows) and index[rows[j]] < q_index[q]:
+            i = rows[j]
+            if offset[i] > highest[partition[i]]:
+                highest[partition[i]] = offset[i]
+            j += 1
+        out[q] = highest[q_partition[q]]
+    return out
 
 
 def _grid(owner: np.ndarray, bucket: np.ndarray, buckets: int) -> tuple[np.ndarray, np.ndarray]:
