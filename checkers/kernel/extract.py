@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from checkers.compiled import compiled
 from checkers.kernel import rows as r
 from core.history.batches import Events, flatten
 from core.history.format import FOLD_ABOVE, TXN, TYPES
+
+NONE, SEND_OK = r.NONE, r.SEND_OK
 
 
 def extract(ev: Events, fold: dict[int, int] | None = None, shards: int = 1) -> list[r.Shard]:
@@ -40,14 +43,13 @@ def extract(ev: Events, fold: dict[int, int] | None = None, shards: int = 1) -> 
             if len(rows):
                 shard.blocks[family] = [rows]
 
-    send = np.flatnonzero(ev.is_op("send"))
-    if len(send):
-        kind = _SEND_KIND[ev.typ[send]]  # every event's type is one of TYPES: validation refuses others
-        pos = np.where(kind == r.SEND_OK, r.packed(ev.partition[send], _folded(ev.offset[send], fold)), r.NONE)
-        value = ev.value[send]
-        add(r.SENDS, [r.Rows(kind[at], value[at], pos[at], ev.index[send[at]], ev.process[send[at]],
-                             r.constant(r.NONE, len(kind[at])), r.constant(r.NONE, len(kind[at])))
-                      for at in _cut(value, shards)])
+    # Every event's type is one of TYPES: validation refuses others. A send's
+    # position is its ok completion's (any other's is -1: packed of nulls).
+    bounds, kind, value, pos, index, process = _send_rows(
+        ev.f, ev.process, ev.typ, ev.names.op("send"), r.shard_of_values(ev.value, shards), _SEND_KIND,
+        ev.value, r.packed(ev.partition, _folded(ev.offset, fold)), ev.index, shards)
+    add(r.SENDS, [r.Rows(kind[a:b], value[a:b], pos[a:b], index[a:b], process[a:b], r.constant(r.NONE, b - a),
+                         r.constant(r.NONE, b - a)) for a, b in zip(bounds[:-1], bounds[1:])])
     txn = ev.is_op(TXN) if TXN in ev.names.ops else None
     if txn is not None and txn.any():
         # A transaction's sends are sends (x: TXN_SEND), completed by its completion.
@@ -64,14 +66,13 @@ def extract(ev: Events, fold: dict[int, int] | None = None, shards: int = 1) -> 
     recs = ev.polled()
     if len(recs):
         offset = _folded(recs.offset, fold)
-        pos = r.packed(recs.partition, offset)
         # A transaction's read names its transaction (x: its completion's index), a poll's none.
-        reader = (np.where(txn[recs.parent], ev.index[recs.parent], r.NONE) if txn is not None
-                  else r.constant(r.NONE, len(recs)))
-        add(r.READS, [r.Rows.of(r.READ, len(recs.value[at]), value=recs.value[at], pos=pos[at],
-                                index=ev.index[recs.parent[at]], process=ev.process[recs.parent[at]],
-                                **({"x": reader[at]} if txn is not None else {}))
-                      for at in _cut(recs.value, shards)])
+        bounds, value, pos, index, process, reader = _read_rows(
+            recs.parent, r.shard_of_values(recs.value, shards), recs.value, r.packed(recs.partition, offset),
+            ev.index, ev.process, txn if txn is not None else np.zeros(len(ev), np.bool_), shards)
+        add(r.READS, [r.Rows.of(r.READ, b - a, value=value[a:b], pos=pos[a:b], index=index[a:b],
+                                process=process[a:b], **({"x": reader[a:b]} if txn is not None else {}))
+                      for a, b in zip(bounds[:-1], bounds[1:])])
         add(r.RUNS, _runs(ev, recs.parent, recs.slot, recs.partition, offset, recs.value).split_rows(
             r.RUNS, shards))
     processed = []
@@ -99,17 +100,58 @@ def extract(ev: Events, fold: dict[int, int] | None = None, shards: int = 1) -> 
     return out
 
 
-def _cut(value: np.ndarray, shards: int) -> list:
-    """Where each shard's rows are among rows of these values (`Shard.split`'s cut of the value families)."""
-    if shards == 1:
-        return [slice(None)]
-    key = r.shard_of_values(value, shards)
-    return [np.flatnonzero(key == i) for i in range(shards)]
-
-
 # A send event's kind of row by its type (TYPES' index).
 _SEND_KIND = np.array([r.SEND_INVOKE, r.SEND_OK, r.SEND_FAIL, r.SEND_INFO], np.int8)
 assert TYPES == ("invoke", "ok", "fail", "info")
+
+
+@compiled
+def _send_rows(f, process, typ, send, shard, kinds, value, pos, index, shards):
+    """A batch's client sends (`f` the op `send`) as the columns of their
+    rows, each shard's (`shard`: each event's) together in the batch's
+    order, and where each shard's begin and end (`bounds`): one pass to
+    count, one to fill, no temporaries (`kinds`: the row's kind by type;
+    `pos` kept for an ok completion only)."""
+    count = np.zeros(shards + 1, np.int64)
+    for i in range(len(f)):
+        if f[i] == send and process[i] >= 0:
+            count[shard[i] + 1] += 1
+    bounds = np.cumsum(count)
+    n = bounds[-1]
+    at = bounds[:-1].copy()
+    kind, out_value, out_pos = np.empty(n, np.int8), np.empty(n, np.int64), np.empty(n, np.int64)
+    out_index, out_process = np.empty(n, np.int64), np.empty(n, np.int64)
+    for i in range(len(f)):
+        if f[i] == send and process[i] >= 0:
+            j = at[shard[i]]
+            at[shard[i]] += 1
+            kind[j] = kinds[typ[i]]
+            out_value[j], out_index[j], out_process[j] = value[i], index[i], process[i]
+            out_pos[j] = pos[i] if kind[j] == SEND_OK else NONE
+    return bounds, kind, out_value, out_pos, out_index, out_process
+
+
+@compiled
+def _read_rows(parent, shard, value, pos, index, process, in_txn, shards):
+    """A batch's records read as the columns of their rows (`parent`: each
+    one's poll or transaction, whose index and process it takes; a
+    transaction's, `in_txn`, also names it: its index, else NONE), each
+    shard's together as `_send_rows` puts them."""
+    count = np.zeros(shards + 1, np.int64)
+    for i in range(len(parent)):
+        count[shard[i] + 1] += 1
+    bounds = np.cumsum(count)
+    n = bounds[-1]
+    at = bounds[:-1].copy()
+    out_value, out_pos = np.empty(n, np.int64), np.empty(n, np.int64)
+    out_index, out_process, out_reader = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+    for i in range(len(parent)):
+        j = at[shard[i]]
+        at[shard[i]] += 1
+        out_value[j], out_pos[j] = value[i], pos[i]
+        out_index[j], out_process[j] = index[parent[i]], process[parent[i]]
+        out_reader[j] = index[parent[i]] if in_txn[parent[i]] else NONE
+    return bounds, out_value, out_pos, out_index, out_process, out_reader
 
 
 def _folded(offset: np.ndarray, fold: dict[int, int]) -> np.ndarray:
