@@ -87,12 +87,15 @@ def extract(ev: Events, fold: dict[int, int] | None = None, shards: int = 1) -> 
                                        index=ev.index[items.parent], process=ev.process[items.parent]))
     add(r.PROCESSED, r.Rows.joined(processed).split_rows(r.PROCESSED, shards))
     commits = []
-    committing = ev.is_op("commit") | (txn if txn is not None else False)  # a transaction commits offsets too
+    commit = ev.is_op("commit") | (txn if txn is not None else False)  # a transaction commits offsets too
+    # Every commit's offsets flattened at once (each flatten passes over the
+    # whole batch), then taken by type.
+    every = flatten(ev.table, "offsets", commit) if commit.any() else None
     for kind, type_ in ((r.COMMIT_INVOKE, "invoke"), (r.COMMIT_OK, "ok"), (r.COMMIT_FAIL, "fail"),
                         (r.COMMIT_INFO, "info")):
-        commit = committing & ev.is_type(type_)
-        if commit.any():
-            items = flatten(ev.table, "offsets", commit)
+        at = np.flatnonzero(ev.typ[every.parent] == TYPES.index(type_)) if every is not None else ()
+        if len(at):
+            items = every.take(at)
             commits.append(r.Rows.of(kind, len(items), pos=r.packed(items.partition, _folded(items.offset, fold)),
                                      index=ev.index[items.parent], process=ev.process[items.parent],
                                      x=ev.group[items.parent]))
