@@ -93,41 +93,17 @@ def reference_counts(events: list[dict], dumps: dict[str, list[list[int]]] | Non
     counts["inconsistent-offset"] = sum(1 for vs in values_at.values() if len(vs) >= 2)
     counts["aborted-read"] = sum(1 for v in read_values if outcome.get(v) == "fail")
 
-    # Each process's consecutive reads of a partition, restarted by assign,
-    # crash (all partitions) and seek (its partition; all when it names none),
-    # each at its completion when it happened (ok or info; an info seek names
-    # its invocation's partition).
     known: dict[int, set] = defaultdict(set)
     for (p, o) in values_at:
         known[p].add(o)
-    last: dict[tuple[int, int], int] = {}
-    seek_invoked: dict[int, list] = defaultdict(list)
     back = skip = 0
-    for e in client:
-        if e["f"] == "seek" and e["type"] == "invoke":
-            seek_invoked[e["process"]].append(e.get("partition"))
-            continue
-        if e["f"] in ("assign", "crash", "seek") and e["type"] in ("invoke", "fail"):
-            if e["f"] == "seek":
-                seek_invoked[e["process"]].pop(0)
-            continue
-        if e["f"] == "seek":
-            named = e.get("partition", seek_invoked[e["process"]].pop(0))
-        if e["f"] in ("assign", "crash") or (e["f"] == "seek" and named is None):
-            for key in [k for k in last if k[0] == e["process"]]:
-                del last[key]
-        elif e["f"] == "seek":
-            last.pop((e["process"], named), None)
-        elif e["f"] == "poll" and e["type"] == "ok":
-            for r in e["records"]:
-                key = (e["process"], r["partition"])
-                a, b = last.get(key), r["offset"]
-                if a is not None:
-                    if b <= a:
-                        back += 1
-                    elif any(a < o < b for o in known[r["partition"]]):
-                        skip += 1
-                last[key] = b
+    for _, r, a in consecutive_reads(client):
+        b = r["offset"]
+        if a is not None:
+            if b <= a:
+                back += 1
+            elif any(a < o < b for o in known[r["partition"]]):
+                skip += 1
     counts["nonmonotonic-poll"] = back
     counts["poll-skip"] = skip
 
@@ -157,6 +133,36 @@ def reference_counts(events: list[dict], dumps: dict[str, list[list[int]]] | Non
     counts["_info_read"] = sum(1 for v, oc in outcome.items() if oc == "info" and v in read_values)
     counts["_info_unread"] = sum(1 for v, oc in outcome.items() if oc == "info" and v not in read_values)
     return counts
+
+
+def consecutive_reads(client: list[dict]):
+    """Each record an ok poll returned, with its poll and the offset the same
+    process last read in that partition (None at a restart): its consecutive
+    reads, restarted by assign, crash (all partitions) and seek (its
+    partition; all when it names none), each at its completion when it
+    happened (ok or info; an info seek names its invocation's partition)."""
+    last: dict[tuple[int, int], int] = {}
+    seek_invoked: dict[int, list] = defaultdict(list)
+    for e in client:
+        if e["f"] == "seek" and e["type"] == "invoke":
+            seek_invoked[e["process"]].append(e.get("partition"))
+            continue
+        if e["f"] in ("assign", "crash", "seek") and e["type"] in ("invoke", "fail"):
+            if e["f"] == "seek":
+                seek_invoked[e["process"]].pop(0)
+            continue
+        if e["f"] == "seek":
+            named = e.get("partition", seek_invoked[e["process"]].pop(0))
+        if e["f"] in ("assign", "crash") or (e["f"] == "seek" and named is None):
+            for key in [k for k in last if k[0] == e["process"]]:
+                del last[key]
+        elif e["f"] == "seek":
+            last.pop((e["process"], named), None)
+        elif e["f"] == "poll" and e["type"] == "ok":
+            for r in e["records"]:
+                key = (e["process"], r["partition"])
+                yield e, r, last.get(key)
+                last[key] = r["offset"]
 
 
 def _as_plain(e: dict) -> list[dict]:
@@ -210,36 +216,16 @@ def _transaction_counts(txns: list[dict], client: list[dict], values_at) -> dict
     # torn: a process's consecutive reads of a partition (restarted as for poll-skip) step over a record of a
     # committed transaction it returned another record of there.
     returned = {(e["process"], r["partition"], r["value"]) for e in polls for r in e["records"]}
-    last: dict[tuple[int, int], int] = {}
-    seek_invoked: dict[int, list] = defaultdict(list)
     torn = set()
-    for e in client:
-        if e["f"] == "seek" and e["type"] == "invoke":
-            seek_invoked[e["process"]].append(e.get("partition"))
-            continue
-        if e["f"] in ("assign", "crash", "seek") and e["type"] in ("invoke", "fail"):
-            if e["f"] == "seek":
-                seek_invoked[e["process"]].pop(0)
-            continue
-        if e["f"] == "seek":
-            named = e.get("partition", seek_invoked[e["process"]].pop(0))
-        if e["f"] in ("assign", "crash") or (e["f"] == "seek" and named is None):
-            for key in [k for k in last if k[0] == e["process"]]:
-                del last[key]
-        elif e["f"] == "seek":
-            last.pop((e["process"], named), None)
-        elif e["f"] == "poll" and e["type"] == "ok":
-            for r in e["records"]:
-                key = (e["process"], r["partition"])
-                a, b = last.get(key), r["offset"]
-                if a is not None and b > a + 1:
-                    for (node, p), recs in records_of.items():
-                        if p != r["partition"]:
-                            continue
-                        for o, v in recs:
-                            if a < o < b and any((e["process"], p, w) in returned for o2, w in recs if o2 != o):
-                                torn.add((node, e["process"], p))
-                last[key] = b
+    for e, r, a in consecutive_reads(client):
+        b = r["offset"]
+        if a is not None and b > a + 1:
+            for (node, p), recs in records_of.items():
+                if p != r["partition"]:
+                    continue
+                for o, v in recs:
+                    if a < o < b and any((e["process"], p, w) in returned for o2, w in recs if o2 != o):
+                        torn.add((node, e["process"], p))
     counts["torn-transaction"] = len(torn)
 
     # The graphs: ww from each partition's log order, wr from the transactions' reads, realtime from
