@@ -1,6 +1,9 @@
 """What the own broker and Apache Kafka share as systems: one broker daemon per
 node, broker ids in the nodes' order, and the look-ups built on that.
 
+`NodeDaemon` is one named daemon per node, signalled and stopped by its
+name: the `Processes` and `Pausable` seams' signals, which the brokers and
+Kafka's separate KRaft controllers (infra/kraft_controllers.py) share.
 `BrokerBase` fills the `Processes`, `Pausable` and `DataDir` seams of
 infra.system and the parts of `LogSource`, `Primaries` and `PartitionStates`
 that are only bookkeeping (which node is broker 3, which log files record
@@ -26,7 +29,39 @@ client_log = logging.getLogger("infra.brokers.librdkafka")
 client_log.setLevel(logging.ERROR)
 
 
-class BrokerBase:
+class NodeDaemon:
+    """The daemon named `daemon` on each node: SIGKILL (returning once it is
+    gone), SIGSTOP, SIGCONT, its state, and stopping it everywhere."""
+
+    daemon: str
+
+    def kill(self, node: Node) -> None:
+        node.remote.signal(self.daemon, "KILL")
+        node.remote.wait_stopped(self.daemon, timeout=10)
+
+    def pause(self, node: Node) -> None:
+        node.remote.signal(self.daemon, "STOP")
+
+    def resume(self, node: Node) -> None:
+        node.remote.signal(self.daemon, "CONT")
+
+    def process_state(self, node: Node) -> str | None:
+        """The process's state letter (R, S, T, ...), None when not running."""
+        return node.remote.process_state(self.daemon)
+
+    def stop_on(self, nodes: list[Node], title: str) -> None:
+        """Stops the daemon on every node of `nodes` at once; a node that
+        cannot be reached is logged (`title` names the daemon), not raised."""
+        def stop(node: Node) -> None:
+            try:
+                node.remote.stop_daemon(self.daemon)
+            except RemoteError as e:
+                log.warning("stopping %s on %s: %s", title, node.name, e)
+
+        parallel(stop, nodes)
+
+
+class BrokerBase(NodeDaemon):
     """A broker per node: node i of the cluster is broker i, with the daemon
     `daemon`, data in `<data_dir>/<data_subdir>` and settings in
     `<run_dir>/<config_name>`. Subclasses set those and `port`."""
@@ -149,30 +184,10 @@ class BrokerBase:
                 out.append(Truncation(node=node, leader=self.node_of(leader), **t))
         return out
 
-    # -- the process on each node
-
-    def kill(self, node: Node) -> None:
-        node.remote.signal(self.daemon, "KILL")
-        node.remote.wait_stopped(self.daemon, timeout=10)
-
-    def pause(self, node: Node) -> None:
-        node.remote.signal(self.daemon, "STOP")
-
-    def resume(self, node: Node) -> None:
-        node.remote.signal(self.daemon, "CONT")
-
-    def process_state(self, node: Node) -> str | None:
-        """The broker process's state letter (R, S, T, ...), None when not running."""
-        return node.remote.process_state(self.daemon)
+    # -- the process on each node (its signals: NodeDaemon)
 
     def teardown(self, cluster: Cluster) -> None:
-        def stop(node: Node) -> None:
-            try:
-                node.remote.stop_daemon(self.daemon)
-            except RemoteError as e:
-                log.warning("stopping %s on %s: %s", self.title, node.name, e)
-
-        parallel(stop, self._nodes or list(cluster.nodes))
+        self.stop_on(self._nodes or list(cluster.nodes), self.title)
         with self._reader_lock:
             reader, self._reader = self._reader, None
         if reader is not None:

@@ -630,12 +630,7 @@ class KafkaSystem(BrokerBase):
 
     def teardown(self, cluster: Cluster) -> None:
         if self.controllers is not None:
-            def stop(node: Node) -> None:
-                try:
-                    self.controllers.stop(node)
-                except RemoteError as e:
-                    log.warning("stopping Kafka's controller on %s: %s", node.name, e)
-            parallel(stop, self.controllers.nodes)
+            self.controllers.stop_on(self.controllers.nodes, "Kafka's controller")
         super().teardown(cluster)
 
     # -- readiness

@@ -14,15 +14,17 @@ log lives outside the broker's data dir (`<data_dir>/kraft-controller`), so
 the disk-fault filesystem, mounted on the broker's, leaves it alone.
 
 `ControllerDaemons` is the process seam the nemesis uses for them (start,
-kill, pause, resume, process_state), the same one ZooKeeper offers.
+kill, pause, resume, process_state), the same one ZooKeeper offers; its
+signals are the brokers' (infra.brokers.NodeDaemon), by another name.
 """
 
 from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, ClassVar
 
+from infra.brokers import NodeDaemon
 from infra.nodes import Node, parallel
 
 DAEMON = "kafka-controller"
@@ -58,12 +60,13 @@ def log_files(node: Node) -> list[str]:
 
 
 @dataclass
-class ControllerDaemons:
+class ControllerDaemons(NodeDaemon):
     """The `kafka-controller` daemons of a run, one per voter node.
     `argv(node)`: the JVM command line that runs the node's controller."""
 
     nodes: list[Node]
     argv: Callable[[Node], list[str]]
+    daemon: ClassVar[str] = DAEMON
 
     def start(self, node: Node) -> None:
         if node.remote.pid_of(DAEMON) is None:
@@ -71,23 +74,6 @@ class ControllerDaemons:
 
     def start_all(self) -> None:
         parallel(self.start, self.nodes)
-
-    def kill(self, node: Node) -> None:
-        node.remote.signal(DAEMON, "KILL")
-        node.remote.wait_stopped(DAEMON, timeout=10)
-
-    def pause(self, node: Node) -> None:
-        node.remote.signal(DAEMON, "STOP")
-
-    def resume(self, node: Node) -> None:
-        node.remote.signal(DAEMON, "CONT")
-
-    def process_state(self, node: Node) -> str | None:
-        """The controller process's state letter (R, S, T, ...), None when not running."""
-        return node.remote.process_state(DAEMON)
-
-    def stop(self, node: Node) -> None:
-        node.remote.stop_daemon(DAEMON)
 
     def prepare(self, node: Node) -> None:
         """An empty metadata dir, and no controller of an earlier setup running."""
