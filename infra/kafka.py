@@ -267,6 +267,11 @@ def new_cluster_id() -> str:
             return text
 
 
+def _properties_text(props: dict[str, str]) -> bytes:
+    """A .properties file's bytes: one `key=value` line each, sorted."""
+    return "".join(f"{k}={v}\n" for k, v in sorted(props.items())).encode()
+
+
 def _value(v) -> str:
     return ("true" if v else "false") if isinstance(v, bool) else str(v)
 
@@ -382,6 +387,10 @@ class KafkaSystem(BrokerBase):
         """The voters' own processes, which `kraft-controllers` faults hit (the
         separate layout); None where they are the brokers' (infra.system.ControllerProcesses)."""
         return self.controllers
+
+    def _metadata_dir(self, node: Node) -> str:
+        """Where a voter keeps `__cluster_metadata-0` (its log and `quorum-state`)."""
+        return kraft_controllers.metadata_dir(node) if self._separate() else self.data_dir(node)
 
     def _voter_id(self, node: Node) -> int:
         return kraft_controllers.controller_id(self.broker_id(node)) if self._separate() else self.broker_id(node)
@@ -501,8 +510,7 @@ class KafkaSystem(BrokerBase):
               f"find {data} -mindepth 1 -delete && rm -f {shlex.quote(node.log_dir)}/server.log "
               f"{shlex.quote(node.log_dir)}/kafka.out")
         self._homes[node.name] = str(self.dist.home) if self._local and self.dist.home else self._ship(node)
-        props = "".join(f"{k}={v}\n" for k, v in sorted(self.properties(node).items()))
-        r.write_file(self.config_file(node), props.encode())
+        r.write_file(self.config_file(node), _properties_text(self.properties(node)))
         r.write_file(self.log_config_file(node), self._log_config("server.log"))
         if self.mode == "kraft":
             self._format(node, self.config_file(node))
@@ -513,8 +521,7 @@ class KafkaSystem(BrokerBase):
             r.run(f"find {data} -type f -exec sync -- {{}} +")
         if self.controllers is not None and node in self.controllers.nodes:
             self.controllers.prepare(node)
-            props = "".join(f"{k}={v}\n" for k, v in sorted(self.controller_properties(node).items()))
-            r.write_file(kraft_controllers.config_file(node), props.encode())
+            r.write_file(kraft_controllers.config_file(node), _properties_text(self.controller_properties(node)))
             r.write_file(kraft_controllers.log_config_file(node), self._log_config(kraft_controllers.LOG_NAME))
             self._format(node, kraft_controllers.config_file(node))
 
@@ -730,8 +737,7 @@ class KafkaSystem(BrokerBase):
             return self.node_of(zk_state.controller(self.zookeeper_connect, CHROOT))
 
         def quorum_state(node: Node) -> tuple[int, int]:
-            where = kraft_controllers.metadata_dir(node) if self._separate() else self.data_dir(node)
-            path = f"{where}/__cluster_metadata-0/quorum-state"
+            path = f"{self._metadata_dir(node)}/__cluster_metadata-0/quorum-state"
             try:
                 data = json.loads(node.remote.run(f"cat {shlex.quote(path)}", check=False).stdout or "{}")
                 return int(data.get("leaderEpoch", -1)), int(data.get("leaderId", -1))
@@ -751,8 +757,8 @@ class KafkaSystem(BrokerBase):
             return []
         q = shlex.quote
         for node in self.voters():
-            where = kraft_controllers.metadata_dir(node) if self._separate() else self.data_dir(node)
-            listing = node.remote.run(f"ls -1 {q(where)}/__cluster_metadata-0/*.log 2>/dev/null", check=False)
+            listing = node.remote.run(f"ls -1 {q(self._metadata_dir(node))}/__cluster_metadata-0/*.log 2>/dev/null",
+                                      check=False)
             files = [f for f in listing.stdout.split() if f.endswith(".log")]
             if not files:
                 continue
