@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 
-from core.history.elections import election_sentence, elections
+from core.history.elections import controller_lines, election_sentence, elections
 from core.history.states import read_states
 
 VERDICTS = ("VALID", "INVALID", "no results")
@@ -65,8 +65,7 @@ class RunEntry:
     def elections(self) -> list[str]:
         """Each KRaft election the controller recorded (core/history/elections.py),
         in words; [] for a run without controller records."""
-        lines = [s for s in read_states(self.path / "states.jsonl") or []
-                 if s["kind"] in ("kraft-partition", "kraft-broker")]
+        lines = controller_lines(read_states(self.path / "states.jsonl") or [])
         return [election_sentence(e) for e in elections(lines)]
 
     @property

@@ -9,6 +9,13 @@ run without it; the report and the differential view both say it.
 
 from __future__ import annotations
 
+PARTITION, BROKER = "kraft-partition", "kraft-broker"  # the controller's lines' kinds
+
+
+def controller_lines(states: list[dict]) -> list[dict]:
+    """The controller's records among a states.jsonl's lines (core/history/states.py)."""
+    return [s for s in states if s["kind"] in (PARTITION, BROKER)]
+
 
 def names(nodes) -> str:
     return "[" + ", ".join(str(n) for n in nodes or []) + "]"
@@ -25,7 +32,7 @@ def elections(lines: list[dict]) -> list[dict]:
     before: dict[int, dict] = {}
     out = []
     for line in sorted(lines, key=lambda x: x["time"]):
-        if line["kind"] == "kraft-broker":
+        if line["kind"] == BROKER:
             node, event = line.get("node"), line.get("event")
             if event == "fenced":
                 fenced_at[node] = line["time"]
@@ -33,7 +40,7 @@ def elections(lines: list[dict]) -> list[dict]:
             elif event == "registered" and node in fenced_at:
                 registered_after_fence[node] = line["time"]
             continue
-        if line["kind"] != "kraft-partition":
+        if line["kind"] != PARTITION:
             continue
         p, leader = line["partition"], line.get("leader")
         prev = before.get(p)

@@ -6,7 +6,7 @@ and the records behind them. All data is escaped.
 
 from __future__ import annotations
 
-from core.history.elections import election_sentence, elections, names
+from core.history.elections import BROKER, election_sentence, elections, names
 from harness.pages.html import esc, table
 
 SHOWN = 200  # records in the table at most (all of them are in states.jsonl)
@@ -20,7 +20,7 @@ def controller_html(lines: list[dict]) -> str:
     rows = []
     for line in sorted(lines, key=lambda x: x["time"])[:SHOWN]:
         when = f"{line['time'] / 1e9:.2f}"
-        if line["kind"] == "kraft-broker":
+        if line["kind"] == BROKER:
             rows.append([esc(when), esc(line.get("node")), esc(f"{line.get('event')} (broker epoch {line.get('epoch')})"),
                          "", "", ""])
         else:

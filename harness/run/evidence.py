@@ -17,6 +17,7 @@ from pathlib import Path
 
 from core.errors import HistoryError
 from core.history.faults import fault_intervals as paired_intervals
+from core.history.elections import controller_lines
 from core.history.files import HistorySource, iter_source_jsonl, load_run_json, resolve
 from core.history.format import COMMITTED, NEMESIS_PROCESS_ID
 from core.history.jsonl import ReadReport
@@ -98,7 +99,7 @@ def gather(run_dir: Path, results: dict) -> Evidence:
             except (KeyError, TypeError, ValueError, OSError, HistoryError) as e:
                 log.warning("no consumer group figure: %s", e)
     states = read_states(ev.folder)
-    ev.controller = [s for s in states if s["kind"] in ("kraft-partition", "kraft-broker")]
+    ev.controller = controller_lines(states)
     until = max([ev.history_end] + [s["time"] for s in states])
     try:
         ev.lanes = partition_lanes(states, until)
