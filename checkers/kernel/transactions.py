@@ -328,31 +328,28 @@ def _tarjan(n, start, heads):
     for root in range(n):
         if index[root] >= 0:
             continue
-        call[0] = root
-        next_edge[0] = start[root]
-        depth = 1
-        index[root] = counter
-        low[root] = counter
-        counter += 1
-        stack[top] = root
-        top += 1
-        on[root] = True
-        while depth > 0:
+        visit = root  # a node to enter (the root, then each unvisited successor), or -1
+        while True:
+            if visit >= 0:
+                index[visit] = counter
+                low[visit] = counter
+                counter += 1
+                stack[top] = visit
+                top += 1
+                on[visit] = True
+                call[depth] = visit
+                next_edge[depth] = start[visit]
+                depth += 1
+                visit = -1
+            if depth == 0:
+                break
             v = call[depth - 1]
             e = next_edge[depth - 1]
             if e < start[v + 1]:
                 next_edge[depth - 1] = e + 1
                 w = heads[e]
                 if index[w] < 0:
-                    index[w] = counter
-                    low[w] = counter
-                    counter += 1
-                    stack[top] = w
-                    top += 1
-                    on[w] = True
-                    call[depth] = w
-                    next_edge[depth] = start[w]
-                    depth += 1
+                    visit = w
                 elif on[w] and index[w] < low[v]:
                     low[v] = index[w]
             else:
