@@ -152,6 +152,13 @@ def _major_minor(version: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
+def has_zookeeper_mode(version: str) -> bool:
+    """Whether release `version` still has ZooKeeper mode (removed in 4.0);
+    True for what is no release number, which `check_version` refuses."""
+    m = re.fullmatch(r"(\d+)\.\d+\.\d+", version) if isinstance(version, str) else None
+    return m is None or int(m[1]) < 4
+
+
 def check_version(version: str, mode: str) -> str:
     """The version if this system can run it in `mode`, else a one-line UserError."""
     if not isinstance(version, str) or not re.fullmatch(r"\d+\.\d+\.\d+", version):
@@ -161,7 +168,7 @@ def check_version(version: str, mode: str) -> str:
     if mm < OLDEST or mm[0] > NEWEST_MAJOR:
         raise UserError(f"--kafka-version {version}: unknown Kafka version; the harness runs "
                         f"{OLDEST[0]}.{OLDEST[1]}.x to {NEWEST_MAJOR}.x (default {DEFAULT_VERSION})")
-    if mode == "zk" and mm[0] >= 4:
+    if mode == "zk" and not has_zookeeper_mode(version):
         raise UserError(f"--kafka-version {version} has no ZooKeeper mode (removed in 4.0): "
                         "use --kafka-mode kraft, or a 3.x version such as 3.9.2")
     return version

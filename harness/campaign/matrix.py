@@ -53,6 +53,7 @@ from core.errors import UserError
 from core.runs import throughput
 from harness.campaign.subrun import NOT_RUN, Outcome
 from harness.run import spec as specs
+from infra import kafka
 
 PASS, FAIL, FLAKY, HANG, ERROR, INTERRUPTED = "PASS", "FAIL", "FLAKY", "HANG", "ERROR", "INTERRUPTED"
 CLASSES = (PASS, FAIL, FLAKY, HANG, ERROR, INTERRUPTED)
@@ -222,7 +223,7 @@ def _versioned(values: dict, versions: list[str] | None) -> list[dict]:
     out = []
     for version in versions:
         v = {**values, "kafka_version": version}
-        if not version.startswith("3."):
+        if not kafka.has_zookeeper_mode(version):
             v["kafka_mode"] = "kraft"
         base = values["name"] if values["name"].endswith("-kafka") else values["name"] + "-kafka"
         v["name"] = f"{base}-{version}"
