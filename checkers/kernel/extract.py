@@ -69,7 +69,7 @@ def extract(ev: Events, fold: dict[int, int] | None = None, shards: int = 1) -> 
         # A transaction's read names its transaction (x: its completion's index), a poll's none.
         bounds, value, pos, index, process, reader = _read_rows(
             recs.parent, r.shard_of_values(recs.value, shards), recs.value, r.packed(recs.partition, offset),
-            ev.index, ev.process, txn if txn is not None else np.zeros(len(ev), np.bool_), shards)
+            ev.index, ev.process, txn if txn is not None else np.zeros(0, np.bool_), shards)
         add(r.READS, [r.Rows.of(r.READ, b - a, value=value[a:b], pos=pos[a:b], index=index[a:b],
                                 process=process[a:b], **({"x": reader[a:b]} if txn is not None else {}))
                       for a, b in zip(bounds[:-1], bounds[1:])])
@@ -138,7 +138,8 @@ def _send_rows(f, process, typ, send, shard, kinds, value, pos, index, shards):
 def _read_rows(parent, shard, value, pos, index, process, in_txn, shards):
     """A batch's records read as the columns of their rows (`parent`: each
     one's poll or transaction, whose index and process it takes; a
-    transaction's, `in_txn`, also names it: its index, else NONE), each
+    transaction's, `in_txn`, also names it: its index, else NONE; with no
+    `in_txn`, a batch without transactions, no column of readers), each
     shard's together as `_send_rows` puts them."""
     count = np.zeros(shards + 1, np.int64)
     for i in range(len(parent)):
@@ -147,13 +148,16 @@ def _read_rows(parent, shard, value, pos, index, process, in_txn, shards):
     n = bounds[-1]
     at = bounds[:-1].copy()
     out_value, out_pos = np.empty(n, np.int64), np.empty(n, np.int64)
-    out_index, out_process, out_reader = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+    out_index, out_process = np.empty(n, np.int64), np.empty(n, np.int64)
+    readers = len(in_txn) > 0
+    out_reader = np.empty(n if readers else 0, np.int64)
     for i in range(len(parent)):
         j = at[shard[i]]
         at[shard[i]] += 1
         out_value[j], out_pos[j] = value[i], pos[i]
         out_index[j], out_process[j] = index[parent[i]], process[parent[i]]
-        out_reader[j] = index[parent[i]] if in_txn[parent[i]] else NONE
+        if readers:
+            out_reader[j] = index[parent[i]] if in_txn[parent[i]] else NONE
     return bounds, out_value, out_pos, out_index, out_process, out_reader
 
 
