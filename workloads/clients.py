@@ -38,6 +38,9 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     # "`max.in.flight.requests.per.connection=5`").
     "max.in.flight.requests.per.connection": 5,
 }
+# An abandoned transaction (a replaced instance's) is aborted by its
+# coordinator within this, not Kafka's default of a minute; `producer_settings` override it.
+TRANSACTION_TIMEOUT_MS = 20_000
 CONSUMER_DEFAULTS: dict[str, Any] = {
     "auto.offset.reset": "earliest",
     # A killed consumer's partitions move on within seconds.
@@ -96,6 +99,28 @@ class ClientContext:
             return Producer(conf)
         except (KafkaException, ValueError, TypeError) as e:
             raise UserError(f"workload producer settings rejected by the client: {first_line(e)}") from None
+
+    def make_txn_producer(self, pid: int, transactional_id: str, on_delivery: Callable,
+                          on_error: Callable) -> Producer:
+        """A transactional Producer for process `pid`: the workload's producer
+        settings with `transactional.id`, idempotence and acks=all, which
+        transactions require."""
+        conf = {**self.producer_settings(), "acks": "all", "enable.idempotence": True,
+                "transactional.id": transactional_id, "client.id": f"harness-t{pid}",
+                "on_delivery": on_delivery, "error_cb": on_error, "logger": client_log}
+        conf.setdefault("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
+        # librdkafka refuses a message time-out above the transaction's (a
+        # plain producer's [producer] may set one): the transaction's bounds both.
+        try:
+            if int(conf.get("message.timeout.ms", 0)) > int(conf["transaction.timeout.ms"]):
+                conf["message.timeout.ms"] = conf["transaction.timeout.ms"]
+        except (TypeError, ValueError):
+            pass  # not a number: the client's own error below says so
+        try:
+            return Producer(conf)
+        except (KafkaException, ValueError, TypeError) as e:
+            raise UserError(f"workload transactional producer settings rejected by the client: {first_line(e)}") \
+                from None
 
     def make_consumer(self, pid: int, group_id: str, eof: bool, on_error: Callable,
                       extra: dict | None = None) -> Consumer:

@@ -31,6 +31,7 @@ RESERVED_PRODUCER = {
     "enable.idempotence": "idempotent",
     "on_delivery": "(the workload records deliveries)", "dr_cb": "(the workload records deliveries)",
     "dr_msg_cb": "(the workload records deliveries)",
+    "transactional.id": "transactions (each transactional producer gets one of its own)",
 }
 RESERVED_CONSUMER = {
     "bootstrap.servers": "bootstrap (given to Workload)",
@@ -39,6 +40,8 @@ RESERVED_CONSUMER = {
     "enable.auto.offset.store": "(the workload stores offsets itself)",
     "enable.partition.eof": "(final reads turn it on themselves)",
     "on_commit": "(the workload records commits)",
+    # The history records the isolation a read was made at (docs/history.md).
+    "isolation.level": "transactions.read_uncommitted (readers that record their isolation)",
 }
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -91,6 +94,74 @@ class GroupConfig:
 
 
 @dataclass(frozen=True)
+class TxnConfig:
+    """The transactional clients of the workload (docs/workloads.md,
+    "Transactions"): `producers` transactional producers, each its own
+    `transactional.id`, sending `min_sends` to `max_sends` records across
+    partitions per transaction and aborting a transaction with probability
+    `abort_probability`; `transformers` consume-transform-produce clients
+    (a group member and a transactional producer: each transaction polls,
+    sends, and commits the group's offsets in the transaction);
+    `read_uncommitted` plain readers of every partition at read_uncommitted
+    (they must see aborted records: proof that aborts reach the log);
+    `fence_interval_s` (0: never): about this often, a producer's
+    `transactional.id` is taken over by a new instance while its open
+    transaction waits for its commit, which must then be refused (fencing).
+    `rate` is transactions per second over all producers and transformers
+    (0: as fast as they go)."""
+
+    producers: int = 2
+    transformers: int = 1
+    read_uncommitted: int = 1
+    rate: float = 20.0
+    min_sends: int = 1
+    max_sends: int = 4
+    abort_probability: float = 0.1
+    fence_interval_s: float = 0.0
+    # How long a commit or abort may keep retrying before its outcome is unknown.
+    commit_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        where = "transactions"
+        _int(self, "producers", 0, where=where)
+        _int(self, "transformers", 0, where=where)
+        _int(self, "read_uncommitted", 0, where=where)
+        _int(self, "min_sends", 0, where=where)
+        _int(self, "max_sends", 1, where=where)
+        _number(self, "rate", 0, where=where)
+        _number(self, "fence_interval_s", 0, where=where)
+        _number(self, "commit_timeout_s", 0.1, where=where)
+        _number(self, "abort_probability", 0, where=where)
+        if self.abort_probability > 1:
+            raise UserError(f"{where} abort-probability must be at most 1, not {self.abort_probability!r}")
+        if self.min_sends > self.max_sends:
+            raise UserError(f"{where} min-sends ({self.min_sends}) is above max-sends ({self.max_sends})")
+        if self.producers + self.transformers == 0:
+            raise UserError(f"{where}: no transactional client (producers and transformers are both 0)")
+
+    @classmethod
+    def from_mapping(cls, data: Any) -> "TxnConfig | None":
+        """From a spec's `[transactions]` table (keys with '-' or '_'); an
+        empty table or none: no transactions; unknown keys are a UserError."""
+        if data is None or isinstance(data, TxnConfig):
+            return data
+        if not isinstance(data, Mapping):
+            raise UserError(f"transactions must be a table, not {type(data).__name__}")
+        if not data:
+            return None
+        values = {str(k).replace("-", "_"): v for k, v in data.items()}
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise UserError(f"transactions: unknown setting {unknown[0].replace('_', '-')!r} "
+                            f"(known: {', '.join(sorted(k.replace('_', '-') for k in known))})")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
 class WorkloadConfig:
     """What the clients do. Rates are totals over all producers."""
 
@@ -135,6 +206,9 @@ class WorkloadConfig:
     # Run each producer and group member as an OS process of its own
     # (workloads/process_slot.py), which faults can kill or pause; False: threads.
     client_processes: bool = False
+    # Transactional producers, transformers and read_uncommitted readers
+    # (TxnConfig, or a table of its fields); None: none.
+    transactions: Any = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.topic, str) or not _TOPIC_RE.match(self.topic) or self.topic in (".", ".."):
@@ -166,7 +240,10 @@ class WorkloadConfig:
             raise UserError(f"workload idempotent producers need acks=all, not acks={self.acks}")
         if not isinstance(self.group_id, str) or not self.group_id:
             raise UserError("workload group_id must be a non-empty string")
-        object.__setattr__(self, "groups", groups_of(self.groups, taken=(self.group_id, f"{self.group_id}-final")))
+        object.__setattr__(self, "groups", groups_of(self.groups, taken=own_groups(self.group_id)))
+        object.__setattr__(self, "transactions", TxnConfig.from_mapping(self.transactions))
+        if self.transactions is not None and self.client_processes:
+            raise UserError("workload transactions run as threads: client_processes is not supported with them")
         for name, reserved in (("producer_settings", RESERVED_PRODUCER),
                                ("consumer_settings", RESERVED_CONSUMER),
                                ("topic_settings", {})):
@@ -189,7 +266,25 @@ class WorkloadConfig:
         for name in ("producer_settings", "consumer_settings", "topic_settings"):
             out[name] = dict(getattr(self, name))
         out["groups"] = [g.to_dict() for g in self.groups]
+        out["transactions"] = self.transactions.to_dict() if self.transactions is not None else None
         return out
+
+    @property
+    def transformer_group(self) -> str:
+        """The consumer group of the transactions' transformers."""
+        return own_groups(self.group_id)[2]
+
+    def transactional_id(self, slot: int, transformer: bool = False) -> str:
+        """The `transactional.id` of a transactional producer's slot, or a transformer's."""
+        return f"{self.group_id}-{'transform' if transformer else 'txn'}-{slot}"
+
+    def committing_groups(self) -> list[str]:
+        """Every consumer group whose offsets the workload commits: the
+        groups', and the transformers' (in their transactions)."""
+        names = [g.name for g in self.groups]
+        if self.transactions is not None and self.transactions.transformers:
+            names.append(self.transformer_group)
+        return names
 
     @property
     def single_attempt(self) -> bool:
@@ -202,6 +297,12 @@ class WorkloadConfig:
             if name in settings:
                 return str(settings[name]).strip() == "0"
         return False
+
+
+def own_groups(group_id: str) -> tuple[str, str, str]:
+    """The workload's own consumer groups, which no [[groups]] table may
+    name: the plain consumers', the final reads', the transformers'."""
+    return group_id, f"{group_id}-final", f"{group_id}-transform"
 
 
 def groups_of(value: Any, taken: tuple[str, ...] = ()) -> tuple[GroupConfig, ...]:

@@ -81,6 +81,10 @@ class Reader:
     def group_fields(self) -> dict:
         return {}
 
+    # What a kind of reader adds to its recorded `poll` events (workloads.transactions: its isolation).
+    def poll_fields(self) -> dict:
+        return {}
+
     # -- assignment
 
     def assign(self, partitions: list[int], start: dict[int, int]) -> None:
@@ -147,13 +151,14 @@ class Reader:
 
     def poll(self, batch: int, timeout_s: float) -> list[tuple[int, int]]:
         """One recorded poll; returns the (partition, offset) of end-of-partition events."""
-        self._record(self.pid, "invoke", "poll")
+        fields = self.poll_fields()
+        self._record(self.pid, "invoke", "poll", **fields)
         self._stats.op("poll", "invoke")
         try:
             messages = self.consumer.consume(batch, timeout_s)
         except (KafkaException, RuntimeError) as e:
             name = exception_name(e)
-            self._record(self.pid, "info", "poll", error=name)
+            self._record(self.pid, "info", "poll", error=name, **fields)
             self._stats.completion("poll", "info", name)
             self.crash_reason = name
             self.last_records = []
@@ -186,7 +191,7 @@ class Reader:
             else:
                 self._stats.error(err.name())
         # Records that came before an error in the same batch were still read.
-        self._record(self.pid, "ok", "poll", records=records)
+        self._record(self.pid, "ok", "poll", records=records, **fields)
         self.last_records = records
         self._stats.read(len(records))
         self.records_read += len(records)

@@ -181,21 +181,21 @@ def final_committed(clients: ClientContext) -> None:
     """Each group's committed offsets of every partition, read once every
     member has stopped, each by a client of its own that does not join the group."""
     partitions = list(range(clients.config.partitions))
-    for group in clients.config.groups:
+    for group in clients.config.committing_groups():
         pid = clients.new_pid()
         try:
-            consumer = clients.make_consumer(pid, group.name, False, lambda err: None)
+            consumer = clients.make_consumer(pid, group, False, lambda err: None)
         except Exception as e:  # the settings were accepted for the members: not expected
-            clients.record(pid, "invoke", COMMITTED, group=group.name, partitions=partitions, final=True)
+            clients.record(pid, "invoke", COMMITTED, group=group, partitions=partitions, final=True)
             clients.record(pid, INFO, COMMITTED, error=type(e).__name__)
             continue
         try:
-            read_committed(clients, pid, consumer, group.name, partitions, final=True)
+            read_committed(clients, pid, consumer, group, partitions, final=True)
         finally:
             try:
                 consumer.close()
             except (KafkaException, RuntimeError) as e:
-                log.debug("final committed read of %s: close: %s", group.name, e)
+                log.debug("final committed read of %s: close: %s", group, e)
 
 
 class GroupSlot(ConsumerSlot):

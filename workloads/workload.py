@@ -30,6 +30,7 @@ from workloads.consumer import ConsumerSlot, FinalReadReport, Reader, final_read
 from workloads.group import GroupSlot, final_committed
 from workloads.process_slot import VALUE_BLOCK, ProcessSlot
 from workloads.producer import ProducerClient, ProducerSlot, new_producer_client
+from workloads.transactions import Transformer, TxnPacer, TxnSlot, TxnTally, UncommittedSlot
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,8 @@ class Workload:
         self._producers: list[ProducerSlot] = []
         self._consumers: list = []  # ConsumerSlot threads, or ProcessSlot supervisors
         self._members: list = []  # the groups' members: GroupSlot threads, or ProcessSlot supervisors
+        self._transactional: list = []  # TxnSlot and Transformer threads, UncommittedSlot readers
+        self.transactions = TxnTally()
         self._started = False
         self._stopped = False
 
@@ -121,8 +124,24 @@ class Workload:
         members = ProcessSlot if cfg.client_processes else GroupSlot
         self._members = [members(self.clients, i, group=group) for group in cfg.groups for i in range(group.consumers)]
         self._producers, self._consumers = producers, consumers
-        for t in consumers + self._members + producers:
+        self._transactional = self._transactional_clients()
+        for t in consumers + self._members + self._transactional + producers:
             t.start()
+
+    def _transactional_clients(self) -> list:
+        """The transactions' threads (workloads.transactions): readers at
+        read_uncommitted, then the producers and transformers."""
+        txn = self.config.transactions
+        if txn is None:
+            return []
+        tally, clients = self.transactions, txn.producers + txn.transformers
+        readers = [UncommittedSlot(self.clients, i, tally) for i in range(txn.read_uncommitted)]
+        # Each writer owes its share of the rate; each draws its sizes and aborts from a seed of its own.
+        writers = [TxnSlot(self.clients, i, self._values, tally, TxnPacer(txn.rate, clients), i)
+                   for i in range(txn.producers)]
+        writers += [Transformer(self.clients, i, self._values, tally, TxnPacer(txn.rate, clients), 1000 + i)
+                    for i in range(txn.transformers)]
+        return readers + writers
 
     def stop(self, timeout: float = 10.0) -> StopReport:
         """End the fault phase: producers stop sending and get their
@@ -137,7 +156,7 @@ class Workload:
         clients = self.clients
         clients.stop_deadline = started + max(0.0, timeout)
         clients.stopping.set()
-        threads = self._producers + self._consumers + self._members
+        threads = self._producers + self._transactional + self._consumers + self._members
         # Leave room past the deadline for purged sends' reports and a consumer close.
         for t in threads:
             t.join(max(0.0, clients.stop_deadline + 2.0 - time.monotonic()))
@@ -169,6 +188,12 @@ class Workload:
             raise UserError(f"final reads need a positive time limit, not {deadline_s}")
         final_committed(self.clients)
         return final_reads(self.clients, deadline_s)
+
+    def transaction_summary(self) -> dict[str, Any] | None:
+        """For run.json: the transactions' outcomes, fences, and how many
+        values of aborted transactions the read_uncommitted readers saw; None
+        without transactions."""
+        return self.transactions.summary() if self.config.transactions is not None else None
 
     def stats(self) -> dict[str, Any]:
         """Live counters: ops per f and completion type, errors by name,

@@ -202,7 +202,7 @@ def _execute(r: Run) -> None:
         topic="harness", partitions=s.partitions, replication_factor=s.replication_factor, rate=s.rate,
         producers=s.producers, consumers=s.consumers, consumer_mode=s.consumer_mode, acks=s.acks,
         idempotent=s.idempotent, producer_settings=s.producer, consumer_settings=s.consumer, groups=s.groups,
-        client_processes=s.client_processes,
+        client_processes=s.client_processes, transactions=s.transactions or None,
         topic_settings={"min.insync.replicas": str(s.min_insync),
                         "unclean.leader.election.enable": str(s.unclean_election).lower()})
 
@@ -289,6 +289,15 @@ def _execute(r: Run) -> None:
         log.warning("%d record(s) read were not this workload's (key or value not an integer)", undecodable)
         print(f"  warning: {undecodable} record(s) read were not this workload's (key or value not an integer: "
               f"corrupt?); their offsets count as not read", file=sys.stderr)
+    transactions = r.workload.transaction_summary()
+    if transactions is not None:
+        r.info["transactions"] = transactions
+        # A read_uncommitted reader that never saw an aborted record: the aborts did
+        # not reach the log, so the read_committed readers' check proved little.
+        if (transactions["aborted_values"] and workload_config.transactions.read_uncommitted
+                and not transactions["aborted_values_read_uncommitted"]):
+            print(f"  warning: {transactions['aborted_values']} value(s) of aborted transactions, none seen by "
+                  f"a read_uncommitted reader: aborts did not show in the log", file=sys.stderr)
 
 
 def _check_service(r: Run):
@@ -454,8 +463,9 @@ def _status(r: Run, elapsed: float, total: float) -> str:
         return f"{o.get('ok', 0)}/{o.get('fail', 0)}/{o.get('info', 0)}"
 
     # The faults early: a narrow terminal cuts the end of the line.
+    txns = f" | txns {triple('txn')}" if "txn" in ops else ""
     return (f"[{elapsed:4.0f}s / {total:.0f}s] faults: {r.nemesis.current} | sends ok/fail/info {triple('send')} | "
-            f"polls {triple('poll')} | in flight {stats.get('in_flight', 0)}")
+            f"polls {triple('poll')}{txns} | in flight {stats.get('in_flight', 0)}")
 
 
 def _finish(r: Run) -> None:

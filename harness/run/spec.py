@@ -28,9 +28,9 @@ from nemesis.partition import MODE_OF_TARGET
 from nemesis.registry import FAULT_GROUPS, FAULTS, needs_faultfs
 from nemesis.schedule import from_records
 from nemesis.targets import TARGETS, refusal
-from workloads.config import ACKS, CONSUMER_MODES, WorkloadConfig, groups_of
+from workloads.config import ACKS, CONSUMER_MODES, TxnConfig, WorkloadConfig, groups_of, own_groups
 
-TABLES = ("broker", "producer", "consumer", "expect", "control_expect", "disk")
+TABLES = ("broker", "producer", "consumer", "expect", "control_expect", "disk", "transactions")
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 
@@ -108,6 +108,9 @@ class TestSpec:
     # Run the producers and the groups' members as OS processes, which the targets
     # `producers`, `consumers` and `clients` can kill and pause.
     client_processes: bool = False
+    # Transactional clients (workloads.config.TxnConfig's fields, as a
+    # [transactions] table gives them); empty: none.
+    transactions: dict = field(default_factory=dict)
 
     @property
     def uses_faultfs(self) -> bool:
@@ -289,6 +292,8 @@ def build(values: dict[str, Any]) -> TestSpec:
         v["schedule"] = [dict(r) if isinstance(r, dict) else r for r in v["schedule"]]
     if "groups" in v:
         v["groups"] = _groups(v["groups"])
+    if v.get("transactions"):  # checked as the workload will, with its defaults filled in
+        v["transactions"] = TxnConfig.from_mapping(v["transactions"]).to_dict()
     for name in TABLES:
         if name in v and not isinstance(v[name], dict):
             raise UserError(f"[{name}] must be a table of settings")
@@ -306,7 +311,7 @@ def build(values: dict[str, Any]) -> TestSpec:
 def _groups(value: Any) -> list[dict]:
     """[[groups]] tables as GroupConfig's fields, checked as the workload
     will (a one-line UserError before anything starts)."""
-    return [g.to_dict() for g in groups_of(value, taken=(WorkloadConfig.group_id, f"{WorkloadConfig.group_id}-final"))]
+    return [g.to_dict() for g in groups_of(value, taken=own_groups(WorkloadConfig.group_id))]
 
 
 def _names(name: str, value: Any) -> tuple[str, ...]:
@@ -390,6 +395,8 @@ def validate(s: TestSpec) -> None:
             bad(why)
     if "group-coordinator" in used and not (s.groups or s.consumer_mode == "subscribe"):
         bad("group-coordinator: the target needs a consumer group ([[groups]] or --consumer-mode subscribe)")
+    if "txn-coordinator" in used and not s.transactions:
+        bad("txn-coordinator: the target needs transactions ([transactions])")
     if "consumers" in used and not (s.groups and s.client_processes):
         bad("consumers: the target needs group members running as processes ([[groups]] and "
             "client-processes = true)")

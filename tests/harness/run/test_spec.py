@@ -7,7 +7,7 @@ import pytest
 from checkers.registry import NAMES as ANOMALIES
 from core.errors import UserError
 from harness.cli import main
-from harness.run.spec import build, expect_words, expectation, load_file
+from harness.run.spec import build, expect_words, expectation, load_file, spec_file
 
 
 def test_defaults_are_a_meaningful_run():
@@ -190,7 +190,6 @@ def test_a_scenarios_control_drops_its_bugs_and_expects_valid():
 
 
 def test_consumer_groups_come_from_groups_tables_and_go_back_to_a_spec_file(tmp_path):
-    from harness.run.spec import spec_file
 
     spec = tmp_path / "spec.toml"
     spec.write_text('nemesis = ["kill"]\nseed = 2\n\n[[groups]]\nname = "g1"\ncommit = "auto"\nprocess-s = 0.2\n\n'
@@ -212,6 +211,21 @@ def test_the_group_coordinator_target_needs_a_consumer_group():
         build({"nemesis": "kill", "nemesis_targets": "group-coordinator"})
     assert build({"nemesis": "kill,partition", "nemesis_targets": "group-coordinator",
                   "consumer_mode": "subscribe"}).nemesis_targets == "group-coordinator"
+
+
+def test_a_transactions_table_is_checked_and_written_back(tmp_path):
+    spec = tmp_path / "txn.toml"
+    spec.write_text('nemesis = ["kill"]\nnemesis-targets = "txn-coordinator"\n\n'
+                    '[transactions]\nproducers = 3\nabort-probability = 0.25\n')
+    s = build(load_file(str(spec)))
+    assert s.transactions["producers"] == 3 and s.transactions["abort_probability"] == 0.25
+    again = tmp_path / "again.toml"
+    again.write_text(spec_file(s.to_dict()))
+    assert build(load_file(str(again))).transactions == s.transactions
+    with pytest.raises(UserError, match="transactions: unknown setting 'abort'"):
+        build({"transactions": {"abort": 1}})
+    with pytest.raises(UserError, match="txn-coordinator: the target needs transactions"):
+        build({"nemesis": "pause", "nemesis_targets": "txn-coordinator"})
 
 
 def test_the_consumers_target_needs_group_members_running_as_processes():
