@@ -136,6 +136,29 @@ class BrokerBase(NodeDaemon):
             return None
         return self.node_of(found.coordinator.id) if found.coordinator is not None else None
 
+    def txn_coordinator(self, transactional_id: str, timeout: float = 5.0) -> str | None:
+        """The node coordinating the transactions of `transactional_id`, as the
+        brokers answer a DescribeTransactions request (routed to the
+        coordinator a FindCoordinator names); None when none answers.
+        confluent-kafka has no such call: kafka-python's admin client makes it."""
+        from kafka.admin import KafkaAdminClient
+        from kafka.errors import KafkaError
+
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=self.bootstrap().split(","), request_timeout_ms=int(timeout * 1000),
+                                     client_id="harness-nemesis")
+        except (KafkaError, OSError, ValueError) as e:
+            log.debug("no admin client for transactional id %s: %s", transactional_id, e)
+            return None
+        try:
+            found = admin.describe_transactions([transactional_id])[transactional_id]
+        except (KafkaError, OSError, KeyError, ValueError) as e:
+            log.debug("describing transactional id %s failed: %s", transactional_id, e)
+            return None
+        finally:
+            admin.close()
+        return self.node_of(found.coordinator_id)
+
     def node_of(self, broker_id: int | None) -> str | None:
         """The node running broker `broker_id`, None if none does."""
         return {i: name for name, i in self._ids.items()}.get(broker_id)

@@ -116,6 +116,13 @@ class GroupCoordinators(Protocol):
 
 
 @runtime_checkable
+class TxnCoordinators(Protocol):
+    """Which node coordinates a transactional.id's transactions, for faults aimed at it."""
+
+    def txn_coordinator(self, transactional_id: str) -> str | None: ...
+
+
+@runtime_checkable
 class ControllerQuorum(Protocol):
     """The nodes voting in the system's KRaft controller quorum, for faults aimed at them."""
 

@@ -122,6 +122,8 @@ def how_words(value: dict) -> str:
         return "the controller"
     if "coordinator_of" in value:
         return f"the coordinator of group {value['coordinator_of']}"
+    if "txn_coordinator_of" in value:
+        return f"the transaction coordinator of {value['txn_coordinator_of']}"
     if value.get("kraft_controllers") is True:
         return "the KRaft controller quorum"
     if value.get("zookeeper") is True:

@@ -11,10 +11,11 @@ it with iptables on the nodes and heals it. The schedule draws a shape
   it would cut nothing, and the draw gives isolate-one instead);
 - bridge: two halves that only one node, the bridge, hears both of;
 - isolate-leader, isolate-replicas, isolate-followers, isolate-out-of-sync,
-  isolate-controller, isolate-group-coordinator: the leader, the replicas,
-  the followers or the out-of-sync replicas of a topic partition, the
-  controller, or the coordinator of the run's consumer group, as the system
-  names them when the fault starts, cut off from every other node.
+  isolate-controller, isolate-group-coordinator, isolate-txn-coordinator:
+  the leader, the replicas, the followers or the out-of-sync replicas of a
+  topic partition, the controller, the coordinator of the run's consumer
+  group, or of its first transactional producer, as the system names them
+  when the fault starts, cut off from every other node.
 
 Three shapes cut one port, not whole nodes (infra.net.cut_ports), because
 what they cut shares its node with what must stay connected:
@@ -53,7 +54,8 @@ from infra.system import ControllerQuorum
 from nemesis import clients
 from nemesis.fault import NETWORK, Context, Fault, FaultError, Step, how_words, natural, node_words, verdict
 from nemesis.targets import (PARTITION_TARGETS, controller, followers_of, group_coordinator, kraft_controllers,
-                             leader_of, out_of_sync_of, replicas_of, watched_group, zookeeper)
+                             leader_of, out_of_sync_of, replicas_of, txn_coordinator, watched_group,
+                             watched_transactional_id, zookeeper)
 
 MAX_PROBES = 12  # cut pairs probed per partition (all of them on small clusters)
 PROBE_PORT = 22  # sshd answers on every node, whatever the system is doing
@@ -62,14 +64,15 @@ PARTITION_MODES = ("isolate-one", "halves", "majorities-ring", "bridge")  # draw
 MODE_OF_TARGET = {"one": "isolate-one", "leaders": "isolate-leader", "replicas": "isolate-replicas",
                   "followers": "isolate-followers", "out-of-sync": "isolate-out-of-sync",
                   "controller": "isolate-controller", "group-coordinator": "isolate-group-coordinator",
+                  "txn-coordinator": "isolate-txn-coordinator",
                   "kraft-controllers": "split-kraft-controllers",
                   "zookeeper": "isolate-zookeeper", "clients": "cut-clients", "minority": "isolate-minority",
                   "majority": "isolate-majority", "all": "split-all",
                   **{target: shape for shape, target in clients.CUT_SHAPES.items()}}
 # Shapes whose nodes are looked up when the fault starts (the seed's shuffle goes unused).
 ROLE_SHAPES = ("isolate-leader", "isolate-replicas", "isolate-followers", "isolate-out-of-sync",
-               "isolate-controller", "isolate-group-coordinator", "split-kraft-controllers", "isolate-zookeeper",
-               "cut-clients", *clients.CUT_SHAPES)
+               "isolate-controller", "isolate-group-coordinator", "isolate-txn-coordinator", "split-kraft-controllers",
+               "isolate-zookeeper", "cut-clients", *clients.CUT_SHAPES)
 CONTROL = "control"  # the control node, in a port cut's probes
 PORT_SHAPES = ("isolate-zookeeper", "split-kraft-controllers", "cut-clients")  # cut a port, not whole nodes
 
@@ -225,6 +228,11 @@ def start(ctx: Context, step: Step) -> tuple[dict, dict]:
         node = group_coordinator(ctx, group)
         grudge = net.isolate(ctx.cluster, [node])
         value = {"mode": mode, "coordinator_of": group, "isolated": node}
+    elif mode == "isolate-txn-coordinator":
+        transactional_id = watched_transactional_id(ctx)
+        node = txn_coordinator(ctx, transactional_id)
+        grudge = net.isolate(ctx.cluster, [node])
+        value = {"mode": mode, "txn_coordinator_of": transactional_id, "isolated": node}
     else:
         grudge = grudge_for(mode, ctx.names, step.picks)
         value = {"mode": mode}

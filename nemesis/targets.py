@@ -18,6 +18,9 @@ out-of-sync replicas, the controller, the KRaft quorum, the ZooKeeper nodes).
 - group-coordinator: the node coordinating the run's first consumer group
   (its `[[groups]]`, else the consumers' own group in subscribe mode) when
   the fault starts, as the brokers answer DescribeGroups;
+- txn-coordinator: the node coordinating the transactions of the run's
+  first transactional producer (`[transactions]`) when the fault starts, as
+  the brokers answer DescribeTransactions;
 - kraft-controllers: the nodes of the KRaft controller quorum (Kafka with
   `--kafka-mode kraft` only; any other system is refused before the run);
 - zookeeper: the nodes the run's ZooKeeper ensemble runs on (the first
@@ -45,17 +48,17 @@ from __future__ import annotations
 
 import random
 
-from infra.system import ControllerQuorum, GroupCoordinators, PartitionStates, Primaries
+from infra.system import ControllerQuorum, GroupCoordinators, PartitionStates, Primaries, TxnCoordinators
 from infra.zookeeper import ZooKeeper
 from nemesis.fault import Context, FaultError, Step
 
 TARGETS = ("random", "one", "minority", "majority", "leaders", "replicas", "followers", "out-of-sync",
-           "controller", "group-coordinator", "kraft-controllers", "zookeeper", "clients", "consumers", "producers",
+           "controller", "group-coordinator", "txn-coordinator", "kraft-controllers", "zookeeper", "clients", "consumers", "producers",
            "all")
 # Targets that name a topic partition, drawn by the schedule.
 PER_TOPIC_PARTITION = ("leaders", "replicas", "followers", "out-of-sync", "clients")
 # Targets looked up when the step runs (the seed's picks go unused).
-ROLE_TARGETS = ("leaders", "replicas", "followers", "out-of-sync", "controller", "group-coordinator",
+ROLE_TARGETS = ("leaders", "replicas", "followers", "out-of-sync", "controller", "group-coordinator", "txn-coordinator",
                 "kraft-controllers", "zookeeper", "clients")
 # Every fault on a node list but partition (clients is the partition's alone, consumers
 # the process faults' alone).
@@ -115,6 +118,9 @@ def resolve(ctx: Context, step: Step) -> tuple[list[str], dict]:
     if step.mode == "group-coordinator":
         group = watched_group(ctx)
         return [group_coordinator(ctx, group)], {"coordinator_of": group}
+    if step.mode == "txn-coordinator":
+        transactional_id = watched_transactional_id(ctx)
+        return [txn_coordinator(ctx, transactional_id)], {"txn_coordinator_of": transactional_id}
     if step.mode == "kraft-controllers":
         return kraft_controllers(ctx), {"kraft_controllers": True}
     if step.mode == "zookeeper":
@@ -206,6 +212,24 @@ def group_coordinator(ctx: Context, group: str) -> str:
     node = ctx.system.group_coordinator(group) if isinstance(ctx.system, GroupCoordinators) else None
     if not node:
         raise FaultError(f"group-coordinator: no coordinator known for group {group}")
+    return node
+
+
+def watched_transactional_id(ctx: Context) -> str:
+    """The transactional.id a txn-coordinator fault aims at: the run's first
+    transactional producer's (else its first transformer's)."""
+    config = getattr(ctx.clients, "config", None)
+    txn = getattr(config, "transactions", None)
+    if txn is None:
+        raise FaultError("txn-coordinator: the run has no transactions ([transactions])")
+    return config.transactional_id(0, transformer=not txn.producers)
+
+
+def txn_coordinator(ctx: Context, transactional_id: str) -> str:
+    """The node coordinating the transactions of `transactional_id` now."""
+    node = ctx.system.txn_coordinator(transactional_id) if isinstance(ctx.system, TxnCoordinators) else None
+    if not node:
+        raise FaultError(f"txn-coordinator: no coordinator known for transactional id {transactional_id}")
     return node
 
 

@@ -22,8 +22,8 @@ ALLOWED = {
     "lab": {"core", "infra", "broker", "workloads", "nemesis", "checkers"},
     "bench": {"core", "infra", "broker", "workloads", "nemesis", "checkers", "lab"},
 }
-HEAVY = {"pyspark", "confluent_kafka", "paramiko", "docker", "pyarrow", "pandas", "numpy", "matplotlib", "kazoo",
-         "cryptography", "mfusepy"}
+HEAVY = {"pyspark", "confluent_kafka", "kafka", "paramiko", "docker", "pyarrow", "pandas", "numpy", "matplotlib",
+         "kazoo", "cryptography", "mfusepy"}
 
 
 def modules() -> dict[str, Path]:
