@@ -88,6 +88,7 @@ def report_page(results: dict, ev, images: dict[str, str]) -> str:
     if run.get("outcome"):
         parts.append(f"<p>Run: {esc(run['outcome'])}</p>")
     parts.append(_counts_html(results))
+    parts.append(_transactions_html(run.get("transactions")))
     parts.append(liveness_html(results.get("liveness"), images))
     rows = [_anomaly_row(name, a, clock) for name, a in results["anomalies"].items()]
     parts.append("<h2>Anomalies</h2>" + table(("anomaly", "count", "", "meaning", "examples"), rows, cls="wide stack"))
@@ -131,6 +132,23 @@ def _counts_html(results: dict) -> str:
             ("polls ok", c.get("polls", {}).get("ok", 0)), ("records read", c.get("records_read", 0)),
             ("events", c.get("events", 0))]
     return "<table>" + "".join(f"<tr><th>{esc(k)}</th><td class='num'>{esc(v)}</td></tr>" for k, v in rows) + "</table>"
+
+
+def _transactions_html(txn: dict | None) -> str:
+    """What the transactional clients did (run.json `transactions`, workloads/transactions.py)."""
+    if not txn:
+        return ""
+    outcomes = txn.get("transactions", {})
+    aborted, seen = txn.get("aborted_values", 0), txn.get("aborted_values_read_uncommitted", 0)
+    rows = [("transactions committed / aborted / unknown",
+             f"{outcomes.get('ok', 0)} / {outcomes.get('fail', 0)} / {outcomes.get('info', 0)}"),
+            ("producers fenced by a new instance", txn.get("fenced", 0)),
+            ("records of aborted transactions / of them read at read_uncommitted", f"{aborted} / {seen}")]
+    note = ("<p class='muted'>No read_uncommitted reader saw a record of an aborted transaction: the aborts did "
+            "not show in the log, so no read_committed reader was tested against them.</p>"
+            if aborted and not seen else "")
+    return ("<h2>Transactions</h2><table>" + "".join(f"<tr><th>{esc(k)}</th><td class='num'>{esc(v)}</td></tr>"
+                                                    for k, v in rows) + "</table>" + note)
 
 
 def _latency_table(results: dict) -> str:

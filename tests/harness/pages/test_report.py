@@ -27,10 +27,17 @@ def test_report_of_a_history_with_anomalies(spark, tmp_path):
         if e["process"] == "nemesis":
             e["value"] = {"grudge": {"n1": [EVIL]}, "mode": EVIL}
     (tmp_path / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-    (tmp_path / "run.json").write_text(json.dumps({"name": "anomalies", "spec": {"system": "own"}}))
+    transactions = {"transactions": {"ok": 5, "fail": 2, "info": 1}, "fenced": 1, "aborted_values": 4,
+                    "aborted_values_read_uncommitted": 0}
+    (tmp_path / "run.json").write_text(json.dumps({"name": "anomalies", "spec": {"system": "own"},
+                                                   "transactions": transactions}))
     results = check_history(tmp_path, Options(), spark=spark)
     page = render(tmp_path, results).read_text()
     assert "INVALID" in page and "lost-write" in page and "nonmonotonic-poll" in page
+    # The transactional clients' outcomes, and the warning that no aborted record was seen.
+    txn = page.split("<h2>Transactions</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "<td class='num'>5 / 2 / 1</td>" in txn and "<td class='num'>4 / 0</td>" in txn
+    assert "the aborts did not show in the log" in txn
     assert EVIL not in page and "&lt;script&gt;" in page and "<script" not in page
     # Every example link points at an event shown in the excerpt.
     links = set(re.findall(r"href=\"#e(\d+)\"", page))
