@@ -48,6 +48,9 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "heartbeat.interval.ms": 1_000,
 }
 
+# Consumer settings of the classic group protocol only (group.protocol=consumer refuses them).
+CLASSIC_GROUP_ONLY = ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy")
+
 _BOOTSTRAP_RE = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}$")
 
 
@@ -129,6 +132,11 @@ class ClientContext:
         settings are a UserError."""
         conf = {**self.consumer_settings(group_id, eof), **(extra or {}), "client.id": f"harness-c{pid}",
                 "error_cb": on_error, "logger": client_log}
+        if conf.get("group.protocol") == "consumer":
+            # KIP-848: the broker sets the session and heartbeat times and assigns;
+            # librdkafka refuses these (the workload's defaults among them).
+            for name in CLASSIC_GROUP_ONLY:
+                conf.pop(name, None)
         try:
             return Consumer(conf)
         except (KafkaException, ValueError, TypeError) as e:

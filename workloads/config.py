@@ -23,6 +23,10 @@ ACKS = ("0", "1", "all")
 # (at-most-once), or the client library's own periodic commit of what it
 # delivered (enable.auto.commit: the seed notes' loss when a member dies).
 COMMIT_MODES = ("after-processing", "before-processing", "auto")
+# The group protocol a group's members speak: the classic one (JoinGroup,
+# SyncGroup, client-side assignment), or KIP-848's (ConsumerGroupHeartbeat,
+# the broker assigns; Kafka 4.0 and later).
+GROUP_PROTOCOLS = ("classic", "consumer")
 
 # librdkafka property -> the WorkloadConfig knob that owns it.
 RESERVED_PRODUCER = {
@@ -53,13 +57,15 @@ class GroupConfig:
     """One consumer group of the workload: `consumers` members in subscribe
     mode, each handling every record it is delivered in a recorded `process`
     step of `process_s` seconds, committing as `commit` says, at most every
-    `commit_interval_s` seconds (auto: the library's auto.commit.interval.ms)."""
+    `commit_interval_s` seconds (auto: the library's auto.commit.interval.ms),
+    speaking the group `protocol` (GROUP_PROTOCOLS)."""
 
     name: str
     consumers: int = 2
     commit: str = "after-processing"
     process_s: float = 0.002
     commit_interval_s: float = 1.0
+    protocol: str = "classic"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _GROUP_RE.match(self.name):
@@ -72,6 +78,8 @@ class GroupConfig:
             raise UserError(f"{where}: commit {self.commit!r}: expected one of {', '.join(COMMIT_MODES)}")
         if self.commit == "auto" and self.commit_interval_s <= 0:
             raise UserError(f"{where}: auto commits need a commit interval above 0 s")
+        if self.protocol not in GROUP_PROTOCOLS:
+            raise UserError(f"{where}: protocol {self.protocol!r}: expected one of {', '.join(GROUP_PROTOCOLS)}")
 
     @classmethod
     def from_mapping(cls, data: Any, index: int) -> "GroupConfig":

@@ -60,11 +60,12 @@ class GroupReader(Reader):
                          commit_interval_s=group.commit_interval_s if manual else 0.0)
 
     def consumer_extra(self) -> dict:
+        extra = {"group.protocol": self.group.protocol}
         if self.group.commit != "auto":
-            return {}
+            return extra
         # The library stores each record's position as it delivers it and
         # commits what is stored on its own timer: nothing waits for handling.
-        return {"enable.auto.commit": True, "enable.auto.offset.store": True,
+        return {**extra, "enable.auto.commit": True, "enable.auto.offset.store": True,
                 "auto.commit.interval.ms": max(1, round(self.group.commit_interval_s * 1000)),
                 "on_commit": self._on_commit}
 

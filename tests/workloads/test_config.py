@@ -40,6 +40,7 @@ def test_defaults_are_valid_and_json_able():
     ({"consumer_settings": {"enable.auto.commit": True}}, "commit_interval_s"),
     ({"producer_settings": {"linger.ms": [1]}}, "linger.ms"),
     ({"producer_settings": ["x"]}, "producer_settings"),
+    ({"groups": [{"name": "g", "protocol": "eager"}]}, "protocol 'eager'"),
 ])
 def test_bad_values_are_one_line_user_errors(kwargs, words):
     with pytest.raises(UserError) as e:
@@ -104,3 +105,19 @@ def test_bad_bootstrap(bad):
 
 def test_good_bootstrap():
     assert check_bootstrap(" 127.0.0.1:9092, kafka-1:19092 ") == "127.0.0.1:9092,kafka-1:19092"
+
+
+def test_a_group_on_the_consumer_protocol_leaves_the_classic_settings_out():
+    """KIP-848 members get group.protocol=consumer without the session and
+    heartbeat times that librdkafka refuses with it (the brokers set them):
+    real clients, made offline, which librdkafka would refuse otherwise."""
+    from workloads.clients import ClientContext
+    from workloads.recording import Recorder
+
+    cfg = WorkloadConfig(groups=[{"name": "new", "protocol": "consumer"}])
+    clients = ClientContext(cfg, "127.0.0.1:1", None, Recorder(None))
+    with pytest.raises(Exception, match="session.timeout.ms"):  # what the workload's defaults meet unhelped
+        from confluent_kafka import Consumer
+        Consumer({**clients.consumer_settings("new"), "group.protocol": "consumer"})
+    for extra in ({"group.protocol": "consumer"}, {"group.protocol": "classic"}, None):
+        clients.make_consumer(1, "new", False, lambda err: None, extra).close()
