@@ -537,3 +537,12 @@ def verdict_words(liveness: dict) -> str:
     rec = liveness.get("recovery_s")
     return ("liveness ok: " + (f"recovered {rec:g} s after the final heal" if rec is not None else "no heal to recover from")
             + f", longest unavailability {liveness.get('unavailable_s') or 0:g} s")
+
+
+def hung_transaction_words(hung: dict) -> str:
+    """One line for a partition an open transaction held back to the end of
+    the run (results.json liveness `hung_transactions`, which a run adds from
+    its final reads: harness/run/spec.py)."""
+    return (f"HUNG TRANSACTION: partition {hung['partition']}'s last stable offset stayed at "
+            f"{hung['stable_offset']}, below its log end {hung['high_watermark']}, to the end of the final reads: "
+            f"a transaction left open hides every record after it from read_committed readers")

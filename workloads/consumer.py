@@ -347,6 +347,10 @@ class PartitionReach:
     # high watermark stood still for STABLE_END_S with everything below it read
     # (acknowledged records were lost; the checker says which).
     ends_below_acked: bool = False
+    # Not done, and its last stable offset (what a read_committed reader may
+    # read up to) was below the high watermark at the end: a transaction left
+    # open held the reads back (None: not asked, or no such hold).
+    stable_offset: int | None = None
 
 
 @dataclass
@@ -368,6 +372,10 @@ class FinalReadReport:
         short = [r.partition for r in self.partitions if r.ends_below_acked]
         if short:
             state += f"; partitions {short} end below their highest acknowledged offset"
+        held = [f"{r.partition} at {r.stable_offset} of {r.high_watermark}" for r in self.partitions
+                if r.stable_offset is not None]
+        if held:
+            state += f"; held back by an open transaction (last stable offset of log end): {', '.join(held)}"
         return f"final reads {state}: {self.records} records in {self.seconds:.1f} s"
 
 
@@ -409,11 +417,17 @@ def final_reads(clients: ClientContext, deadline_s: float) -> FinalReadReport:
         return max(high[p], acked.get(p, -1) + 1)
 
     reader = new_reader()
+    # The log's end, as a read_uncommitted client sees it: a read_committed
+    # one (the readers) is told the last stable offset instead, which an open
+    # transaction holds back, and would take it for the end of the log.
+    log_end = clients.make_consumer(reader.pid, f"{cfg.group_id}-final", False, lambda err: None,
+                                    {"isolation.level": "read_uncommitted"})
     next_refresh = 0.0
+    stable: dict[int, int] = {}  # partition -> its last stable offset, asked where reads fell short
     try:
         while len(done) < len(partitions) and time.monotonic() < end:
             if time.monotonic() >= next_refresh:
-                _refresh_watermarks(reader, [p for p in partitions if p not in done], high, end)
+                _refresh_watermarks(log_end, cfg.topic, [p for p in partitions if p not in done], high, end)
                 next_refresh = time.monotonic() + WATERMARK_REFRESH_S
                 for p, h in high.items():
                     if end_since.get(p, (None,))[0] != h:
@@ -442,16 +456,22 @@ def final_reads(clients: ClientContext, deadline_s: float) -> FinalReadReport:
                 clients.record_crash(reader.pid)
                 time.sleep(min(REPLACE_BACKOFF_S, max(0.0, end - time.monotonic())))
                 reader = new_reader()
+        # Where reads stopped short of the log's end: was an open transaction holding them back?
+        unfinished = [p for p in partitions if p not in done and p in high]
+        if unfinished:
+            _refresh_watermarks(reader.consumer, cfg.topic, unfinished, stable, time.monotonic() + 2.0)
     finally:
         records += reader.records_read
         reader.close(min(CLOSE_BOUND_S, max(1.0, end - time.monotonic())))
         _complete(clients, reader.pid, ends)
+        close_quietly(log_end)
     return FinalReadReport(
         complete=len(done) == len(partitions),
         seconds=time.monotonic() - started,
         records=records,
         processes=processes,
-        partitions=[PartitionReach(p, acked.get(p), high.get(p), reached[p], p in done, p in short)
+        partitions=[PartitionReach(p, acked.get(p), high.get(p), reached[p], p in done, p in short,
+                                   stable[p] if p in stable and stable[p] < high[p] else None)
                     for p in partitions],
     )
 
@@ -461,14 +481,22 @@ def _complete(clients: ClientContext, pid: int, ends: dict[int, int]) -> None:
     clients.record(pid, "ok", FINAL_READS, ends=[{"partition": p, "offset": o} for p, o in sorted(ends.items())])
 
 
-def _refresh_watermarks(reader: Reader, partitions: list[int], high: dict[int, int], end: float) -> None:
+def close_quietly(consumer) -> None:
+    try:
+        consumer.close()
+    except (KafkaException, RuntimeError) as e:
+        log.debug("final reads: closing a client: %s", e)
+
+
+def _refresh_watermarks(consumer, topic: str, partitions: list[int], high: dict[int, int], end: float) -> None:
+    """`high[p]`: partition p's high watermark as `consumer` is told it (its
+    isolation's: a read_committed client is told the last stable offset)."""
     for p in partitions:
         timeout = min(2.0, end - time.monotonic())
         if timeout <= 0:
             return
         try:
-            _, hw = reader.consumer.get_watermark_offsets(TopicPartition(reader.topic, p), timeout=timeout,
-                                                          cached=False)
+            _, hw = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout, cached=False)
         except KafkaException as e:
             log.debug("final reads: no high watermark for partition %d yet: %s", p, e)
             continue

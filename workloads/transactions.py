@@ -45,7 +45,8 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from core.history.format import TXN
 from workloads.client_errors import FAIL, INFO
 from workloads.clients import ClientContext
-from workloads.consumer import CLOSE_BOUND_S, REPLACE_BACKOFF_S, ConsumerSlot, Reader, exception_name
+from workloads.consumer import (CLOSE_BOUND_S, REPLACE_BACKOFF_S, ConsumerSlot, Reader, close_quietly,
+                                exception_name)
 
 log = logging.getLogger(__name__)
 
@@ -423,7 +424,7 @@ class Transformer(TxnSlot):
     def _retire(self, client: TxnClient) -> None:
         consumer, self.consumer = self.consumer, None
         if consumer is not None:
-            closer = threading.Thread(target=_close_quietly, args=(consumer,), daemon=True)
+            closer = threading.Thread(target=close_quietly, args=(consumer,), daemon=True)
             closer.start()
             closer.join(CLOSE_BOUND_S)
         super()._retire(client)
@@ -495,13 +496,6 @@ class Transformer(TxnSlot):
                 self.clients.record(pid, INFO, "seek", partition=p, offset=o, error=exception_name(e))
                 continue
             self.clients.record(pid, OK, "seek", partition=p, offset=o)
-
-
-def _close_quietly(consumer) -> None:
-    try:
-        consumer.close()
-    except (KafkaException, RuntimeError) as e:
-        log.debug("transformer consumer close: %s", e)
 
 
 class UncommittedReader(Reader):

@@ -21,7 +21,7 @@ import base64
 import io
 import logging
 
-from checkers.liveness import verdict_words
+from checkers.liveness import hung_transaction_words, verdict_words
 from harness.pages.html import esc
 from nemesis.registry import BY_START_ACTION
 
@@ -398,6 +398,7 @@ def liveness_html(live: dict | None, images: dict[str, str]) -> str:
         for f in live.get("faults", []))
     cls = "error" if live.get("verdict") == "hang" else ""
     parts = [f"<h2 id='liveness'>Liveness</h2><p class='{cls}'>{esc(verdict_words(live))}</p>",
+             *(f"<p class='error'>{esc(hung_transaction_words(h))}</p>" for h in live.get("hung_transactions") or []),
              f"<p class='muted'>Longest wait with no acknowledgement: producers "
              f"{n(live['producers']['unavailable_s'])} s, consumers {n(live['consumers']['unavailable_s'])} s; "
              f"first records read after the final heal: {n(live.get('consumer_recovery_s'))} s "

@@ -605,6 +605,9 @@ def _conclude(r: Run) -> int:
                 r.dumped.wait()  # the check reads the replicas' dumps; the rest of the teardown goes on
             checked = _check(r, Options(idempotent=r.spec.idempotent or None, fault_ends=FAULT_ENDS))
             _torn_down(r)  # the stories read the disk dumps
+            hung = specs.hung_transactions(r.info.get("final_reads"))
+            if hung and checked.get("liveness") is not None:
+                checked["liveness"]["hung_transactions"] = hung
             results = add_explanations(checked, r.dir.path)
             write_results(results, r.dir.path)
             # Issue 16's measure: from the final reads' end (the teardown in it) to results.json.

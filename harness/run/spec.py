@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from checkers import liveness
 from checkers.registry import NAMES as ANOMALIES
 from core.errors import UserError
 from infra.cluster import FLAG_FIELDS, add_provider_arguments, options_from_values, validate_options
@@ -474,7 +475,7 @@ def check_expect(table: str, expect: dict, bad) -> None:
 
 # [expect] liveness limits, seconds -> the results.json `liveness` number each bounds.
 LIVENESS_LIMITS = {"max-recovery-s": "recovery_s", "max-unavailable-s": "unavailable_s"}
-LIVENESS_KEYS = (*LIVENESS_LIMITS, "hang")
+LIVENESS_KEYS = (*LIVENESS_LIMITS, "hang", "hung-transaction")
 
 
 def expectation(expect: dict, results: dict) -> tuple[bool, list[str]]:
@@ -537,6 +538,9 @@ def _liveness_miss(key: str, want, live: dict | None) -> str | None:
     if key == "hang":
         got = "present" if live["verdict"] == "hang" else "absent"
         return None if got == want else f"expected hang {want}, got {got} (recovery {_secs(live.get('recovery_s'))})"
+    if key == "hung-transaction":
+        got = "present" if live.get("hung_transactions") else "absent"
+        return None if got == want else f"expected hung-transaction {want}, got {got}"
     measured = live.get(LIVENESS_LIMITS[key])
     if key == "max-recovery-s" and measured is None:
         if live.get("heal") is None or live.get("verdict") != "hang":
@@ -561,7 +565,19 @@ def liveness_failed(expect: dict, results: dict) -> list[str]:
     if live.get("verdict") == "hang":
         out.insert(0, "HANG: nothing acknowledged for more than "
                       f"{live.get('hang_after_s', 0):g} s after the final heal")
+    for hung in live.get("hung_transactions") or []:
+        out.insert(0, liveness.hung_transaction_words(hung))
     return out
+
+
+def hung_transactions(final_reads: dict | None) -> list[dict]:
+    """The partitions an open transaction held back when the final reads
+    ended (run.json `final_reads`, workloads.consumer.PartitionReach): their
+    last stable offset below the log's end after the fault phase, the heal
+    and the final reads' whole time limit."""
+    return [{"partition": r["partition"], "stable_offset": r["stable_offset"], "high_watermark": r["high_watermark"]}
+            for r in (final_reads or {}).get("partitions", []) if r.get("stable_offset") is not None]
+
 
 
 # -- writing a spec file (replay, shrink and nightly hand their runs one)

@@ -35,7 +35,7 @@ def test_groups_from_tables_take_dashed_keys_and_defaults():
     assert cfg.groups == (GroupConfig("harness-group-0", commit="auto", process_s=0.2, commit_interval_s=0.5),
                           GroupConfig("b"))
     assert cfg.to_dict()["groups"][1] == {"name": "b", "consumers": 2, "commit": "after-processing",
-                                          "process_s": 0.002, "commit_interval_s": 1.0}
+                                          "process_s": 0.002, "commit_interval_s": 1.0, "protocol": "classic"}
 
 
 @pytest.mark.integration
