@@ -18,6 +18,9 @@ write).  A follower finds where its log diverges from its leader's with
 time; a leader that learns of a newer epoch is `fenced` (KIP-320): it
 stops acknowledging and stops advancing its HW until ZooKeeper's state
 tells it its new role.
+
+Transactions (broker/txn_index.py) are noted from the same headers: the
+open transactions, the aborted index and the last stable offset (`lso`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from dataclasses import dataclass, field
 from broker import protocol as P
 from broker.records import BatchHeader, crc_ok, patch_offset_and_epoch
 from broker.storage import Log, read_epoch_checkpoint, write_epoch_checkpoint
+from broker.txn_index import PartitionTxns
 from broker.zk import PartitionState
 
 log = logging.getLogger("broker.partition")
@@ -82,6 +86,9 @@ class Partition:
         self.fetch_waiters: set[asyncio.Future] = set()
         self.epochs: list[tuple[int, int]] = []  # (leader epoch, start offset), ascending
         self.producers: dict[int, ProducerEntry] = {}
+        self.txns = PartitionTxns()
+        # The last produce queued behind a transaction's verification (broker/api_log.py), or None.
+        self.append_gate: asyncio.Future | None = None
         # A newer leader epoch this leader has heard of (from a request), or -1: while set it
         # neither acknowledges nor advances its HW, since another replica may lead already.
         self.fenced_by = -1
@@ -96,6 +103,11 @@ class Partition:
     def leo(self) -> int:
         return self.log.end_offset
 
+    @property
+    def lso(self) -> int:
+        """The last stable offset: read_committed readers read below it."""
+        return self.txns.lso(self.hw)
+
     # -- derived state from batch headers ----------------------------------------
 
     def note_batch(self, h: BatchHeader) -> None:
@@ -107,10 +119,15 @@ class Partition:
     def _note_producer(self, h: BatchHeader) -> None:
         if h.producer_id >= 0:
             entry = self.producers.get(h.producer_id)
-            if entry is None or h.producer_epoch != entry.epoch:
+            if entry is None or h.producer_epoch > entry.epoch or (h.producer_epoch != entry.epoch
+                                                                    and not h.is_control):
+                # A marker of a newer epoch (a fenced or timed-out transaction's abort)
+                # fences the older epoch here too; it carries no sequence numbers.
                 entry = ProducerEntry(h.producer_epoch)
                 self.producers[h.producer_id] = entry
-            entry.batches.append((h.base_sequence, h.last_sequence, h.base_offset, h.last_offset))
+            if not h.is_control:
+                entry.batches.append((h.base_sequence, h.last_sequence, h.base_offset, h.last_offset))
+        self.txns.note(h)
 
     def _assign_epoch(self, epoch: int, start: int) -> None:
         # As Kafka's cache: a new epoch replaces any entry starting at or after its start
@@ -154,6 +171,7 @@ class Partition:
     def rebuild_derived_state(self) -> None:
         self.epochs = []
         self.producers = {}
+        self.txns.clear()
         for h in self.log.headers(0):
             self.note_batch(h)
 
@@ -173,6 +191,7 @@ class Partition:
             # The producer state comes from the batches that remain; the epoch cache keeps the
             # epochs that start below the new end (Kafka's truncateFromEnd), empty ones included.
             self.producers = {}
+            self.txns.clear()
             for h in self.log.headers(0):
                 self._note_producer(h)
             kept = [(e, s) for e, s in self.epochs if s < new_leo]

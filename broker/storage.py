@@ -108,6 +108,8 @@ def scan_file(fd: int, start: int, end: int, check_crc: bool):
             whole = os.pread(fd, h.length, pos)
             if len(whole) < h.length or (check_crc and not records.crc_ok(whole, 0, h.length)):
                 return
+            if h.attributes & records.CONTROL_FLAG:
+                h.control_type = records.control_type(whole, 0, h.length)
             yield pos, h
             consumed = h.length
         pos += consumed
