@@ -1,4 +1,4 @@
-"""The consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup,
+"""The consumer-group APIs: FindCoordinator (also for transactional ids), JoinGroup, SyncGroup,
 Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, and DescribeGroups and
 ListGroups (what `kafka-consumer-groups --describe` and an admin client's
 describe ask, such as which broker coordinates a group).
@@ -68,9 +68,10 @@ class GroupApis:
     async def handle_find_coordinator(self, req, version, client_id):
         R = P.FindCoordinatorResponse
         key_type = req.key_type if version >= 1 else 0
-        if key_type != 0:
-            return R(throttle_time_ms=0, error_code=P.COORDINATOR_NOT_AVAILABLE,
-                     error_message="transactions are not supported", node_id=-1, host="", port=-1)
+        if key_type not in (0, 1):
+            return R(throttle_time_ms=0, error_code=P.INVALID_REQUEST, error_message=f"key type {key_type}",
+                     node_id=-1, host="", port=-1)
+        # Groups (0) and transactional ids (1) are placed by the same hash over the live brokers.
         cid = coordinator_for(req.key or "", list(self.metadata.live))
         info = self.metadata.live.get(cid)
         if info is None:

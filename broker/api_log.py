@@ -1,11 +1,25 @@
 """The APIs of the log itself (Kafka's KafkaApis, the data half): Produce,
 Fetch (from consumers and from follower replicas), ListOffsets,
-OffsetForLeaderEpoch and InitProducerId.
+OffsetForLeaderEpoch, and WriteTxnMarkers (a transaction coordinator's
+COMMIT and ABORT markers).
 
 Each handler asks the replica manager which replica serves a partition
 and whether the request's leader epoch is current, then works on that
 Partition.  A produce appends every batch before its first await, so the
 network layer's in-order dispatch keeps batches in request order.
+
+The exception is a producer's first transactional batch on a partition in
+a transaction: the leader first checks with the transaction's state in
+ZooKeeper that the coordinator added the partition to that transaction
+(as Kafka's KIP-890 verification; INVALID_TXN_STATE if not).  That batch,
+and every batch after it on the same partition until it is appended,
+waits in a per-partition queue, so the partition still appends in
+request order.
+
+read_committed fetches (isolation level 1) are served below the last
+stable offset and carry the aborted transactions of the fetched range,
+which the client uses to drop aborted records; ListOffsets' latest offset
+is the LSO for them.
 """
 
 from __future__ import annotations
@@ -17,9 +31,10 @@ import time
 from broker import protocol as P
 from broker import records
 from broker.config import BrokerConfig, coin_heads
-from broker.metadata import Metadata, allocate_producer_id
+from broker.metadata import Metadata
 from broker.partition import ProduceError
 from broker.replica_manager import ReplicaManager
+from broker.transactions import ONGOING, read_txn_state
 
 log = logging.getLogger("broker")
 
@@ -36,12 +51,15 @@ class LogApis:
             log.warning("planted bug stall-after-restart: this restarted broker acknowledges no produce")
         # Planted bug forget-acked-sometimes: whether this broker still has its one batch to forget.
         self.forget_pending = cfg.bug("forget-acked-sometimes")
+        # Planted bug txn-serve-aborted: read_committed fetches served as read_uncommitted ones.
+        self.serve_aborted = cfg.bug("txn-serve-aborted")
+        self.serve_aborted_logged: dict[tuple[str, int], float] = {}
 
     def handlers(self) -> dict:
         return {P.PRODUCE: self.handle_produce, P.FETCH: self.handle_fetch,
                 P.LIST_OFFSETS: self.handle_list_offsets,
                 P.OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
-                P.INIT_PRODUCER_ID: self.handle_init_producer_id}
+                P.WRITE_TXN_MARKERS: self.handle_write_txn_markers}
 
     async def handle_produce(self, req, version, client_id):
         # Everything up to the first await runs at once, so batches are appended in request order.
@@ -50,6 +68,7 @@ class LogApis:
         if self.stalled:
             return await self._stalled_produce(req)
         waits = []  # (topic response list, index, partition, last offset, future)
+        deferred = []  # (topic response list, index, partition, bytes, header, queued append)
         responses = []
         bug_ack_early = self.cfg.bug("ack-before-replication")
         check_sequences = not self.cfg.bug("no-dedup")
@@ -76,6 +95,14 @@ class LogApis:
                         if acks == -1 and len(p.isr) < min_isr:
                             raise ProduceError(P.NOT_ENOUGH_REPLICAS,
                                                f"isr {p.isr} is smaller than min.insync.replicas {min_isr}")
+                        if p.append_gate is not None or self._needs_verification(p, h):
+                            # Behind a batch still being verified, or one to verify: queued in order.
+                            deferred.append((len(responses), len(parts), p, pd.records, h,
+                                             self._queue(p, req.transactional_id, pd.records, h, check_sequences)))
+                            parts.append(R.TopicProduceResponse.PartitionProduceResponse(
+                                index=pd.index, error_code=P.NONE, base_offset=-1, log_append_time_ms=-1,
+                                log_start_offset=0, record_errors=[], error_message=None))
+                            continue
                         if self._forget(h):
                             # Acknowledged at the log end without being written: the next batch takes its offset.
                             log.warning("planted bug forget-acked-sometimes: acknowledging %d record(s) of %s "
@@ -97,6 +124,12 @@ class LogApis:
                     index=pd.index, error_code=err, base_offset=base, log_append_time_ms=-1, log_start_offset=0,
                     record_errors=[], error_message=msg))
             responses.append(R.TopicProduceResponse(name=td.name, partition_responses=parts))
+        for ti, pi, p, _data, _h, queued in deferred:
+            pr = responses[ti].partition_responses[pi]
+            err, msg, base, last = await queued
+            pr.error_code, pr.error_message, pr.base_offset = err, msg, base
+            if err == P.NONE and acks == -1 and not bug_ack_early:
+                waits.append((ti, pi, p, last + 1))
         if acks == 0:
             return None
         if waits:
@@ -121,6 +154,63 @@ class LogApis:
                 if pr.error_code != P.NONE:
                     pr.base_offset = -1
         return R(responses=responses, throttle_time_ms=0)
+
+    @staticmethod
+    def _needs_verification(p, h) -> bool:
+        """A producer's first transactional batch in this partition's current transaction."""
+        if not h.is_transactional:
+            return False
+        entry = p.producers.get(h.producer_id)
+        return p.txns.open_transaction(h.producer_id) is None or entry is None or entry.epoch != h.producer_epoch
+
+    def _queue(self, p, transactional_id, data, h, check_sequences: bool) -> asyncio.Task:
+        """Appends the batch after every batch queued before it on this partition, verifying
+        it first if it opens a transaction; the task's result is (error, message, base, last)."""
+        prev = p.append_gate
+        done = asyncio.get_running_loop().create_future()
+        p.append_gate = done
+
+        async def run():
+            try:
+                if prev is not None:
+                    await prev
+                err, msg = P.NONE, None
+                if self._needs_verification(p, h):
+                    err, msg = await self._verify(p, transactional_id, h)
+                if err != P.NONE:
+                    return err, msg, -1, -1
+                if p.role != "leader" or p.fenced_by >= 0:
+                    return P.NOT_LEADER_OR_FOLLOWER, "no longer the leader", -1, -1
+                try:
+                    base, last, _dup = p.append_as_leader(data, h, check_sequences)
+                except ProduceError as e:
+                    return e.code, str(e), -1, -1
+                except OSError as e:
+                    log.error("append to %s failed: %s", p.name, e)
+                    return P.KAFKA_STORAGE_ERROR, str(e), -1, -1
+                return P.NONE, None, base, last
+            finally:
+                done.set_result(None)
+                if p.append_gate is done:
+                    p.append_gate = None
+        return asyncio.get_running_loop().create_task(run())
+
+    async def _verify(self, p, transactional_id, h) -> tuple[int, str | None]:
+        """Whether the coordinator added this partition to the producer's ongoing transaction."""
+        if transactional_id is None:
+            return P.INVALID_TXN_STATE, "a transactional batch without a transactional id"
+        try:
+            st = await self.metadata.zk_call(read_txn_state, transactional_id)
+        except Exception as e:
+            return P.NOT_ENOUGH_REPLICAS, f"the transaction's state cannot be read: {e}"
+        if st is None or st.producer_id != h.producer_id:
+            return P.INVALID_TXN_STATE, f"producer {h.producer_id} is not {transactional_id!r}'s"
+        if h.producer_epoch < st.producer_epoch:
+            return P.INVALID_PRODUCER_EPOCH, f"producer epoch {h.producer_epoch} < {st.producer_epoch}"
+        if st.producer_epoch != h.producer_epoch or st.state != ONGOING or (p.topic, p.index) not in st.partitions:
+            return P.INVALID_TXN_STATE, f"{p.name} is not in an ongoing transaction of {transactional_id!r} " \
+                                        f"at epoch {h.producer_epoch} ({st.state}, epoch {st.producer_epoch})"
+        return P.NONE, None
 
     def _forget(self, h) -> bool:
         """Whether the planted forget-acked-sometimes bug swallows this batch: the
@@ -149,6 +239,7 @@ class LogApis:
         is_follower = replica >= 0
         # Planted bug serve-above-hw: a consumer reads up to the log end, as a follower does.
         above_hw = is_follower or self.cfg.bug("serve-above-hw")
+        read_committed = not is_follower and req.isolation_level == 1
         now = time.monotonic()
         deadline = now + max(req.max_wait_ms, 0) / 1000.0
         wanted = []
@@ -179,37 +270,122 @@ class LogApis:
                             p.record_follower_fetch(replica, offset, now)
                             p.maybe_advance_hw()
                             hw = p.hw
-                        limit = p.leo if above_hw else p.hw
+                        limit = p.leo if above_hw else p.lso if read_committed and not self.serve_aborted else p.hw
                         if budget > 0:
                             data = p.log.read(offset, min(pmax, budget), limit)
                             budget -= len(data)
                             total += len(data)
                 if err != P.NONE:
                     any_error = True
-                results[(topic, index)] = (err, hw, data, p)
+                results[(topic, index)] = (err, hw, data, p, offset)
             first = False
             remaining = deadline - time.monotonic()
             if total >= req.min_bytes or any_error or remaining <= 0:
                 break
             fut = asyncio.get_running_loop().create_future()
-            for (_, _, _, p) in results.values():
+            for (_, _, _, p, _) in results.values():
                 p.fetch_waiters.add(fut)
             try:
                 await asyncio.wait_for(fut, remaining)
             except asyncio.TimeoutError:
                 pass
             finally:
-                for (_, _, _, p) in results.values():
+                for (_, _, _, p, _) in results.values():
                     p.fetch_waiters.discard(fut)
         topics = {}
         for topic, index, *_ in wanted:
-            err, hw, data, p = results[(topic, index)]
+            err, hw, data, p, offset = results[(topic, index)]
+            lso, aborted = hw, None
+            if p is not None and err == P.NONE:
+                lso = p.lso
+                if read_committed:
+                    aborted = self._aborted_in(p, offset, data, lso)
             topics.setdefault(topic, []).append(R.FetchableTopicResponse.PartitionData(
-                partition_index=index, error_code=err, high_watermark=hw, last_stable_offset=hw,
-                log_start_offset=p.log.start_offset if p is not None else -1, aborted_transactions=None,
+                partition_index=index, error_code=err, high_watermark=hw, last_stable_offset=lso,
+                log_start_offset=p.log.start_offset if p is not None else -1, aborted_transactions=aborted,
                 preferred_read_replica=-1, records=data))
         return R(throttle_time_ms=0, error_code=P.NONE, session_id=0,
                  responses=[R.FetchableTopicResponse(topic=t, partitions=ps) for t, ps in topics.items()])
+
+    def _aborted_in(self, p, offset: int, data: bytes, lso: int):
+        """The aborted transactions a read_committed reader of `data` (read from `offset`) must drop."""
+        batches = list(records.iter_batches(data))
+        end = batches[-1][1].next_offset if batches else offset
+        found = p.txns.aborted_between(offset, end)
+        if self.serve_aborted:
+            # Planted bug txn-serve-aborted: data was read up to the HW, and nothing is said aborted.
+            if found or end > lso:
+                now = time.monotonic()
+                if now - self.serve_aborted_logged.get((p.topic, p.index), 0.0) >= 1.0:
+                    self.serve_aborted_logged[(p.topic, p.index)] = now
+                    log.warning("planted bug txn-serve-aborted: read_committed fetch of %s served offsets %d-%d "
+                                "past the last stable offset %d, %d aborted transaction(s) not named", p.name,
+                                offset, end - 1, lso, len(found))
+            return None
+        R = P.FetchResponse.FetchableTopicResponse.PartitionData
+        return [R.AbortedTransaction(producer_id=pid, first_offset=first) for pid, first in found]
+
+    async def handle_write_txn_markers(self, req, version, client_id):
+        """A transaction coordinator's markers: one control batch per partition, answered once
+        the HW passes it. A marker already written (a retry) is not written again."""
+        R = P.WriteTxnMarkersResponse
+        results = []
+        for m in req.markers or []:
+            topics = []
+            for t in m.topics or []:
+                parts = []
+                waits = []
+                for index in t.partition_indexes or []:
+                    code, need = self._write_marker(t.name, index, m)
+                    parts.append(R.WritableTxnMarkerResult.WritableTxnMarkerTopicResult
+                                 .WritableTxnMarkerPartitionResult(partition_index=index, error_code=code))
+                    if code == P.NONE and need is not None:
+                        waits.append((parts[-1], need))
+                for pr, (p, need) in waits:
+                    fut = p.wait_for_hw(need)
+                    try:
+                        pr.error_code = await asyncio.wait_for(fut, 5.0)
+                    except asyncio.TimeoutError:
+                        pr.error_code = P.REQUEST_TIMED_OUT
+                        try:
+                            p.ack_waiters.remove((need, fut))
+                        except ValueError:
+                            pass
+                topics.append(R.WritableTxnMarkerResult.WritableTxnMarkerTopicResult(name=t.name, partitions=parts))
+            results.append(R.WritableTxnMarkerResult(producer_id=m.producer_id, topics=topics))
+        return R(markers=results)
+
+    def _write_marker(self, topic: str, index: int, m):
+        """(error, (partition, offset the HW must reach) or None) for one partition's marker."""
+        p, err = self.replicas.partition_error(topic, index)
+        if err == P.NONE and p.fenced_by >= 0:
+            err = P.NOT_LEADER_OR_FOLLOWER
+        if err != P.NONE:
+            return err, None
+        if len(p.isr) < self.cfg.min_insync_replicas:
+            return P.NOT_ENOUGH_REPLICAS, None
+        kind = records.COMMIT_MARKER if m.transaction_result else records.ABORT_MARKER
+        entry = p.producers.get(m.producer_id)
+        if entry is not None and m.producer_epoch < entry.epoch:
+            log.info("%s: marker of producer %d at epoch %d is older than its epoch %d here: not written", p.name,
+                     m.producer_id, m.producer_epoch, entry.epoch)
+            return P.NONE, None
+        last = p.txns.markers.get(m.producer_id)
+        if p.txns.open_transaction(m.producer_id) is None and last is not None \
+                and last[:2] == (m.producer_epoch, kind):
+            return P.NONE, (p, last[2] + 1)  # written already: wait until it is replicated
+        data = records.control_batch(kind, m.producer_id, m.producer_epoch, m.coordinator_epoch,
+                                     int(time.time() * 1000))
+        h = records.parse_header(data)
+        h.control_type = kind
+        try:
+            base, _last, _dup = p.append_as_leader(data, h, check_sequences=False)
+        except OSError as e:
+            log.error("marker append to %s failed: %s", p.name, e)
+            return P.KAFKA_STORAGE_ERROR, None
+        log.info("TXN MARKER %s: %s of producer %d epoch %d at offset %d", p.name,
+                 "COMMIT" if kind == records.COMMIT_MARKER else "ABORT", m.producer_id, m.producer_epoch, base)
+        return P.NONE, (p, base + 1)
 
     async def handle_list_offsets(self, req, version, client_id):
         R = P.ListOffsetsResponse
@@ -224,15 +400,17 @@ class LogApis:
                     err = self.replicas.epoch_error(p, lp.current_leader_epoch,
                                                    _who(replica, client_id, "ListOffsets"))
                 if err == P.NONE:
+                    committed = version >= 2 and req.isolation_level == 1 and replica < 0
+                    visible = p.leo if replica >= 0 else p.lso if committed else p.hw
                     if lp.timestamp == -1:
-                        offset = p.leo if replica >= 0 else p.hw
+                        offset = visible
                         epoch = p.leader_epoch
                     elif lp.timestamp == -2:
                         offset = p.log.start_offset
                         epoch = p.epoch_at(offset)
                     else:
                         found = p.log.offset_for_timestamp(lp.timestamp)
-                        if found is not None and (replica >= 0 or found < p.hw):
+                        if found is not None and found < visible:
                             offset = found
                             epoch = p.epoch_at(found)
                 parts.append(R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
@@ -259,17 +437,6 @@ class LogApis:
                     error_code=err, partition=op.partition, leader_epoch=epoch, end_offset=end))
             topics.append(R.OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))
         return R(throttle_time_ms=0, topics=topics)
-
-    async def handle_init_producer_id(self, req, version, client_id):
-        R = P.InitProducerIdResponse
-        if req.transactional_id is not None:
-            return R(throttle_time_ms=0, error_code=P.INVALID_REQUEST, producer_id=-1, producer_epoch=-1)
-        try:
-            pid = await self.metadata.zk_call(allocate_producer_id)
-        except Exception as e:
-            log.warning("producer id allocation failed: %s", e)
-            return R(throttle_time_ms=0, error_code=P.COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1)
-        return R(throttle_time_ms=0, error_code=P.NONE, producer_id=pid, producer_epoch=0)
 
 
 def _who(replica: int, client_id: str, api: str) -> str:

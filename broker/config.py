@@ -40,6 +40,12 @@ PLANTED_BUGS = {
                         "coordinator (the old one died, or the group moved) knows none of them",
     "stale-offset-cache": "a group coordinator answers offset fetches from the offsets it committed itself, "
                           "kept since: a group that moved away and back is told where it stood before the move",
+    "txn-serve-aborted": "read_committed fetches ignore the last stable offset and the aborted-transactions "
+                         "index: they are served up to the high watermark, aborted and open transactions' "
+                         "records included",
+    "txn-partial-commit": "a transaction coordinator that takes a transaction over from another coordinator "
+                          "(it died or the transaction moved) commits it on its first partition only and aborts "
+                          "it on the others",
     "forget-acked-sometimes": "in about half of all clusters (a coin flipped from the cluster id, which is "
                               "random per cluster), each broker acknowledges the first plain (non-idempotent) "
                               "batch it leads without appending it: a failure that shows in some runs of one "
@@ -127,6 +133,12 @@ SETTINGS = {
     "socket.request.max.bytes": ("socket_request_max_bytes", _int_at_least(64),
                                  "largest request frame; a bigger length prefix closes the connection"),
     "connections.max.idle.ms": ("connections_max_idle_ms", _int_at_least(1000), "close idle client connections"),
+    "transaction.max.timeout.ms": ("transaction_max_timeout_ms", _int_at_least(1),
+                                   "largest transaction.timeout.ms a transactional producer may ask for"),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+        "transaction_cleanup_interval_ms", _int_at_least(10),
+        "how often a transaction coordinator aborts its timed-out transactions and takes over the transactions "
+        "another coordinator left half-completed"),
     # Not Kafka's: Kafka has only leader-epoch truncation since 0.11 (KIP-101).
     "replica.truncation": ("replica_truncation", _truncation,
                            "how a new follower finds what to cut: leader-epoch (KIP-101, safe) or high-watermark "
@@ -167,6 +179,8 @@ class BrokerConfig:
     socket_request_max_bytes: int = 104857600
     connections_max_idle_ms: int = 600000
     replica_truncation: str = "leader-epoch"
+    transaction_max_timeout_ms: int = 900000
+    transaction_cleanup_interval_ms: int = 10000
     overrides: dict = field(default_factory=dict)
 
     def bug(self, name: str) -> bool:

@@ -1,5 +1,9 @@
 """Consumer group coordinator (Kafka's classic protocol) with offsets kept in ZooKeeper.
 
+Offsets committed inside a transaction (TxnOffsetCommit) wait in ZooKeeper
+beside the committed ones until the transaction coordinator ends the
+transaction (`finish_txn_offsets`): only a commit makes them visible.
+
 A group lives on one broker, chosen from the sorted live brokers by a
 stable hash of its name; the others answer NOT_COORDINATOR.  Membership
 is in memory (a coordinator move makes members rejoin); committed offsets
@@ -413,3 +417,60 @@ class GroupCoordinator:
                         out[(topic, p)] = (-1, -1, "")
             return out
         return await self.zk_call(read)
+
+    # -- transactional offsets (TxnOffsetCommit) ---------------------------------------------
+
+    async def store_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int, offsets) -> int:
+        """Keeps a transaction's offsets aside, invisible to offset fetches, until the
+        transaction ends (finish_txn_offsets). An older epoch of the producer is fenced."""
+
+        def write(client):
+            path = Z.txn_offsets_path(group_id, producer_id)
+            try:
+                data, stat = client.get(path)
+                d = json.loads(data)
+            except NoNodeError:
+                d, stat = None, None
+            if d is not None and int(d["producer_epoch"]) > producer_epoch:
+                return P.INVALID_PRODUCER_EPOCH
+            kept = {} if d is None or int(d["producer_epoch"]) != producer_epoch else \
+                {(t, p): (t, p, off, e, m) for t, p, off, e, m in d["offsets"]}
+            for topic, p, off, epoch, meta in offsets:
+                kept[(topic, p)] = (topic, p, off, epoch, meta or "")
+            new = json.dumps({"producer_epoch": producer_epoch, "offsets": list(kept.values())}).encode()
+            if stat is None:
+                client.create(path, new, makepath=True)
+            else:
+                client.set(path, new, version=stat.version)
+            return P.NONE
+        try:
+            return await self.zk_call(write)
+        except Exception as e:  # a lost race or a connection loss: the producer retries
+            log.warning("transactional offset commit %s (producer %d) failed: %s", group_id, producer_id, e)
+            return P.COORDINATOR_NOT_AVAILABLE
+
+
+def finish_txn_offsets(client, group_id: str, producer_id: int, commit: bool) -> int:
+    """Ends a transaction's offsets in a group (kazoo, in a ZooKeeper thread): a commit
+    makes them the group's committed offsets, an abort drops them. Idempotent: a
+    repeat finds nothing pending. Returns how many offsets were committed."""
+    path = Z.txn_offsets_path(group_id, producer_id)
+    try:
+        d = json.loads(client.get(path)[0])
+    except NoNodeError:
+        return 0
+    n = 0
+    if commit:
+        for topic, p, off, epoch, meta in d["offsets"]:
+            data = json.dumps({"offset": off, "leader_epoch": epoch, "metadata": meta or ""}).encode()
+            opath = Z.offset_path(group_id, topic, p)
+            try:
+                client.set(opath, data)
+            except NoNodeError:
+                client.create(opath, data, makepath=True)
+            n += 1
+    try:
+        client.delete(path)
+    except NoNodeError:
+        pass
+    return n

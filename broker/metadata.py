@@ -117,7 +117,7 @@ class Metadata:
         self.zk = KazooClient(hosts=hosts + chroot, timeout=self.cfg.zk_session_timeout_ms / 1000)
         self.zk.add_listener(self._zk_state_listener)
         await self.loop.run_in_executor(None, functools.partial(self.zk.start, timeout=30))
-        for path in (Z.BROKERS, Z.TOPICS, Z.CONSUMERS):
+        for path in (Z.BROKERS, Z.TOPICS, Z.CONSUMERS, Z.TRANSACTIONS):
             await self.zk_call(lambda c, p=path: c.ensure_path(p))
         self.cluster_id = await self.zk_call(ensure_cluster_id)
         log.info("cluster id %s", self.cluster_id)

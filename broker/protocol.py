@@ -21,7 +21,11 @@ from kafka.protocol.consumer import (FetchRequest, FetchResponse, HeartbeatReque
                                      SyncGroupRequest, SyncGroupResponse)
 from kafka.protocol.metadata import (ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest,
                                      FindCoordinatorResponse, MetadataRequest, MetadataResponse)
-from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+from kafka.protocol.producer import (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
+                                     AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse,
+                                     InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse,
+                                     TxnOffsetCommitRequest, TxnOffsetCommitResponse, WriteTxnMarkersRequest,
+                                     WriteTxnMarkersResponse)
 
 # Error codes (Kafka's numbering).
 NONE = 0
@@ -53,6 +57,12 @@ INVALID_REQUEST = 42
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
 INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+INVALID_PRODUCER_ID_MAPPING = 49
+INVALID_TRANSACTION_TIMEOUT = 50
+CONCURRENT_TRANSACTIONS = 51
+OPERATION_NOT_ATTEMPTED = 55
+PRODUCER_FENCED = 90
 INVALID_RECORD = 87
 UNKNOWN_PRODUCER_ID = 59
 KAFKA_STORAGE_ERROR = 56
@@ -79,6 +89,11 @@ API_VERSIONS = 18
 CREATE_TOPICS = 19
 INIT_PRODUCER_ID = 22
 OFFSET_FOR_LEADER_EPOCH = 23
+ADD_PARTITIONS_TO_TXN = 24
+ADD_OFFSETS_TO_TXN = 25
+END_TXN = 26
+WRITE_TXN_MARKERS = 27
+TXN_OFFSET_COMMIT = 28
 DESCRIBE_CONFIGS = 32
 
 # api_key -> (request class, response class, min version, max version)
@@ -98,8 +113,13 @@ APIS = {
     16: (ListGroupsRequest, ListGroupsResponse, 0, 3),
     18: (ApiVersionsRequest, ApiVersionsResponse, 0, 3),
     19: (CreateTopicsRequest, CreateTopicsResponse, 2, 4),
-    22: (InitProducerIdRequest, InitProducerIdResponse, 0, 1),
+    22: (InitProducerIdRequest, InitProducerIdResponse, 0, 4),
     23: (OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 3),
+    24: (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 3),
+    25: (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 3),
+    26: (EndTxnRequest, EndTxnResponse, 0, 3),
+    27: (WriteTxnMarkersRequest, WriteTxnMarkersResponse, 1, 1),
+    28: (TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 3),
     32: (DescribeConfigsRequest, DescribeConfigsResponse, 1, 4),
 }
 

@@ -5,12 +5,14 @@ runs them on one asyncio event loop.
 - broker/metadata.py    ZooKeeper session, watches, the metadata cache,
                         the controller's loop (broker/controller.py)
 - broker/replica_manager.py  logs, roles, ISR, HW checkpoints, fetchers
-- broker/api_log.py     Produce, Fetch, ListOffsets, OffsetForLeaderEpoch, InitProducerId
+- broker/api_log.py     Produce, Fetch, ListOffsets, OffsetForLeaderEpoch, WriteTxnMarkers
 - broker/api_topics.py  ApiVersions, Metadata, CreateTopics
 - broker/api_groups.py  the consumer-group APIs (broker/groups.py keeps the groups)
+- broker/api_txn.py     InitProducerId and the transaction APIs (broker/transactions.py
+                        is the transaction coordinator)
 
 The broker is the metadata side's listener: it passes ZooKeeper's news to
-the replica manager and the group coordinator.  It owns start-up order
+the replica manager and the group and transaction coordinators.  It owns start-up order
 (logs before the listener socket, ZooKeeper after) and clean shut-down
 (HW checkpoint written, logs flushed, session closed so the controller
 reacts at once).
@@ -25,11 +27,13 @@ import signal
 from broker.api_groups import GroupApis
 from broker.api_log import LogApis
 from broker.api_topics import TopicApis
+from broker.api_txn import TxnApis
 from broker.config import BrokerConfig
 from broker.groups import GroupCoordinator, coordinator_for
 from broker.metadata import BrokerInfo, Metadata, MetadataListener
 from broker.network import SocketServer
 from broker.replica_manager import ReplicaManager
+from broker.transactions import TransactionCoordinator
 from broker.zk import PartitionState
 
 log = logging.getLogger("broker")
@@ -42,6 +46,7 @@ class Broker(MetadataListener):
         self.metadata = Metadata(cfg, self)
         self.replicas = ReplicaManager(cfg, self.metadata)
         self.groups: GroupCoordinator | None = None
+        self.txns: TransactionCoordinator | None = None
         self.handlers: dict = {}
         self.tasks: list[asyncio.Task] = []
 
@@ -60,9 +65,11 @@ class Broker(MetadataListener):
                                        self.cfg.group_initial_rebalance_delay_ms,
                                        offsets_in_memory=self.cfg.bug("commit-in-memory"),
                                        stale_cache=self.cfg.bug("stale-offset-cache"))
+        self.txns = TransactionCoordinator(self.cfg, self.metadata)
         self.handlers = {**LogApis(self.cfg, self.metadata, self.replicas).handlers(),
                          **TopicApis(self.cfg, self.metadata).handlers(),
-                         **GroupApis(self.id, self.metadata, self.groups).handlers()}
+                         **GroupApis(self.id, self.metadata, self.groups).handlers(),
+                         **TxnApis(self.id, self.metadata, self.txns, self.groups).handlers()}
         server = SocketServer(self.cfg.host, self.cfg.port, self._dispatch, self.cfg.socket_request_max_bytes,
                               self.cfg.connections_max_idle_ms)
         await server.start()
@@ -72,7 +79,7 @@ class Broker(MetadataListener):
         await self.metadata.start()
         self.tasks = [loop.create_task(c) for c in (
             self.metadata.controller_loop(), self.replicas.isr_loop(), self.replicas.checkpoint_loop(),
-            self.replicas.flush_loop(), self._group_loop())]
+            self.replicas.flush_loop(), self._group_loop(), self.txns.run())]
         try:
             await stopping.wait()
         finally:
@@ -81,6 +88,7 @@ class Broker(MetadataListener):
             server.close()
             for t in self.tasks:
                 t.cancel()
+            self.txns.close()
             self.replicas.shutdown()
             await self.metadata.stop()
             log.info("broker %d stopped", self.id)
@@ -107,6 +115,9 @@ class Broker(MetadataListener):
         if self.groups is not None:
             ids = list(live)
             self.groups.drop_groups(lambda g: coordinator_for(g, ids) == self.id)
+        if self.txns is not None:
+            ids = list(live)
+            self.txns.forget(lambda t: coordinator_for(t, ids) == self.id)
         self.replicas.live_changed(live)
 
     def on_session_lost(self) -> None:
@@ -116,3 +127,5 @@ class Broker(MetadataListener):
         # stale, and a commit checked against it would overwrite newer offsets.
         if self.groups is not None:
             self.groups.drop_groups(lambda g: False)
+        if self.txns is not None:
+            self.txns.forget(lambda t: False)

@@ -12,12 +12,16 @@ Layout (the same shape as ZooKeeper-era Kafka):
                                             leader) had when it was put there; updated
                                             only with conditional (versioned) writes
   /consumers/<group>/offsets/<topic>/<p>    committed offsets {"offset", "metadata", "leader_epoch"}
+  /consumers/<group>/txn_offsets/<pid>      offsets a transaction committed, pending until it ends
+                                            {"producer_epoch", "offsets": [[topic, p, offset, epoch, metadata]]}
   /latest_producer_id_block                 {"next": n}: producer ids handed out in blocks
+  /transactions/<transactional id, quoted>  a transaction's state (broker/transactions.py), versioned writes
 """
 
 from __future__ import annotations
 
 import json
+import urllib.parse
 from dataclasses import dataclass, field
 
 BROKERS = "/brokers/ids"
@@ -27,6 +31,7 @@ CONTROLLER_EPOCH = "/controller_epoch"
 CONSUMERS = "/consumers"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 PRODUCER_ID_BLOCK_SIZE = 1000
+TRANSACTIONS = "/transactions"
 
 
 def topic_path(topic: str) -> str:
@@ -39,6 +44,19 @@ def state_path(topic: str, partition: int) -> str:
 
 def offset_path(group: str, topic: str, partition: int) -> str:
     return f"{CONSUMERS}/{group}/offsets/{topic}/{partition}"
+
+
+def txn_offsets_path(group: str, producer_id: int) -> str:
+    return f"{CONSUMERS}/{group}/txn_offsets/{producer_id}"
+
+
+def txn_path(transactional_id: str) -> str:
+    """A transactional id may hold any character, "/" included: it is quoted into one znode name."""
+    return f"{TRANSACTIONS}/{urllib.parse.quote(transactional_id, safe='')}"
+
+
+def txn_id_of(znode: str) -> str:
+    return urllib.parse.unquote(znode)
 
 
 @dataclass

@@ -51,10 +51,12 @@ def make_cluster(tmp_path, zookeeper):
             c.stop()
 
 
-def make_batch(values, producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
+def make_batch(values, producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+               transactional: bool = False) -> bytes:
     """A RecordBatch v2 holding `values` (bytes), built by kafka-python."""
     from kafka.record.default_records import DefaultRecordBatchBuilder
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=producer_id,
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=transactional,
+                                  producer_id=producer_id,
                                   producer_epoch=producer_epoch, base_sequence=base_sequence, batch_size=1 << 24)
     for i, v in enumerate(values):
         b.append(i, timestamp=None, key=None, value=v, headers=[])

@@ -34,7 +34,11 @@ def _templates() -> list[bytes]:
                                          ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest,
                                          OffsetForLeaderEpochRequest, SyncGroupRequest)
     from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
-    from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+    from kafka.protocol.producer import (AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, EndTxnRequest,
+                                         InitProducerIdRequest, ProduceRequest, TxnOffsetCommitRequest,
+                                         WriteTxnMarkersRequest)
+    TC = TxnOffsetCommitRequest
+    WM = WriteTxnMarkersRequest.WritableTxnMarker
     PR = ProduceRequest
     FR = FetchRequest
     LR = ListOffsetsRequest
@@ -75,6 +79,30 @@ def _templates() -> list[bytes]:
         (OffsetForLeaderEpochRequest(replica_id=-1, topics=[OffsetForLeaderEpochRequest.OffsetForLeaderTopic(
             topic="fuzz", partitions=[OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition(
                 partition=0, current_leader_epoch=-1, leader_epoch=0)])]), 3),
+        # Transactions: the producer's requests, a transactional batch, a leader's markers, read_committed.
+        (FindCoordinatorRequest(key="fz-txn", key_type=1), 2),
+        (InitProducerIdRequest(transactional_id="fz-txn", transaction_timeout_ms=1000, producer_id=-1,
+                               producer_epoch=-1), 4),
+        (AddPartitionsToTxnRequest(v3_and_below_transactional_id="fz-txn", v3_and_below_producer_id=7,
+                                   v3_and_below_producer_epoch=0, v3_and_below_topics=[
+                                       AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name="fuzz",
+                                                                                         partitions=[0])]), 3),
+        (AddOffsetsToTxnRequest(transactional_id="fz-txn", producer_id=7, producer_epoch=0, group_id="fg"), 3),
+        (EndTxnRequest(transactional_id="fz-txn", producer_id=7, producer_epoch=0, committed=True), 3),
+        (TC(transactional_id="fz-txn", group_id="fg", producer_id=7, producer_epoch=0, generation_id=-1,
+            member_id="", group_instance_id=None, topics=[TC.TxnOffsetCommitRequestTopic(name="fuzz", partitions=[
+                TC.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition(
+                    partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata="")])]), 3),
+        (WriteTxnMarkersRequest(markers=[WM(producer_id=7, producer_epoch=0, transaction_result=False, topics=[
+            WM.WritableTxnMarkerTopic(name="fuzz", partition_indexes=[0])], coordinator_epoch=0)]), 1),
+        (PR(transactional_id="fz-txn", acks=1, timeout_ms=1000, topic_data=[PR.TopicProduceData(
+            name="fuzz", partition_data=[PR.TopicProduceData.PartitionProduceData(
+                index=0, records=make_batch([b"fuzz-txn"], producer_id=7, producer_epoch=0, base_sequence=0,
+                                            transactional=True))])]), 8),
+        (FR(replica_id=-1, max_wait_ms=50, min_bytes=1, max_bytes=1 << 20, isolation_level=1, session_id=0,
+            session_epoch=-1, topics=[FR.FetchTopic(topic="fuzz", partitions=[FR.FetchTopic.FetchPartition(
+                partition=0, current_leader_epoch=-1, fetch_offset=0, log_start_offset=0,
+                partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id=""), 11),
     ]
     frames = []
     for i, (req, version) in enumerate(reqs):
