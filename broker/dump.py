@@ -37,20 +37,8 @@ _COMPRESSION = 0x07
 _GZIP = 1
 
 
-def _varint(buf, pos: int) -> tuple[int, int]:
-    """A zigzag-encoded signed varint (Kafka's record fields) at buf[pos:]."""
-    shift = result = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-
-
 def _bytes(buf, pos: int) -> tuple[bytes | None, int]:
-    n, pos = _varint(buf, pos)
+    n, pos = records.read_varint(buf, pos)
     if n < 0:
         return None, pos
     return bytes(buf[pos:pos + n]), pos + n
@@ -85,11 +73,11 @@ def batch_records(batch, header: records.BatchHeader, refuse_compressed: bool = 
         return
     pos = 0
     for _ in range(header.record_count):
-        length, pos = _varint(body, pos)
+        length, pos = records.read_varint(body, pos)
         end = pos + length
         pos += 1  # attributes
-        _ts, pos = _varint(body, pos)
-        delta, pos = _varint(body, pos)
+        _ts, pos = records.read_varint(body, pos)
+        delta, pos = records.read_varint(body, pos)
         key, pos = _bytes(body, pos)
         value, pos = _bytes(body, pos)
         yield header.base_offset + delta, key, value

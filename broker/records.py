@@ -149,8 +149,10 @@ def split_batches(buf) -> list[tuple[BatchHeader, memoryview]]:
     return [(h, mv[p:p + h.length]) for p, h in iter_batches(buf)]
 
 
-def _varint(buf, pos: int, end: int) -> tuple[int, int]:
-    """A zigzag varint at buf[pos:end]: (value, next position); InvalidBatch if it runs past `end`."""
+def read_varint(buf, pos: int, end: int | None = None) -> tuple[int, int]:
+    """A zigzag varint (Kafka's record fields) at buf[pos:end]: (value, next position);
+    InvalidBatch if it runs past `end`."""
+    end = len(buf) if end is None else end
     value = shift = 0
     while True:
         if pos >= end or shift > 63:
@@ -168,11 +170,11 @@ def control_type(buf, pos: int, length: int) -> int:
     end = pos + length
     try:
         p = pos + HEADER_SIZE
-        _len, p = _varint(buf, p, end)
+        _len, p = read_varint(buf, p, end)
         p += 1  # record attributes
-        _ts, p = _varint(buf, p, end)
-        _off, p = _varint(buf, p, end)
-        klen, p = _varint(buf, p, end)
+        _ts, p = read_varint(buf, p, end)
+        _off, p = read_varint(buf, p, end)
+        klen, p = read_varint(buf, p, end)
         if klen < 4 or p + 4 > end:
             return -1
         return struct.unpack_from(">h", buf, p + 2)[0]

@@ -180,14 +180,21 @@ class TransactionCoordinator:
             return P.NOT_COORDINATOR, -1, -1
         if not 0 < timeout_ms <= self.cfg.transaction_max_timeout_ms:
             return P.INVALID_TRANSACTION_TIMEOUT, -1, -1
+        return await self._serve(tid, "InitProducerId",
+                                 lambda: self._init_locked(tid, timeout_ms, producer_id, producer_epoch, version),
+                                 (P.CONCURRENT_TRANSACTIONS, -1, -1), (P.COORDINATOR_NOT_AVAILABLE, -1, -1))
+
+    async def _serve(self, tid: str, what: str, fn, lost, unavailable):
+        """Runs fn() under the id's lock; a versioned write that lost answers `lost` (the
+        producer retries, and the id's state is read afresh), ZooKeeper trouble `unavailable`."""
         async with self._lock(tid):
             try:
-                return await self._init_locked(tid, timeout_ms, producer_id, producer_epoch, version)
+                return await fn()
             except StateLost:
-                return P.CONCURRENT_TRANSACTIONS, -1, -1
+                return lost
             except Exception as e:  # ZooKeeper unreachable: the producer retries
-                log.warning("TXN %s: InitProducerId failed: %s", tid, e)
-                return P.COORDINATOR_NOT_AVAILABLE, -1, -1
+                log.warning("TXN %s: %s failed: %s", tid, what, e)
+                return unavailable
 
     async def _init_locked(self, tid, timeout_ms, producer_id, producer_epoch, version):
         st = await self._load(tid)
@@ -254,28 +261,24 @@ class TransactionCoordinator:
             return P.INVALID_REQUEST
         if not self.is_coordinator(tid):
             return P.NOT_COORDINATOR
-        async with self._lock(tid):
-            try:
-                err, st = await self._check(tid, producer_id, producer_epoch, version)
-                if err != P.NONE:
-                    return err
-                new_parts = [tp for tp in partitions if tp not in st.partitions]
-                new_groups = [group] if group is not None and group not in st.groups else []
-                if st.state == ONGOING and not new_parts and not new_groups:
-                    return P.NONE
-                if st.state == ONGOING:
-                    await self._write(replace(st, partitions=st.partitions + new_parts,
-                                              groups=st.groups + new_groups))
-                else:
-                    self.taken_over.discard(tid)
-                    await self._write(replace(st, state=ONGOING, partitions=new_parts, groups=new_groups,
-                                              started_ms=int(time.time() * 1000)))
+
+        async def add():
+            err, st = await self._check(tid, producer_id, producer_epoch, version)
+            if err != P.NONE:
+                return err
+            new_parts = [tp for tp in partitions if tp not in st.partitions]
+            new_groups = [group] if group is not None and group not in st.groups else []
+            if st.state == ONGOING and not new_parts and not new_groups:
                 return P.NONE
-            except StateLost:
-                return P.CONCURRENT_TRANSACTIONS
-            except Exception as e:
-                log.warning("TXN %s: adding to the transaction failed: %s", tid, e)
-                return P.COORDINATOR_NOT_AVAILABLE
+            if st.state == ONGOING:
+                await self._write(replace(st, partitions=st.partitions + new_parts, groups=st.groups + new_groups))
+            else:
+                self.taken_over.discard(tid)
+                await self._write(replace(st, state=ONGOING, partitions=new_parts, groups=new_groups,
+                                          started_ms=int(time.time() * 1000)))
+            return P.NONE
+        return await self._serve(tid, "adding to the transaction", add, P.CONCURRENT_TRANSACTIONS,
+                                 P.COORDINATOR_NOT_AVAILABLE)
 
     # -- EndTxn ------------------------------------------------------------------------
 
@@ -284,29 +287,24 @@ class TransactionCoordinator:
             return P.INVALID_REQUEST
         if not self.is_coordinator(tid):
             return P.NOT_COORDINATOR
-        async with self._lock(tid):
-            try:
-                st = await self._load(tid)
-                if st is None or st.producer_id != producer_id:
-                    return P.INVALID_PRODUCER_ID_MAPPING
-                if producer_epoch != st.producer_epoch:
-                    return fenced_error(version, 2)
-                if st.state == ONGOING:
-                    await self._write(replace(st, state=PREPARE_COMMIT if commit else PREPARE_ABORT))
-                    self._start_completion(tid)
-                    return P.NONE
-                if st.state in PREPARE:
-                    self._start_completion(tid)
-                    return P.CONCURRENT_TRANSACTIONS if (st.state == PREPARE_COMMIT) == commit \
-                        else P.INVALID_TXN_STATE
-                if st.state in COMPLETE and (st.state == COMPLETE_COMMIT) == commit:
-                    return P.NONE  # a retry of the request that ended it
-                return P.INVALID_TXN_STATE
-            except StateLost:
-                return P.CONCURRENT_TRANSACTIONS
-            except Exception as e:
-                log.warning("TXN %s: EndTxn failed: %s", tid, e)
-                return P.COORDINATOR_NOT_AVAILABLE
+
+        async def end():
+            st = await self._load(tid)
+            if st is None or st.producer_id != producer_id:
+                return P.INVALID_PRODUCER_ID_MAPPING
+            if producer_epoch != st.producer_epoch:
+                return fenced_error(version, 2)
+            if st.state == ONGOING:
+                await self._write(replace(st, state=PREPARE_COMMIT if commit else PREPARE_ABORT))
+                self._start_completion(tid)
+                return P.NONE
+            if st.state in PREPARE:
+                self._start_completion(tid)
+                return P.CONCURRENT_TRANSACTIONS if (st.state == PREPARE_COMMIT) == commit else P.INVALID_TXN_STATE
+            if st.state in COMPLETE and (st.state == COMPLETE_COMMIT) == commit:
+                return P.NONE  # a retry of the request that ended it
+            return P.INVALID_TXN_STATE
+        return await self._serve(tid, "EndTxn", end, P.CONCURRENT_TRANSACTIONS, P.COORDINATOR_NOT_AVAILABLE)
 
     # -- completing: markers, offsets, Complete* ------------------------------------------
 
