@@ -82,9 +82,14 @@ class TxnState:
 
 
 def read_txn_state(client, transactional_id: str) -> TxnState | None:
-    """A transactional id's state as ZooKeeper holds it (kazoo, in a ZooKeeper thread)."""
+    """A transactional id's state as ZooKeeper holds it (kazoo, in a ZooKeeper thread).
+
+    Synced first: a ZooKeeper follower may lag, and a leader checking a
+    transactional batch must see the partition its coordinator just added."""
+    path = Z.txn_path(transactional_id)
     try:
-        data, stat = client.get(Z.txn_path(transactional_id))
+        client.sync(path)
+        data, stat = client.get(path)
     except NoNodeError:
         return None
     return TxnState.from_json(data, stat.version)
