@@ -3,7 +3,9 @@ idempotent producer's, without a transactional id), AddPartitionsToTxn,
 AddOffsetsToTxn and EndTxn, answered by the transaction coordinator
 (broker/transactions.py), and TxnOffsetCommit, answered by the group's
 coordinator (broker/groups.py), which keeps the offsets pending until the
-transaction ends.
+transaction ends; and DescribeTransactions, what an operator's `kafka-transactions
+describe` and an admin client ask (the state, the partitions, which broker
+coordinates).
 
 The markers the coordinator writes arrive at partition leaders as
 WriteTxnMarkers, a log API (broker/api_log.py).
@@ -32,7 +34,8 @@ class TxnApis:
         return {P.INIT_PRODUCER_ID: self.handle_init_producer_id,
                 P.ADD_PARTITIONS_TO_TXN: self.handle_add_partitions_to_txn,
                 P.ADD_OFFSETS_TO_TXN: self.handle_add_offsets_to_txn, P.END_TXN: self.handle_end_txn,
-                P.TXN_OFFSET_COMMIT: self.handle_txn_offset_commit}
+                P.TXN_OFFSET_COMMIT: self.handle_txn_offset_commit,
+                P.DESCRIBE_TRANSACTIONS: self.handle_describe_transactions}
 
     async def handle_init_producer_id(self, req, version, client_id):
         R = P.InitProducerIdResponse
@@ -80,6 +83,29 @@ class TxnApis:
         err = await self.txns.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed,
                                       version)
         return R(throttle_time_ms=0, error_code=err)
+
+    async def handle_describe_transactions(self, req, version, client_id):
+        R = P.DescribeTransactionsResponse
+        TS = R.TransactionState
+        described = []
+        for tid in req.transactional_ids or []:
+            st = await self.txns.describe(tid) if self.txns.is_coordinator(tid) else None
+            err = (P.NOT_COORDINATOR if not self.txns.is_coordinator(tid) else
+                   P.TRANSACTIONAL_ID_NOT_FOUND if st is None else P.NONE)
+            if err != P.NONE:
+                described.append(TS(error_code=err, transactional_id=tid, transaction_state="",
+                                    transaction_timeout_ms=0, transaction_start_time_ms=-1, producer_id=-1,
+                                    producer_epoch=-1, topics=[]))
+                continue
+            by_topic: dict[str, list[int]] = {}
+            for topic, p in st.partitions:
+                by_topic.setdefault(topic, []).append(p)
+            described.append(TS(error_code=P.NONE, transactional_id=tid, transaction_state=st.state,
+                                transaction_timeout_ms=st.timeout_ms,
+                                transaction_start_time_ms=st.started_ms if st.started_ms else -1,
+                                producer_id=st.producer_id, producer_epoch=st.producer_epoch,
+                                topics=[TS.TopicData(topic=t, partitions=ps) for t, ps in by_topic.items()]))
+        return R(throttle_time_ms=0, transaction_states=described)
 
     async def handle_txn_offset_commit(self, req, version, client_id):
         R = P.TxnOffsetCommitResponse

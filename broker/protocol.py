@@ -12,6 +12,7 @@ import struct
 
 from kafka.protocol.admin import (CreateTopicsRequest, CreateTopicsResponse, DescribeConfigsRequest,
                                   DescribeConfigsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+                                  DescribeTransactionsRequest, DescribeTransactionsResponse,
                                   ListGroupsRequest, ListGroupsResponse)
 from kafka.protocol.consumer import (FetchRequest, FetchResponse, HeartbeatRequest, HeartbeatResponse,
                                      JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
@@ -69,6 +70,7 @@ KAFKA_STORAGE_ERROR = 56
 FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 76
 MEMBER_ID_REQUIRED = 79
+TRANSACTIONAL_ID_NOT_FOUND = 105
 UNKNOWN_SERVER_ERROR = -1
 
 # API keys (Kafka's numbering).
@@ -95,6 +97,7 @@ END_TXN = 26
 WRITE_TXN_MARKERS = 27
 TXN_OFFSET_COMMIT = 28
 DESCRIBE_CONFIGS = 32
+DESCRIBE_TRANSACTIONS = 65
 
 # api_key -> (request class, response class, min version, max version)
 APIS = {
@@ -121,6 +124,7 @@ APIS = {
     27: (WriteTxnMarkersRequest, WriteTxnMarkersResponse, 1, 1),
     28: (TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 3),
     32: (DescribeConfigsRequest, DescribeConfigsResponse, 1, 4),
+    65: (DescribeTransactionsRequest, DescribeTransactionsResponse, 0, 0),
 }
 
 _HEADER = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length

@@ -150,6 +150,11 @@ class TransactionCoordinator:
             self._start_completion(tid)
         return st
 
+    async def describe(self, tid: str) -> TxnState | None:
+        """A transactional id's state, as DescribeTransactions tells it (None: no such id)."""
+        async with self._lock(tid):
+            return await self._load(tid)
+
     def _me(self) -> tuple:
         return (self.id, self.metadata.czxid)
 

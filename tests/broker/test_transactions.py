@@ -142,6 +142,17 @@ def test_last_stable_offset_stalls_while_a_transaction_is_open(make_cluster):
     hw, lso = offsets(cluster, "lso", 0)
     assert lso == first_open < hw
     assert sorted(read_values(cluster.bootstrap, "lso", 1, "read_committed", idle=2)) == [1]
+    # An admin client (kafka-python's: what an operator's tools ask) describes it, through its coordinator.
+    from kafka.admin import KafkaAdminClient
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap.split(","))
+    try:
+        open_txn = admin.describe_transactions(["t-lso"])["t-lso"]
+        with pytest.raises(Exception, match="TransactionalIdNotFound"):
+            admin.describe_transactions(["no-such-id"])
+    finally:
+        admin.close()
+    assert open_txn.state.name.lower() == "ongoing" and open_txn.coordinator_id == coordinator_of(cluster, "t-lso")
+    assert {(tp.topic, tp.partition) for tp in open_txn.topic_partitions} == {("lso", 0)}
     p.commit_transaction(60)
     wait_for(lambda: offsets(cluster, "lso", 0)[1] == offsets(cluster, "lso", 0)[0] > hw, 30,
              what="the last stable offset to pass the commit marker")
