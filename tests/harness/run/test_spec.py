@@ -269,3 +269,24 @@ def test_a_scenario_extends_another_and_says_only_what_differs(tmp_path, monkeyp
         with pytest.raises(UserError) as e:
             specs.load_file(str(tmp_path / "bad.toml"))
         assert words in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_a_hung_transaction_fails_the_run_and_is_an_expectation():
+    """The final reads' partitions an open transaction held back (run.json
+    final_reads) become liveness `hung_transactions`, a failure in words,
+    and what `hung-transaction` in [expect] is measured against."""
+    from harness.run.spec import hung_transactions, liveness_failed
+
+    final_reads = {"partitions": [
+        {"partition": 0, "stable_offset": None, "high_watermark": 90, "done": True},
+        {"partition": 2, "stable_offset": 41, "high_watermark": 97, "done": False}]}
+    hung = hung_transactions(final_reads)
+    assert hung == [{"partition": 2, "stable_offset": 41, "high_watermark": 97}]
+    results = {"valid": True, "anomalies": {}, "liveness": {"verdict": "ok", "hung_transactions": hung}}
+    why = liveness_failed({}, results)
+    assert len(why) == 1 and why[0].startswith("HUNG TRANSACTION: partition 2's last stable offset stayed at 41")
+    assert expectation({"hung-transaction": "present"}, results) == (True, [])
+    assert expectation({"hung-transaction": "absent"}, results)[0] is False
+    calm = {"valid": True, "anomalies": {}, "liveness": {"verdict": "ok"}}
+    assert liveness_failed({}, calm) == [] and expectation({"hung-transaction": "absent"}, calm) == (True, [])
+    assert hung_transactions(None) == []
