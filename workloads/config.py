@@ -307,6 +307,13 @@ class WorkloadConfig:
         return False
 
 
+def share_of(partitions: int, clients: int, slot: int) -> list[int]:
+    """The partitions client `slot` of `clients` reads, spread round-robin
+    so that every partition is read by at least one of them."""
+    groups = min(clients, partitions)
+    return [p for p in range(partitions) if p % groups == slot % groups]
+
+
 def own_groups(group_id: str) -> tuple[str, str, str]:
     """The workload's own consumer groups, which no [[groups]] table may
     name: the plain consumers', the final reads', the transformers'."""

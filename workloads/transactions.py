@@ -45,6 +45,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from core.history.format import TXN
 from workloads.client_errors import FAIL, INFO
 from workloads.clients import ClientContext
+from workloads.config import share_of
 from workloads.consumer import (CLOSE_BOUND_S, REPLACE_BACKOFF_S, ConsumerSlot, Reader, close_quietly,
                                 exception_name)
 
@@ -392,12 +393,21 @@ class TxnSlot(threading.Thread):
 
 
 class Transformer(TxnSlot):
-    """A consume-transform-produce client: a member of the transformers'
+    """A consume-transform-produce client: a consumer of the transformers'
     group and a transactional producer under one process id. Each
     transaction polls, sends new values, and commits the group's offsets of
     what it read in the transaction (`send_offsets_to_transaction`). After
-    a transaction that did not commit, the consumer goes back to where the
-    group stands, so what it read is read again."""
+    a transaction that did not commit, the consumer goes back to the first
+    offset it read, so what it read is read again; a new instance starts
+    where the group's committed offsets stand.
+
+    The consumer assigns its share of the partitions itself (spread over the
+    transformers as the plain consumers' are) rather than joining the group:
+    closing a subscribed librdkafka consumer whose rebalance is pending can
+    wedge in `rd_kafka_assign` inside the rebalance callback (librdkafka
+    issue 4884), and confluent-kafka holds the GIL there, which froze a
+    whole run. Its commits carry no member generation, so a zombie
+    transformer is fenced by its producer's epoch, not by the group (KIP-447)."""
 
     def __init__(self, clients: ClientContext, slot: int, values: Iterator[int], tally: TxnTally, pacer: TxnPacer,
                  seed: int):
@@ -413,9 +423,12 @@ class Transformer(TxnSlot):
         if client is None:
             return None
         try:
+            cfg, txn = self.clients.config, self.clients.config.transactions
             self.consumer = self.clients.make_consumer(client.pid, self.group, False, client._on_error,
                                                        {"isolation.level": "read_committed"})
-            self.consumer.subscribe([self.clients.config.topic])
+            # Unset offsets: each partition starts where the group's committed offset stands.
+            self.consumer.assign([TopicPartition(cfg.topic, p)
+                                  for p in share_of(cfg.partitions, txn.transformers, self.slot)])
         except Exception:
             self._retire(client)
             raise

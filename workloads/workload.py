@@ -25,7 +25,7 @@ from typing import Any
 from core.errors import UserError
 from workloads.clients import ClientContext, check_bootstrap
 from workloads.recording import ProcessIds, Recorder, Stats
-from workloads.config import WorkloadConfig
+from workloads.config import WorkloadConfig, share_of
 from workloads.consumer import ConsumerSlot, FinalReadReport, Reader, final_reads, new_reader
 from workloads.group import GroupSlot, final_committed
 from workloads.process_slot import VALUE_BLOCK, ProcessSlot
@@ -97,8 +97,7 @@ class Workload:
         cfg = self.config
         if cfg.consumer_mode == "subscribe":
             return None
-        groups = min(cfg.consumers, cfg.partitions)
-        return [p for p in range(cfg.partitions) if p % groups == slot % groups]
+        return share_of(cfg.partitions, cfg.consumers, slot)
 
     # -- lifecycle
 
