@@ -88,12 +88,7 @@ class GroupConfig:
             return data
         if not isinstance(data, Mapping):
             raise UserError(f"groups[{index}] must be a table, not {type(data).__name__}")
-        values = {str(k).replace("-", "_"): v for k, v in data.items()}
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise UserError(f"groups[{index}]: unknown setting {unknown[0].replace('_', '-')!r} "
-                            f"(known: {', '.join(sorted(k.replace('_', '-') for k in known))})")
+        values = _table_fields(cls, data, f"groups[{index}]")
         values.setdefault("name", f"harness-group-{index}")
         return cls(**values)
 
@@ -157,13 +152,7 @@ class TxnConfig:
             raise UserError(f"transactions must be a table, not {type(data).__name__}")
         if not data:
             return None
-        values = {str(k).replace("-", "_"): v for k, v in data.items()}
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise UserError(f"transactions: unknown setting {unknown[0].replace('_', '-')!r} "
-                            f"(known: {', '.join(sorted(k.replace('_', '-') for k in known))})")
-        return cls(**values)
+        return cls(**_table_fields(cls, data, "transactions"))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -331,6 +320,17 @@ def groups_of(value: Any, taken: tuple[str, ...] = ()) -> tuple[GroupConfig, ...
     if clash:
         raise UserError(f"workload groups: group {clash[0]!r} named twice (or the workload's own group)")
     return groups
+
+
+def _table_fields(cls, data: Mapping, where: str) -> dict[str, Any]:
+    """A spec table's keys as `cls`'s field names ('-' or '_'); an unknown key is a UserError."""
+    values = {str(k).replace("-", "_"): v for k, v in data.items()}
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise UserError(f"{where}: unknown setting {unknown[0].replace('_', '-')!r} "
+                        f"(known: {', '.join(sorted(k.replace('_', '-') for k in known))})")
+    return values
 
 
 def _int(cfg, name: str, low: int, high: int | None = None, where: str = "workload") -> None:
