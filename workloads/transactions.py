@@ -53,8 +53,11 @@ log = logging.getLogger(__name__)
 
 OK = "ok"
 READ_UNCOMMITTED = "read_uncommitted"
-# Transactions in flight never outlive this after the workload stops.
+# The longest one call into the client's transaction API may block: between
+# calls a transaction sees its deadline (and the workload's stop) again.
 TXN_CALL_S = 5.0
+# The pause before asking again after a retriable error (some come back at once).
+RETRY_S = 0.1
 
 
 class TxnClient:
@@ -66,7 +69,6 @@ class TxnClient:
         self.pid = pid
         self.transactional_id = transactional_id
         self.positions: dict[int, tuple[int, int]] = {}  # value -> (partition, offset)
-        self.delivery_error: str | None = None  # the first failed delivery of this transaction
         self.tainted: str | None = None  # why this instance must be replaced
         # What final reads must reach (Stats.acked_offsets): the highest offset of
         # each partition a committed transaction wrote. Its sends are counted as
@@ -77,10 +79,9 @@ class TxnClient:
         clients.stats.add_producer(self)
 
     def _on_delivery(self, err, msg) -> None:
+        # A failed delivery needs no note: the commit then raises an abortable error.
         if err is None and msg.offset() is not None and msg.offset() >= 0:
             self.positions[int(msg.value())] = (msg.partition(), msg.offset())
-        elif err is not None and self.delivery_error is None:
-            self.delivery_error = err.name()
 
     def _on_error(self, err) -> None:
         self.clients.stats.error(err.name())
@@ -102,6 +103,7 @@ class TxnClient:
             except KafkaException as e:
                 err = _error(e)
                 if err is not None and err.retriable() and not err.fatal():
+                    time.sleep(RETRY_S)
                     continue
                 self.tainted = exception_name(e)
                 return False
@@ -109,7 +111,6 @@ class TxnClient:
     def begin(self) -> str | None:
         """Begin a transaction; the error's name if the instance refused."""
         self.positions = {}
-        self.delivery_error = None
         try:
             self.producer.begin_transaction()
             return None
@@ -138,6 +139,7 @@ class TxnClient:
             except KafkaException as e:
                 err = _error(e)
                 if err is not None and err.retriable() and not err.fatal():
+                    time.sleep(RETRY_S)
                     continue
                 self.tainted = self.tainted or exception_name(e)
                 return False
@@ -162,6 +164,7 @@ class TxnClient:
                     self.tainted = name
                     return INFO, name
                 if err.retriable() and not err.fatal():
+                    time.sleep(RETRY_S)
                     continue  # the commit may be under way: asking again is how its outcome is learned
                 if err.txn_requires_abort():
                     return (FAIL, name) if self.abort(deadline) else (INFO, name)
