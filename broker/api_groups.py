@@ -154,10 +154,14 @@ class GroupApis:
         except Exception as e:
             log.warning("offset fetch for %s failed: %s", req.group_id, e)
             return R(throttle_time_ms=0, topics=[], error_code=P.COORDINATOR_NOT_AVAILABLE)
+        # v7: a partition whose offset a transaction has yet to settle is unstable (KIP-447).
+        unstable = await self.groups.unstable_partitions(req.group_id) if version >= 7 and req.require_stable \
+            else set()
         by_topic: dict[str, list] = {}
         for (topic, p), (off, epoch, meta) in sorted(found.items()):
-            by_topic.setdefault(topic, []).append(PR(partition_index=p, committed_offset=off,
-                                                     committed_leader_epoch=epoch, metadata=meta or "",
-                                                     error_code=P.NONE))
+            err = P.UNSTABLE_OFFSET_COMMIT if (topic, p) in unstable else P.NONE
+            by_topic.setdefault(topic, []).append(PR(partition_index=p, committed_offset=-1 if err else off,
+                                                     committed_leader_epoch=-1 if err else epoch,
+                                                     metadata="" if err else meta or "", error_code=err))
         return R(throttle_time_ms=0, topics=[TR(name=t, partitions=ps) for t, ps in by_topic.items()],
                  error_code=P.NONE)

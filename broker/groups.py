@@ -420,6 +420,27 @@ class GroupCoordinator:
 
     # -- transactional offsets (TxnOffsetCommit) ---------------------------------------------
 
+    async def unstable_partitions(self, group_id: str) -> set:
+        """The (topic, partition)s a transaction holds offsets of in the group, not
+        ended yet: an OffsetFetch that requires stable offsets (KIP-447) is told
+        UNSTABLE_OFFSET_COMMIT for them, and asks again, rather than read an offset
+        a commit already acknowledged is about to replace."""
+
+        def read(client):
+            found = set()
+            try:
+                producers = client.get_children(Z.txn_offsets_dir(group_id))
+            except NoNodeError:
+                return found
+            for pid in producers:
+                try:
+                    d = json.loads(client.get(f"{Z.txn_offsets_dir(group_id)}/{pid}")[0])
+                except NoNodeError:
+                    continue
+                found.update((t, int(p)) for t, p, *_ in d["offsets"])
+            return found
+        return await self.zk_call(read)
+
     async def store_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int, offsets) -> int:
         """Keeps a transaction's offsets aside, invisible to offset fetches, until the
         transaction ends (finish_txn_offsets). An older epoch of the producer is fenced."""

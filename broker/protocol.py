@@ -70,6 +70,7 @@ KAFKA_STORAGE_ERROR = 56
 FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 76
 MEMBER_ID_REQUIRED = 79
+UNSTABLE_OFFSET_COMMIT = 88
 TRANSACTIONAL_ID_NOT_FOUND = 105
 UNKNOWN_SERVER_ERROR = -1
 
@@ -106,7 +107,7 @@ APIS = {
     2: (ListOffsetsRequest, ListOffsetsResponse, 1, 5),
     3: (MetadataRequest, MetadataResponse, 0, 9),
     8: (OffsetCommitRequest, OffsetCommitResponse, 2, 7),
-    9: (OffsetFetchRequest, OffsetFetchResponse, 1, 5),
+    9: (OffsetFetchRequest, OffsetFetchResponse, 1, 7),
     10: (FindCoordinatorRequest, FindCoordinatorResponse, 0, 2),
     11: (JoinGroupRequest, JoinGroupResponse, 0, 5),
     12: (HeartbeatRequest, HeartbeatResponse, 0, 3),

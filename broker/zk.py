@@ -47,7 +47,12 @@ def offset_path(group: str, topic: str, partition: int) -> str:
 
 
 def txn_offsets_path(group: str, producer_id: int) -> str:
-    return f"{CONSUMERS}/{group}/txn_offsets/{producer_id}"
+    return f"{txn_offsets_dir(group)}/{producer_id}"
+
+
+def txn_offsets_dir(group: str) -> str:
+    """Where a group's transactions keep their offsets until they end, one node a producer id."""
+    return f"{CONSUMERS}/{group}/txn_offsets"
 
 
 def txn_path(transactional_id: str) -> str:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from kafka.protocol.consumer import ListOffsetsRequest
+from kafka.protocol.consumer import ListOffsetsRequest, OffsetFetchRequest
 
 from broker import zk as Z
 from broker.client import SyncConnection
@@ -90,6 +90,19 @@ def offsets(cluster, topic: str, partition: int) -> tuple[int, int]:
         assert pr.error_code == 0, pr
         found.append(pr.offset)
     return found[0], found[1]
+
+
+def fetch_offset(cluster, group: str, topic: str, partition: int, version: int,
+                 require_stable: bool = False) -> tuple[int, int]:
+    """(committed offset, error code) of a partition, asked of the group's coordinator with OffsetFetch `version`."""
+    R = OffsetFetchRequest
+    extra = {"require_stable": require_stable} if version >= 7 else {}
+    with SyncConnection("127.0.0.1", cluster.brokers[coordinator_of(cluster, group)].port) as conn:
+        resp = conn.request(R(group_id=group, topics=[R.OffsetFetchRequestTopic(name=topic,
+                                                                               partition_indexes=[partition])],
+                              **extra), version)
+    pr = resp.topics[0].partitions[0]
+    return pr.committed_offset, pr.error_code
 
 
 def txn_state(cluster, tid: str) -> dict:
@@ -211,7 +224,11 @@ def test_offsets_sent_to_a_transaction_are_visible_only_after_commit(make_cluste
         send(p, "out", [int(m.value()) for m in got], 1)
         p.send_offsets_to_transaction([TopicPartition("in", 0, got[-1].offset() + 1)],
                                       consumer.consumer_group_metadata(), 30)
-        assert committed() < 0  # sent, not committed: the group has none
+        # Sent, not committed: the group has none; a fetch that requires stable offsets
+        # (KIP-447, as librdkafka's read_committed consumers ask) is told to ask again.
+        assert fetch_offset(cluster, "ctp", "in", 0, version=5) == (-1, 0)
+        assert fetch_offset(cluster, "ctp", "in", 0, version=7, require_stable=True) == (-1, 88)
+        assert fetch_offset(cluster, "ctp", "in", 0, version=7, require_stable=False) == (-1, 0)
         p.commit_transaction(60)
         wait_for(lambda: committed() == got[-1].offset() + 1, 30, what="the transaction's offset committed")
         assert sorted(read_values(cluster.bootstrap, "out", 1, "read_committed")) == list(range(10))
