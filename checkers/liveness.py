@@ -9,7 +9,9 @@ seconds on the history's clock:
   (invoked, not yet completed), else at the first send invoked after it;
   after the last acknowledgement a wait that started is open until the
   workload's end. Failed and indeterminate completions do not end a wait:
-  they are no acknowledgement. *Producer unavailability* is the waits;
+  they are no acknowledgement. *Producer unavailability* is the waits.
+  A transaction's sends are sends: its invocation invokes each, its `ok`
+  completion acknowledges each at its partition, `fail` and `info` none;
 - a consumer wait (only where consumers polled during the run) ends at
   each poll during the run that returned records, and starts at the previous one if acknowledged records existed beyond the
   highest offset read of their partition then (a backlog), else at the first

@@ -3,7 +3,10 @@ history: what its walk must know of the whole history before it starts
 (`Known`: the workload's end, the polls during the run, which key goes to
 which partition, and which processes did final reads, whose reads are
 none of the run's), and, for a history of up to HOLD_EVENTS events, the
-walk's chunks themselves, one per batch (`keep`). A larger history is read
+walk's chunks themselves, one per batch (`keep`). A transaction's sends
+are sends here too (docs/checker.md, "Liveness"): its invocation invokes
+each, its `ok` completion acknowledges each at its position, a `fail` or
+`info` one completes them unacknowledged. A larger history is read
 again for the walk (`chunks_again`), a batch at a time: holding every
 send's times would cost the driver gigabytes (about 45 bytes a send), a
 second read only time.
@@ -21,15 +24,15 @@ from checkers.folds.pairs import SendPairs
 from checkers.folds.reads import per_poll
 from checkers.key_rows import distinct_pairs, key_rows
 from checkers.liveness import Chunk, Known
-from core.history.batches import Events, Names, decode, file_tables
-from core.history.format import FINAL_READS, TYPES
+from core.history.batches import Events, Names, decode, file_tables, flatten, int64s
+from core.history.format import FINAL_READS, TXN, TYPES
 
 HOLD_EVENTS = 20_000_000  # histories up to this many events keep their chunks from the first read
 
 _OK = TYPES.index("ok")
 _INVOKE = TYPES.index("invoke")
 # What the walk reads of a history read again.
-COLUMNS = ("index", "time", "process", "key", "value", "partition", "offset", "type", "f", "records")
+COLUMNS = ("index", "time", "process", "key", "value", "partition", "offset", "type", "f", "records", "sends")
 
 
 class LivenessFacts:
@@ -103,7 +106,8 @@ def _once(keys: np.ndarray) -> np.ndarray:
 def _raw(ev: Events, comp_key: np.ndarray, reads: tuple) -> tuple:
     """A batch's sends and reads before attribution: invocations' time and
     key, completions' time, invocation's key, ok, partition (-1 unless ok)
-    and offset, and reads' time, partition, offset and process."""
+    and offset, and reads' time, partition, offset and process; the sends
+    of its transactions merged in by time."""
     send = ev.is_op("send")
     invoke = ev.typ == _INVOKE
     invoked = int(np.count_nonzero(send & invoke))
@@ -112,7 +116,48 @@ def _raw(ev: Events, comp_key: np.ndarray, reads: tuple) -> tuple:
         send, invoke, ev.typ == _OK, ev.time, ev.key, ev.partition, ev.offset,
         np.empty(invoked, np.int64), np.empty(invoked, np.int64), np.empty(done, np.int64),
         np.empty(done, bool), np.empty(done, np.int64), np.empty(done, np.int64))
+    txn = ev.is_op(TXN) if TXN in ev.names.ops else None
+    if txn is not None and txn.any():
+        t_inv, t_comp = _txn_sends(ev, txn, invoke)
+        inv_time, inv_key = _by_time((inv_time, inv_key), t_inv)
+        comp_time, comp_key, comp_ok, comp_partition, comp_offset = _by_time(
+            (comp_time, comp_key, comp_ok, comp_partition, comp_offset), t_comp)
     return (inv_time, inv_key, comp_key, comp_ok, comp_partition, comp_time, comp_offset, *reads)
+
+
+def _txn_sends(ev: Events, txn: np.ndarray, invoke: np.ndarray) -> tuple[tuple, tuple]:
+    """The sends of a batch's transactions: each invocation's (time, key) and
+    each completion's (time, key, ok, partition (-1 unless ok), offset), as
+    `_send_columns` gives a plain send's. A completion's key is the one it
+    repeats (the contract's completion lists its sends again)."""
+    items = flatten(ev.table, "sends", txn)
+    key = _send_keys(ev.table, txn)
+    time, at_invoke = ev.time[items.parent], invoke[items.parent]
+    ok = ev.typ[items.parent] == _OK
+    comp = ~at_invoke
+    return ((time[at_invoke], key[at_invoke]),
+            (time[comp], key[comp], ok[comp], np.where(ok, items.partition, -1)[comp], items.offset[comp]))
+
+
+def _send_keys(table, rows: np.ndarray) -> np.ndarray:
+    """The `key` of each of `rows`' sends, in `flatten`'s order (-1: null)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lists = table["sends"]
+    if isinstance(lists, pa.ChunkedArray):
+        lists = lists.combine_chunks() if lists.num_chunks != 1 else lists.chunk(0)
+    flat = pc.list_flatten(lists)
+    key = int64s(pc.struct_field(flat, "key")) if flat.type.get_field_index("key") >= 0 else \
+        np.full(len(flat), -1, np.int64)
+    return key[rows[int64s(pc.list_parent_indices(lists))]]
+
+
+def _by_time(columns: tuple, more: tuple) -> tuple:
+    """`columns` and `more` (each in time order, the first column the time) as one, in time order."""
+    joined = [np.concatenate((a, b)) for a, b in zip(columns, more)]
+    order = np.argsort(joined[0], kind="stable")
+    return tuple(c[order] for c in joined)
 
 
 def _chunk(raw: tuple, known: Known) -> Chunk:

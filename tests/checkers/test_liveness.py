@@ -364,3 +364,120 @@ def test_a_walk_cut_into_chunks_anywhere_measures_as_one_chunk():
         seen["listed"] += bool(whole["producers"]["waits"])
         seen["consumer waits"] += (whole["consumers"]["unavailable_s"] or 0) > 0
     assert min(seen.values()) >= 10, seen  # the histories made every kind of result
+
+
+def _txn(h: Timed, process, sends, start: float, end: float | None, outcome="ok") -> None:
+    """A transaction invoked at `start` and completed at `end` (None: never):
+    `sends` (key, value, partition, offset) each."""
+    h.at(start)
+    h.add(process, "invoke", "txn", sends=[{"key": k, "value": v} for k, v, _, _ in sends])
+    if end is None:
+        return
+    h.at(end)
+    h.add(process, outcome, "txn", records=[], **({"error": "ABORTED"} if outcome != "ok" else {}),
+          sends=[{"key": k, "value": v, **({"partition": p, "offset": o} if outcome == "ok" else {})}
+                 for k, v, p, o in sends])
+
+
+def _transactional_run(h: Timed) -> Timed:
+    """Only transactional producers: each transaction sends key 1 to partition
+    0 and key 2 to partition 1. Steady until 2 s; then partition 1 stops: its
+    transactions abort (fail) or never answer (info) for 5 s while a producer
+    of key 1 alone goes on; the fault stops at 7.05 s, both commit again, and the heal at 9 s."""
+    v, o = 0, 0
+    for i in range(20):
+        _txn(h, 0, [(1, v, 0, o), (2, v + 1, 1, o)], i * 0.1, i * 0.1 + 0.05)
+        v, o = v + 2, o + 1
+    h.at(2.0).nemesis("start-partition", mode="isolate-leader")
+    o0 = o
+    for i in range(50):  # process 0's transaction spans process 1's
+        t, outcome = 2.05 + i * 0.1, "fail" if i % 2 else "info"
+        h.at(t).add(0, "invoke", "txn", sends=[{"key": 1, "value": v}, {"key": 2, "value": v + 1}])
+        _txn(h, 1, [(1, v + 2, 0, o0)], t + 0.01, t + 0.03)
+        h.at(t + 0.05).add(0, outcome, "txn", sends=[{"key": 1, "value": v}, {"key": 2, "value": v + 1}],
+                           records=[], error="ABORTED")
+        v, o0 = v + 3, o0 + 1
+    h.at(7.05).nemesis("stop-partition")
+    _txn(h, 0, [(1, v, 0, o0), (2, v + 1, 1, o)], 7.3, 7.5)
+    v, o0, o = v + 2, o0 + 1, o + 1
+    for i in range(10):
+        _txn(h, 0, [(1, v, 0, o0), (2, v + 1, 1, o)], 7.6 + i * 0.1, 7.65 + i * 0.1)
+        v, o0, o = v + 2, o0 + 1, o + 1
+    h.at(9.0).nemesis("heal")
+    _txn(h, 0, [(1, v, 0, o0), (2, v + 1, 1, o)], 9.1, 9.2)
+    return h
+
+
+def test_transactions_sends_count_as_sends_for_liveness(check, timed):
+    # The producers wait only where no transaction commits: overall, partition 0's
+    # acknowledgements go on during the fault (the lone producer's, the last at 6.98 s,
+    # when a transaction was outstanding: the longest wait, to 7.5 s); partition 1's
+    # last acknowledgement is at 1.95 s, its next at 7.5 s, and between them its
+    # sends (attributed by key 2) were outstanding or attempted from 2.05 s.
+    out = live(check, _transactional_run(timed))
+    assert out["verdict"] == "ok"
+    assert out["producers"]["unavailable_s"] == pytest.approx(7.5 - 6.98, abs=0.01)
+    assert out["by_partition"]["1"]["producer_unavailable_s"] == pytest.approx(7.5 - 2.05, abs=0.01)
+    assert out["by_partition"]["0"]["producer_unavailable_s"] == pytest.approx(7.5 - 6.98, abs=0.01)
+    [fault] = out["faults"]
+    assert fault["producer_unavailable_s"] == pytest.approx(7.5 - 6.98, abs=0.01)
+    assert fault["recovery_s"] == pytest.approx(0.45, abs=0.01)  # the fault ended at 7.05 s
+    assert out["recovery_s"] == pytest.approx(0.2, abs=0.01)  # the commit at 9.2 s
+    assert out["unattributed_sends"] == 0
+
+
+def test_transactions_that_never_commit_after_the_heal_are_a_hang(check, timed):
+    # The producers' only sends are transactional; after the heal every transaction
+    # aborts, times out or never answers.
+    h, v = timed, 0
+    for i in range(10):
+        _txn(h, 0, [(1, v, 0, i), (2, v + 1, 1, i)], i * 0.1, i * 0.1 + 0.05)
+        v += 2
+    h.at(1.0).nemesis("heal")
+    for i in range(40):
+        _txn(h, 0, [(1, v, None, None), (2, v + 1, None, None)], 1.5 + i, 2.3 + i,
+             outcome=("fail", "info")[i % 2])
+        v += 2
+    _txn(h, 0, [(1, v, None, None)], 41.5, None)
+    out = live(check, h)
+    assert out["verdict"] == "hang" and out["recovery_s"] is None
+    assert out["producers"]["waits"][-1] == [1.5, pytest.approx(41.5, abs=0.01), True]
+    assert out["hung_partitions"] == [0, 1]
+
+
+def test_a_read_only_transaction_sends_nothing(check, timed):
+    # A transaction with no sends invokes no send: nothing to wait for, no hang.
+    h = timed
+    _steady(h, 0, 1, 0, 0)
+    h.at(1.0).nemesis("heal")
+    for i in range(40):
+        _txn(h, 3, [], 2 + i, None if i == 39 else 2.5 + i, outcome="info")
+    out = live(check, h)
+    assert out["verdict"] == "ok" and out["producers"]["unavailable_s"] < 0.2
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 7, 1_000_000])
+def test_transactions_cut_into_batches_anywhere_measure_the_same(tmp_path, rows):
+    # A transaction's invocation and completion in different batches, plain sends and
+    # transactions in one batch: the walk measures the same, from the first read's
+    # chunks and from a second read of the history.
+    from checkers import liveness
+    from checkers.folds import liveness as facts
+    from checkers.history_read import HistoryRead
+    from core.history.batches import file_tables
+    from core.history.parquet import write_parquet
+
+    h = _transactional_run(Timed())
+    h.at(9.3)
+    h.send(2, 10_000, 0, 500, key=1)  # a plain send among them
+    path = tmp_path / "history.parquet"
+    write_parquet(h.events, path, batch_rows=rows)
+    read = HistoryRead()
+    for table in file_tables(path):
+        read.add(table)
+    known = read.liveness.known()
+    nemesis = [e for e in h.events if e["process"] == "nemesis"]
+    first = liveness.measure(read.liveness.chunks(known), known, nemesis, ENDS)
+    assert liveness.measure(facts.chunks_again([path], known), known, nemesis, ENDS) == first
+    assert first["by_partition"]["1"]["producer_unavailable_s"] == pytest.approx(7.5 - 2.05, abs=0.01)
+    assert first["recovery_s"] == pytest.approx(0.2, abs=0.01)
