@@ -325,7 +325,7 @@ def _unchecked(facts) -> list[str]:
         name = facts.groups[g]
         if g not in facts.processing:
             out.append(f"{loss} and {twice} of group {name!r} were not checked: its members recorded no "
-                       "processing (`process`)")
+                       "processing (`process`, or a `txn` committing the group's offsets)")
         elif not any(gg == g for gg, _ in facts.final_committed):
             out.append(f"{loss} of group {name!r} was not checked: no final committed read of it "
                        "(`committed` with `final`)")

@@ -239,7 +239,8 @@ def _loss_line(e: dict, clock) -> str:
 
 CONSUMER_LOSS = Anomaly(
     name="consumer-loss", when=ALWAYS,
-    meaning="a consumer group committed past a record no member handled (the auto-commit loss)",
+    meaning="a consumer group committed past a record no member handled (processed, or read in a committed "
+            "transaction of the group): the auto-commit loss, or an aborted transaction's offsets kept",
     counted="distinct (group, value)", frame="group-records",
     condition=lambda g: ((g.offset < g.final_committed) & (g.first_delivered >= 0)
                          & (g.offset >= g.first_delivered) & ~g.handled),
@@ -252,12 +253,14 @@ CONSUMER_LOSS = Anomaly(
 
 
 def _redelivery_line(e: dict, clock) -> str:
-    return (f"group {e['group']}: value {e['value']} processed {e['times']} times "
+    return (f"group {e['group']}: value {e['value']} handled {e['times']} times "
             f"(events {e['first_index']} and {e['second_index']})")
 
 
 REDELIVERY = Anomaly(
-    name="redelivery", when=NEVER, meaning="a consumer group handled one record twice or more (at-least-once)",
+    name="redelivery", when=NEVER,
+    meaning="a consumer group handled one record twice or more (processed, or read by committed transactions of "
+            "the group): at-least-once",
     counted="distinct (group, value)", frame="group-values", condition=lambda g: g.processed_ok >= 2,
     order=("group", "first_index"),
     example=lambda g, at, facts: _group_names(pick(

@@ -1,8 +1,10 @@
 """Consumer groups' members (docs/history.md, "Consumer groups"): a process
-is a member of group G when it records an `assign`, `commit` or `committed`
-carrying G, and belongs to one group at most (a process in two refuses the
-history); the groups whose members record processing (`process`
-operations) are the ones whose handling is checked.
+is a member of group G when it records an `assign`, `commit`, `committed`
+or `txn` carrying G, and belongs to one group at most (a process in two
+refuses the history); the groups whose members record processing
+(`process` operations, or transactions carrying the group: a
+consume-transform-produce transaction handles what it read) are the ones
+whose handling is checked.
 """
 
 from __future__ import annotations
@@ -11,13 +13,15 @@ import numpy as np
 
 from core.errors import HistoryError
 from core.history.batches import Events
+from core.history.format import TXN
 
-GROUP_OPS = ("assign", "commit", "committed")
+GROUP_OPS = ("assign", "commit", "committed", TXN)
 
 
 class Groups:
     """The fold (checkers/folds/__init__.py): `member` (process -> group id,
-    `Names.groups`' ids) and the processes that recorded a `process`."""
+    `Names.groups`' ids) and the processes that recorded a `process` or a
+    `txn` carrying a group."""
 
     def __init__(self) -> None:
         self.member: dict[int, int] = {}
@@ -36,9 +40,11 @@ class Groups:
                     raise HistoryError(f"index {at}: process {process} is a member of group {names[group]!r}, "
                                        f"after {names[known]!r} (a process belongs to one group at most)")
         processing = ev.is_op("process")
+        if TXN in ev.names.ops:
+            processing |= ev.is_op(TXN) & (ev.group >= 0)
         if processing.any():
             self.processing.update(np.unique(ev.process[processing]).tolist())
 
     def processing_groups(self) -> set[int]:
-        """The groups a member of which recorded a `process`."""
+        """The groups a member of which recorded a `process` or a `txn` carrying a group."""
         return {self.member[p] for p in self.processing if p in self.member}

@@ -6,7 +6,8 @@ place in the history: a send event one row, an ok poll a row per record
 a commit a row per offset. A transaction's event is a send row per send
 (marked TXN_SEND), a READ row per record it read (naming it), and, where
 it commits consumer offsets, a commit row per offset (docs/history.md,
-"Transactions"); a read at read_uncommitted is no READ row. Nothing here needs the rest of the history, so
+"Transactions") and, for an ok or info completion carrying its group, a
+processed row per record it read (docs/history.md, "Consumer groups"); a read at read_uncommitted is no READ row. Nothing here needs the rest of the history, so
 the in-process engine makes a batch's rows as it reads the batch, and
 Spark's executors make them from the row groups they read. The only fact
 taken from the whole history is which offsets to fold (`fold`,
@@ -85,6 +86,18 @@ def extract(ev: Events, fold: dict[int, int] | None = None, shards: int = 1) -> 
             processed.append(r.Rows.of(kind, len(items), value=items.value,
                                        pos=r.packed(items.partition, _folded(items.offset, fold)),
                                        index=ev.index[items.parent], process=ev.process[items.parent]))
+    if txn is not None:
+        # A consume-transform-produce transaction (its completion carrying its group) handled the records
+        # it read where it committed (ok) or may have (info), as a `process` completion (docs/history.md,
+        # "Consumer groups").
+        done = txn & (ev.group >= 0) & (ev.is_type("ok") | ev.is_type("info"))
+        items = flatten(ev.table, "records", done) if done.any() else None
+        if items is not None and len(items):
+            processed.append(r.Rows.of(r.PROCESSED_OK, len(items), value=items.value,
+                                       pos=r.packed(items.partition, _folded(items.offset, fold)),
+                                       index=ev.index[items.parent], process=ev.process[items.parent]))
+            processed[-1].kind = np.where(ev.is_type("ok")[items.parent], r.PROCESSED_OK,
+                                          r.PROCESSED_INFO).astype(np.int8)
     add(r.PROCESSED, r.Rows.joined(processed).split_rows(r.PROCESSED, shards))
     commits = []
     commit = ev.is_op("commit") | (txn if txn is not None else False)  # a transaction commits offsets too

@@ -8,9 +8,11 @@ Three frames:
   known and whose members record processing, with where the group stood
   (its final committed offset, the lowest offset a member was delivered)
   and whether a member handled the record (a `process` of it completed ok
-  or info, or never completed);
+  or info, or never completed; or a transaction carrying the group that
+  read it committed, or may have: info);
 - `GroupValues` (first stage): each value a group's members processed,
-  with how many `process` completions said ok;
+  with how many `process` completions said ok (and committed
+  transactions of the group read it);
 - `Commits` (second stage, a shard of partitions): each `committed` read
   of a partition, with the greatest offset a commit of it had been
   acknowledged at before the read began and was not taken back by a lower

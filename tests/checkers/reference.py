@@ -114,7 +114,7 @@ def reference_counts(events: list[dict], dumps: dict[str, list[list[int]]] | Non
     counts["nonmonotonic-send"] = sum(
         1 for sends in by_proc.values() for (_, a), (_, b) in zip(sorted(sends), sorted(sends)[1:]) if b < a)
 
-    counts.update(_groups(client, reads, final_read, ends))
+    counts.update(_groups(client, reads, final_read, ends, txns))
 
     # Replicas: at an offset below the final end that the final reads returned
     # values at, a node's record with another value.
@@ -289,14 +289,20 @@ def _paired(client: list[dict], f: str) -> list[tuple[dict, dict | None]]:
     return [(inv, comp) for inv, comp in pairs]
 
 
-def _groups(client: list[dict], reads: list, final_read: list, ends: dict) -> dict[str, int]:
+def _groups(client: list[dict], reads: list, final_read: list, ends: dict, txns: list[dict]) -> dict[str, int]:
     """consumer-loss, redelivery and lost-commit, as docs/history.md's "Consumer groups" reads."""
     member: dict[int, str] = {}
     for e in client:
         if e["f"] in ("assign", "commit", "committed") and isinstance(e.get("group"), str) and "txn" not in e:
             member.setdefault(e["process"], e["group"])
+    # A transaction carrying a group makes its process a member, and records processing.
+    carrying = [e for t in txns for e in (t["inv"], t["comp"]) if e is not None and isinstance(e.get("group"), str)]
+    for e in carrying:
+        member.setdefault(e["process"], e["group"])
     processed = _paired(client, "process")
-    processing = {member[inv["process"]] for inv, _ in processed if inv["process"] in member}
+    processing = {member[e["process"]] for e in [inv for inv, _ in processed] + carrying if e["process"] in member}
+    # The consume-transform-produce transactions' completions: those carrying a group handle their records.
+    transforms = [e for e in carrying if e["type"] != "invoke"]
     # Each group's final committed offsets: its last final read's.
     final_committed: dict[tuple[str, int], int] = {}
     last_at: dict[tuple[str, int], int] = {}
@@ -325,6 +331,11 @@ def _groups(client: list[dict], reads: list, final_read: list, ends: dict) -> di
         if comp is not None and comp["type"] == "ok":
             for rec in comp["records"]:
                 processed_ok[(g, rec["value"])] += 1
+    for comp in transforms:  # handled where it committed or may have; handled ok where it committed
+        g = member[comp["process"]]
+        for rec in (comp.get("records") or []) if comp["type"] in ("ok", "info") else []:
+            handled.add((g, rec["value"]))
+            processed_ok[(g, rec["value"])] += comp["type"] == "ok"
     loss = set()
     for (_, _, p, o, v), fin in zip(reads, final_read):
         if not (fin and p in ends and o < ends[p]):

@@ -2,7 +2,9 @@
 known counts: the sends of a transaction as sends (lost, duplicated, an
 aborted one read: Jepsen's G1a), precommitted-read, torn-transaction, and
 the cycles of the dependency graph (G0, G1c, their realtime variants, and
-wr-cycle), with histories where nothing is wrong. Every check also compares
+wr-cycle), consume-transform-produce transactions as their group's handling
+(consumer-loss, redelivery: exactly-once processing), with histories where
+nothing is wrong. Every check also compares
 the reference checker and the in-process engine."""
 
 from __future__ import annotations
@@ -183,3 +185,89 @@ def test_offsets_committed_in_a_transaction_are_a_commit(hist, check):
     hist.committed(1, "g", {0: 3})
     r = check(hist)
     assert r["counts_by_anomaly"] == only(lost_commit=1, unseen=1)
+
+
+# --------------------------------------------------------------------------
+# Exactly-once processing: consume-transform-produce transactions as a group's handling
+
+
+def _input(hist, n: int) -> None:
+    """Plain records 100, 101, ... at offsets 0, 1, ... of partition 0: what the transformers consume."""
+    for o in range(n):
+        hist.send(0, 100 + o, 0, o)
+
+
+def _transform(hist, process, out: tuple[int, int], records, next_offset, outcome="ok", group="g") -> tuple:
+    """A consume-transform-produce transaction: reads `records` of partition 0
+    ((offset, value) each), sends value `out[0]` to partition 1 at offset
+    `out[1]`, commits `group`'s offset `next_offset` of partition 0."""
+    return txn(hist, process, [(out[0], 1, out[1])], records=[(0, o, v) for o, v in records], outcome=outcome,
+               group=group, offsets={0: next_offset})
+
+
+def test_transformers_that_commit_what_they_read_handle_each_record_once(hist, check):
+    # Two transformers of group g, the second after the first's partition moved to it: each
+    # record read by exactly one committed transaction; an aborted one's read is read again.
+    _input(hist, 4)
+    _transform(hist, 7, (1, 0), [(0, 100), (1, 101)], 2)
+    _transform(hist, 7, (2, 2), [(2, 102)], 3, outcome="fail")  # aborted: 102 is not handled by it
+    _transform(hist, 8, (3, 4), [(2, 102), (3, 103)], 4)
+    _final(hist, {0: [100, 101, 102, 103], 1: [1, None, None, None, 3]})
+    hist.committed(21, "g", {0: 4}, final=True)
+    r = check(hist)
+    assert r["counts_by_anomaly"] == ZERO
+    assert not [w for w in r["warnings"] if "were not checked" in w and "group 'g'" in w]
+
+
+def test_an_aborted_transaction_s_offsets_kept_is_a_consumer_loss(hist, check):
+    # The broker applied the offsets of an aborted transaction: the group stands past 102 and
+    # 103, which no committed transaction read.
+    _input(hist, 4)
+    _transform(hist, 7, (1, 0), [(0, 100), (1, 101)], 2)
+    _, aborted = _transform(hist, 7, (2, 2), [(2, 102), (3, 103)], 4, outcome="fail")
+    _final(hist, {0: [100, 101, 102, 103], 1: [1, None, None, None]})
+    hist.committed(21, "g", {0: 4}, final=True)
+    r = check(hist)
+    assert r["counts_by_anomaly"] == only(consumer_loss=2)
+    assert r["valid"] is False
+    assert [(e["value"], e["offset"], e["read_index"], e["read_process"])
+            for e in r["anomalies"]["consumer-loss"]["examples"]] == [(102, 2, aborted, 7), (103, 3, aborted, 7)]
+
+
+def test_an_unknown_transaction_may_have_handled_what_it_read(hist, check):
+    # An info transaction (its commit's answer lost) may have committed: its records are handled
+    # (102, read by it alone, is no loss), but it is no committed reader (103, read by it and by
+    # one committed transaction, is no redelivery).
+    _input(hist, 4)
+    _transform(hist, 7, (1, 0), [(0, 100), (1, 101)], 2)
+    _transform(hist, 7, (2, 2), [(2, 102), (3, 103)], 4, outcome="info")
+    _transform(hist, 8, (3, 4), [(3, 103)], 4)
+    _final(hist, {0: [100, 101, 102, 103], 1: [1, None, 2, None, 3]})
+    hist.committed(21, "g", {0: 4}, final=True)
+    r = check(hist)
+    assert r["counts_by_anomaly"] == ZERO
+    assert not [w for w in r["warnings"] if "group 'g'" in w]
+
+
+def test_a_record_read_by_two_committed_transactions_is_a_redelivery(hist, check):
+    # 101 read by two committed transactions of g (exactly-once broken), 100 by a committed one
+    # and by a `process` of another member of g (both handlings count); 102 read by a committed
+    # one and an aborted one only: once. A transaction of another group reading 101 is not g's.
+    _input(hist, 3)
+    _, first = _transform(hist, 7, (1, 0), [(0, 100), (1, 101)], 2)
+    _, second = _transform(hist, 8, (2, 2), [(1, 101), (2, 102)], 3)
+    hist.seek(8, 0, 2)  # it moves back to the group's offset to read again
+    _transform(hist, 8, (3, 4), [(2, 102)], 3, outcome="fail")
+    hist.assign(9, [0], group="g")
+    hist.poll(9, (0, 0, 100))
+    hist.process(9, (0, 0, 100))
+    _transform(hist, 10, (4, 6), [(1, 101)], 2, group="h")
+    _final(hist, {0: [100, 101, 102], 1: [1, None, 2, None, None, None, 4]})
+    hist.committed(21, "g", {0: 3}, final=True)
+    r = check(hist)
+    assert r["counts_by_anomaly"] == only(redelivery=2)
+    assert r["valid"] is True
+    assert [(e["group"], e["value"], e["times"]) for e in r["anomalies"]["redelivery"]["examples"]] == [
+        ("g", 100, 2), ("g", 101, 2)]
+    assert r["anomalies"]["redelivery"]["examples"][1]["first_index"] == first
+    assert r["anomalies"]["redelivery"]["examples"][1]["second_index"] == second
