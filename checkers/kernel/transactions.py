@@ -133,30 +133,71 @@ def torn(acks: r.Rows, runs: r.Rows, steps: ReadOrder) -> Torn:
     pos, txn, value = acks.pos[order], acks.index[order], acks.value[order]
     same = (pos[1:] >> r.POS_BITS) == (pos[:-1] >> r.POS_BITS)
     ww = _pairs(np.stack((txn[:-1], txn[1:]), axis=1)[same & (txn[1:] != txn[:-1])]) if len(pos) else None
-    columns: list[list[int]] = [[] for _ in range(9)]
-    gaps = np.flatnonzero(steps.offset > steps.prev_offset + 1) if len(steps) and len(pos) else []
-    if len(gaps):
-        run_partition, first = runs.pos >> r.POS_BITS, runs.pos & MAX_OFFSET
-        last = first + (runs.y & _SLOT_MASK) - 1
-        for g in gaps.tolist():
-            p, R = int(steps.partition[g]), int(steps.process[g])
-            lo = np.searchsorted(pos, (p << r.POS_BITS) | (int(steps.prev_offset[g]) + 1))
-            hi = np.searchsorted(pos, (p << r.POS_BITS) | int(steps.offset[g]))
-            mine = (runs.process == R) & (run_partition == p)
-            for k in range(lo, hi):
-                t = txn[k]
-                others = np.flatnonzero((txn == t) & ((pos >> r.POS_BITS) == p) & (pos != pos[k]))
-                for o in others.tolist():
-                    at = int(pos[o] & MAX_OFFSET)
-                    if ((first[mine] <= at) & (at <= last[mine])).any():
-                        for column, x in zip(columns, (t, R, p, value[k], pos[k] & MAX_OFFSET, value[o], at,
-                                                      steps.prev_index[g], steps.index[g])):
-                            column.append(int(x))
-                        break
-    frame = Torn(*(np.array(c, np.int64) for c in columns))
+    gaps = np.flatnonzero(steps.offset > steps.prev_offset + 1) if len(steps) and len(pos) else np.empty(0, np.int64)
+    frame = Torn(*_torn_rows(pos, txn, value, runs, steps, gaps))
     if ww is not None:
         frame.ww = ww
     return frame
+
+
+def _torn_rows(pos: np.ndarray, txn: np.ndarray, value: np.ndarray, runs: r.Rows, steps: ReadOrder,
+               gaps: np.ndarray) -> list[np.ndarray]:
+    """Torn's columns: for each step forwards (`gaps`, in order) and each
+    committed record inside it (by position: `pos`, sorted, with their
+    transactions and values), the first other record of its transaction in
+    its partition (by position) that the step's reader read (a run of its
+    covers it), where there is one. Every lookup is a search in a sorted
+    table: the records each reader's runs cover (as many as the records
+    read), reduced to the first two of each (reader, transaction,
+    partition) with distinct positions."""
+    empty = [np.empty(0, np.int64) for _ in range(9)]
+    if not len(gaps):
+        return empty
+    partition = pos >> r.POS_BITS
+    gap_partition = steps.partition[gaps]
+    lo = np.searchsorted(pos, (gap_partition << r.POS_BITS) | (steps.prev_offset[gaps] + 1))
+    hi = np.searchsorted(pos, (gap_partition << r.POS_BITS) | steps.offset[gaps])
+    g, k = np.repeat(gaps, hi - lo), _ranges(lo, hi - lo)  # each (step, record inside it), in order
+    if not len(k):
+        return empty
+    # Each record's (transaction, partition), numbered.
+    _, group = np.unique(np.stack((txn, partition)), axis=1, return_inverse=True)
+    group = group.reshape(-1)
+    # The records each run covers (its partition's, from its first offset to its last).
+    first = runs.pos & MAX_OFFSET
+    a = np.searchsorted(pos, runs.pos)
+    b = np.searchsorted(pos, ((runs.pos >> r.POS_BITS) << r.POS_BITS) | (first + (runs.y & _SLOT_MASK)))
+    covered, reader = _ranges(a, b - a), np.repeat(runs.process, b - a)
+    if not len(covered):
+        return empty
+    # Per (reader, group): its first covered record, and its first at another position.
+    readers = np.unique(reader)
+    key = np.searchsorted(readers, reader) * (int(group.max()) + 1) + group[covered]
+    by_key = np.lexsort((covered, key))
+    key, covered = key[by_key], covered[by_key]
+    starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+    first_of = covered[starts]
+    at = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(key))))
+    elsewhere = np.where(pos[covered] != pos[first_of[at]], np.arange(len(covered)), len(covered))
+    second = np.minimum.reduceat(elsewhere, starts)
+    second_of = np.where(second < len(covered), covered[np.minimum(second, len(covered) - 1)], NONE)
+    # Each (step, record)'s: its reader's entry for the record's group.
+    process = steps.process[g]
+    rank = np.minimum(np.searchsorted(readers, process), len(readers) - 1)
+    wanted = rank * (int(group.max()) + 1) + group[k]
+    entry = np.minimum(np.searchsorted(key[starts], wanted), len(starts) - 1)
+    found = (readers[rank] == process) & (key[starts][entry] == wanted)
+    other = np.where(pos[first_of[entry]] != pos[k], first_of[entry], second_of[entry])
+    keep = found & (other >= 0)
+    g, k, other = g[keep], k[keep], other[keep]
+    return [txn[k], steps.process[g], partition[k], value[k], pos[k] & MAX_OFFSET, value[other],
+            pos[other] & MAX_OFFSET, steps.prev_index[g], steps.index[g]]
+
+
+def _ranges(start: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """start[0], start[0] + 1, ... (count[0] of them), then start[1], ...: the ranges one after another."""
+    total = int(count.sum()) if len(count) else 0
+    return np.repeat(start - (np.cumsum(count) - count), count) + np.arange(total)
 
 
 # --------------------------------------------------------------------------
