@@ -59,7 +59,7 @@ def extract(ev: Events, fold: dict[int, int] | None = None, shards: int = 1) -> 
         pos = np.where(kind == r.SEND_OK, r.packed(np.maximum(items.partition, 0), _folded(items.offset, fold)),
                        r.NONE)
         rows = r.Rows.of(r.SEND_INVOKE, len(items), value=items.value, pos=pos, index=ev.index[items.parent],
-                         process=ev.process[items.parent], x=r.constant(r.TXN_SEND, len(items)))
+                         process=ev.process[items.parent], x=r.constant(r.TXN_SEND, len(items)), y=items.slot)
         rows.kind = kind
         for shard, taken in zip(out, rows.split_rows(r.SENDS, shards)):
             if len(taken):

@@ -27,7 +27,8 @@ POS_BITS = 40
 NONE = -1
 
 # The kinds of rows. What each column holds, by kind (x and y: see each):
-SEND_INVOKE = 0  # value, index, process; x TXN_SEND for a transaction's send (-1: a plain send)
+SEND_INVOKE = 0  # value, index, process; x TXN_SEND for a transaction's send (-1: a plain send), y then its
+#                 place in its event's list of sends
 SEND_OK = 1  # value, pos (acknowledged), index, process
 SEND_FAIL = 2  # value, index, process
 SEND_INFO = 3  # value, index, process
@@ -51,7 +52,7 @@ EXTRA = 16  # (stage 1 ->) a position a value was read at that is not its acknow
 FINAL = 17  # (stage 1 ->) a record of a final log: value, pos
 RESULT = 18  # a shard's partial results (Spark's engine: their bytes in a column of their own)
 TXN_ACK = 19  # (stage 1 ->) a committed transaction's send: value, pos, index (the transaction: its completion's
-#               index), process
+#               index), process, x its place in its invocation's list of sends
 
 # The x of a transaction's send rows.
 TXN_SEND = 1

@@ -1,5 +1,6 @@
 """Send order: each producer's acknowledged sends to a partition, in the order
-it invoked them, each beside the one just before it.
+it invoked them (the sends of one transaction, which share its invocation,
+in the order it lists them), each beside the one just before it.
 
 The first stage pairs every acknowledged send with its invocation (ACK
 rows: the completion's position and index, the invocation's index); the
@@ -42,28 +43,42 @@ class SendOrder:
         return len(self.process)
 
 
-def send_order(acks: r.Rows) -> SendOrder:
-    """The frame of a shard's ACK rows."""
+def send_order(acks: r.Rows, txn_acks: r.Rows | None = None) -> SendOrder:
+    """The frame of a shard's ACK rows; `txn_acks`, its TXN_ACK rows: the
+    sends of one transaction (one invocation) are taken in the order its
+    invocation lists them."""
     partition = acks.pos >> r.POS_BITS
-    this, before = _each_after_the_last(acks.process, partition, acks.x)
+    this, before = _each_after_the_last(acks.process, partition, acks.x, _places(acks, txn_acks))
     offset = acks.pos & MAX_OFFSET
     return SendOrder(acks.process[this], partition[this], acks.value[this], offset[this], acks.x[this],
                      acks.index[this], acks.value[before], offset[before], acks.x[before])
 
 
-def _each_after_the_last(process: np.ndarray, partition: np.ndarray,
-                         invoke_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _places(acks: r.Rows, txn_acks: r.Rows | None) -> np.ndarray | None:
+    """Each acknowledgement's place in its transaction's list of sends (0 for
+    a plain send), from the TXN_ACK row of its value; None where none is."""
+    if txn_acks is None or not len(txn_acks) or not len(acks):
+        return None
+    order = np.argsort(txn_acks.value)
+    values = txn_acks.value[order]
+    at = np.minimum(np.searchsorted(values, acks.value), len(values) - 1)
+    return np.where(values[at] == acks.value, txn_acks.x[order][at], 0)
+
+
+def _each_after_the_last(process: np.ndarray, partition: np.ndarray, invoke_index: np.ndarray,
+                         place: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Each acknowledgement that has one before it in its (process,
-    partition) by invocation, and that one: the pairs numbered by a table of
-    those seen, the acknowledgements walked in invocation order; else by a
-    sort by all three."""
+    partition) by invocation (and `place`, where given, within one), and
+    that one: the pairs numbered by a table of those seen, the
+    acknowledgements walked in invocation order; else by a sort by all."""
     if len(process) and fits_above_partition(process):
         group, pairs = seen_rows((process << PARTITION_BITS) | partition)
         this, before = np.empty(len(group), np.int64), np.empty(len(group), np.int64)
-        n = _after_last(np.argsort(invoke_index, kind="stable"), group, np.full(len(pairs), -1, np.int64), this,
-                        before)
+        walk = np.argsort(invoke_index, kind="stable") if place is None else np.lexsort((place, invoke_index))
+        n = _after_last(walk, group, np.full(len(pairs), -1, np.int64), this, before)
         return this[:n], before[:n]
-    order = np.lexsort((invoke_index, partition, process))
+    order = np.lexsort((invoke_index, partition, process) if place is None else
+                       (place, invoke_index, partition, process))
     process, partition = process[order], partition[order]
     after = np.flatnonzero((process[1:] == process[:-1]) & (partition[1:] == partition[:-1])) + 1
     return order[after], order[after - 1]

@@ -159,7 +159,7 @@ def second_frames(shard: r.Shard, facts: Facts) -> dict[str, object]:
     return {"by-position": known,
             "read-order": steps,
             "torn": torn(shard[r.TXN_ACKS], shard[r.RUNS], steps),
-            "send-order": send_order(acks),
+            "send-order": send_order(acks, shard[r.TXN_ACKS]),
             "replicas": replicas(on_disk, shard[r.FINALS], facts.logs.ends) if len(on_disk) else (),
             "commits": commits(commit_rows, facts, partitions) if facts.committed else ()}
 

@@ -9,7 +9,9 @@ anomaly of a send holds of them; its reads are READ rows naming it.
 - `TxnValues` (first stage, a shard of values): a row per value a
   transaction sent, with the first read of it by its own transaction; the
   shard's write-read edges (writer -> reader, both transactions: the writer
-  not aborted); it hands on each committed transaction's send (TXN_ACK);
+  not aborted); it hands on each committed transaction's send (TXN_ACK),
+  with its place in its invocation's list (send order takes a
+  transaction's sends to a partition in that order);
 - `Torn` (second stage, a shard of partitions): a row per (transaction,
   reader, partition) where the reader's consecutive reads of the partition
   stepped over a record of a committed transaction of which it returned
@@ -75,12 +77,16 @@ def txn_values(v: ByValue, sends: list[r.Rows]) -> tuple[TxnValues, r.Rows]:
     """The frame of a shard's transactional values (`v`'s values a
     TXN_SEND row of `sends` holds), and its TXN_ACK rows."""
     # A plain history's send rows hold x as one number (no memory, no pass over it).
-    marked = [p.value[p.x == r.TXN_SEND] for p in sends
-              if len(p) and not (p.x.strides == (0,) and p.x[0] == NONE)]
+    sends = [p for p in sends if len(p) and not (p.x.strides == (0,) and p.x[0] == NONE)]
+    marked = [p.value[p.x == r.TXN_SEND] for p in sends]
     if not marked or not sum(len(m) for m in marked):
         empty = np.empty(0, np.int64)
         return TxnValues(empty, empty, empty, empty, empty), r.Rows.empty()
     rows = np.unique(np.searchsorted(v.value, np.concatenate(marked)))
+    slot = np.full(len(v), NONE, np.int64)  # each value's place in its transaction's invocation
+    for p in sends:
+        at = (p.x == r.TXN_SEND) & (p.kind == r.SEND_INVOKE)
+        slot[np.searchsorted(v.value, p.value[at])] = p.y[at]
     node = np.where(v.comp_index >= 0, v.comp_index, v.inv_index)
     own = np.full(len(v), NONE, np.int64)
     reads, read_row = v.reads_joined()
@@ -98,7 +104,7 @@ def txn_values(v: ByValue, sends: list[r.Rows]) -> tuple[TxnValues, r.Rows]:
                       own[rows], _pairs(wr))
     acked = rows[v.ok[rows] & (v.ack_pos[rows] >= 0)]
     handed = r.Rows.of(r.TXN_ACK, len(acked), value=v.value[acked], pos=v.ack_pos[acked],
-                       index=v.comp_index[acked], process=v.process[acked])
+                       index=v.comp_index[acked], process=v.process[acked], x=slot[acked])
     return frame, handed
 
 

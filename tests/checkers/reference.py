@@ -19,6 +19,7 @@ def reference_counts(events: list[dict], dumps: dict[str, list[list[int]]] | Non
     outcome: dict[int, str] = {}
     ack: dict[int, tuple[int, int]] = {}
     invoked_at: dict[int, int] = {}
+    place: dict[int, int] = {}  # a transaction's send: its place in its invocation's list
     process_of: dict[int, int] = {}
     for e in client:
         if e["f"] != "send":
@@ -26,6 +27,7 @@ def reference_counts(events: list[dict], dumps: dict[str, list[list[int]]] | Non
         v = e["value"]
         if e["type"] == "invoke":
             invoked_at[v] = e["index"]
+            place[v] = e.get("place", 0)
             process_of[v] = e["process"]
             outcome.setdefault(v, "info")  # never completed counts as info
         else:
@@ -107,12 +109,12 @@ def reference_counts(events: list[dict], dumps: dict[str, list[list[int]]] | Non
     counts["nonmonotonic-poll"] = back
     counts["poll-skip"] = skip
 
-    # Each process's acknowledged sends to a partition, in invocation order.
+    # Each process's acknowledged sends to a partition, in invocation order (a transaction's as it lists them).
     by_proc: dict[tuple[int, int], list] = defaultdict(list)
     for v, (p, o) in ack.items():
-        by_proc[(process_of[v], p)].append((invoked_at[v], o))
+        by_proc[(process_of[v], p)].append((invoked_at[v], place[v], o))
     counts["nonmonotonic-send"] = sum(
-        1 for sends in by_proc.values() for (_, a), (_, b) in zip(sorted(sends), sorted(sends)[1:]) if b < a)
+        1 for sends in by_proc.values() for (_, _, a), (_, _, b) in zip(sorted(sends), sorted(sends)[1:]) if b < a)
 
     counts.update(_groups(client, reads, final_read, ends, txns))
 
@@ -175,8 +177,9 @@ def _as_plain(e: dict) -> list[dict]:
     if e["f"] != "txn":
         return [e]
     out = []
-    for s in e["sends"]:
-        send = {"index": e["index"], "process": e["process"], "type": e["type"], "f": "send", "value": s["value"]}
+    for place, s in enumerate(e["sends"]):
+        send = {"index": e["index"], "process": e["process"], "type": e["type"], "f": "send", "value": s["value"],
+                "place": place}
         if e["type"] == "ok":
             send.update(partition=s["partition"], offset=s["offset"])
         out.append(send)

@@ -271,3 +271,22 @@ def test_a_record_read_by_two_committed_transactions_is_a_redelivery(hist, check
         ("g", 100, 2), ("g", 101, 2)]
     assert r["anomalies"]["redelivery"]["examples"][1]["first_index"] == first
     assert r["anomalies"]["redelivery"]["examples"][1]["second_index"] == second
+
+
+@pytest.mark.parametrize("values", [(1, 2), (2, 1)])
+def test_a_transaction_s_sends_to_a_partition_are_in_the_order_it_lists_them(hist, check, values):
+    # Its second send to partition 0 acknowledged below its first: a nonmonotonic send, whatever
+    # the values (an engine that took them by value, or as its shuffle left them, would differ).
+    # Its send to partition 1 and the plain send after it are in order.
+    first, second = values
+    hist.add(0, "invoke", "txn", sends=[{"key": 0, "value": first}, {"key": 1, "value": 3},
+                                        {"key": 0, "value": second}])
+    hist.add(0, "ok", "txn", sends=[{"key": 0, "value": first, "partition": 0, "offset": 1},
+                                    {"key": 1, "value": 3, "partition": 1, "offset": 0},
+                                    {"key": 0, "value": second, "partition": 0, "offset": 0}], records=[])
+    hist.send(0, 4, 0, 2)
+    _final(hist, {0: [second, first, 4], 1: [3]})
+    r = check(hist, idempotent=True)
+    assert r["counts_by_anomaly"] == only(nonmonotonic_send=1)
+    (e,) = r["anomalies"]["nonmonotonic-send"]["examples"]
+    assert (e["prev_value"], e["prev_offset"], e["value"], e["offset"]) == (first, 1, second, 0)
