@@ -147,3 +147,53 @@ def test_priming_on_a_history_being_written_checks_its_complete_lines(spark, pla
     wanted.set()
     with pytest.raises(PrimingStopped):
         prime(spark, sample=being_written, stop=wanted)
+
+
+def _hand_made_transactional_tests() -> list[tuple[str, object, dict]]:
+    """Every test of tests/checkers/test_transactions.py (each of its
+    parameters), as (name, function, keyword arguments but `hist` and `check`)."""
+    import inspect
+
+    from tests.checkers import test_transactions
+
+    found = []
+    for name, test in vars(test_transactions).items():
+        if not (name.startswith("test_") and inspect.isfunction(test)):
+            continue
+        cases = [{}]
+        for mark in getattr(test, "pytestmark", []):
+            if mark.name == "parametrize":
+                names, values = mark.args[0].split(","), mark.args[1]
+                cases = [dict(zip(names, v if len(names) > 1 else (v,))) for v in values]
+        found += [(name, test, case) for case in cases]
+    return found
+
+
+@pytest.mark.parametrize("shards", [3])
+def test_every_hand_made_transactional_history_is_counted_alike_in_spark_s_shards(spark, tmp_path, monkeypatch,
+                                                                                  shards):
+    # The transactions' frames (their values, torn reads, send order) and the cycles' edges,
+    # gathered from several shards of each stage, in Spark and in process: each test of
+    # test_transactions.py run again, its checks made with `shards` shards in both engines,
+    # which must give the same results.json, and its own assertions then hold of it.
+    from checkers.engines import local as local_engine
+    from tests.checkers.conftest import Hist
+
+    monkeypatch.setattr(spark_engine, "shards_for", lambda events, cores: shards)
+    monkeypatch.setattr(local_engine, "SHARDS", shards)
+    checked = []
+
+    def check(h, run_json=None, **options):
+        folder = tmp_path / str(len(checked))
+        folder.mkdir()
+        path = h.write(folder, run_json)
+        in_spark = check_history(path, Options(**options), spark=spark)
+        local = check_history(path, Options(**{**options, "engine": "local"}))
+        assert without_timing(in_spark) == without_timing(local), name
+        checked.append(name)
+        return {**in_spark, "counts_by_anomaly": {k: v["count"] for k, v in in_spark["anomalies"].items()}}
+
+    tests = _hand_made_transactional_tests()
+    for name, test, case in tests:
+        test(hist=Hist(), check=check, **case)
+    assert len(set(checked)) == len({name for name, _, _ in tests}) >= 15
