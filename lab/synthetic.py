@@ -19,6 +19,21 @@ the final reads (replicas that lost what they had served); unseen records
 are appended past the final reads' reach in the last partition, which the
 final reads then do not report as read to its end.
 
+Transactions (`--transactions R`, and any planted transactional anomaly)
+run on partitions of their own (`--txn-partitions`, numbered after the
+plain ones), one at a time (each invoked after the one before completed):
+each of `--txn-producers` processes, at each tick with probability R,
+runs a transaction that sends one record to each of two of them (one
+where there is one), reads the next committed record at its own place in
+one of them (its reads step only over aborted records, which no read
+returns), and commits, or aborts (5 %: its records take offsets no read
+returns). Serial transactions make no cycle; the plants are pairs of
+transactions run concurrently, after the fault phase: two whose records
+cross in two partitions (`--ww-cycles`: a G0), two that read each other's
+record (`--wr-cycles`: a G1c and a wr-cycle), and one that reads its own
+record (`--precommitted`), each by processes of their own. The final
+reads read the transactions' partitions to their end.
+
 A history in parts (`--parts K`, Parquet only): K independent simulations
 of events/K events each, made by worker processes (`--jobs`) and written in
 order as DIR/history.parquet/part-00000.parquet, ... (a folder of parts, as
@@ -53,8 +68,9 @@ from typing import Iterator
 
 import orjson
 
-from checkers.registry import (ABORTED_READ, DIRTY_READ, DUPLICATE, INCONSISTENT_OFFSET, LOST_ACKED, LOST_WRITE,
-                               NAMES, NONMONOTONIC_POLL, NONMONOTONIC_SEND, POLL_SKIP, UNSEEN)
+from checkers.registry import (ABORTED_READ, DIRTY_READ, DUPLICATE, G0, G1C, INCONSISTENT_OFFSET, LOST_ACKED,
+                               LOST_WRITE, NAMES, NONMONOTONIC_POLL, NONMONOTONIC_SEND, POLL_SKIP,
+                               PRECOMMITTED_READ, UNSEEN, WR_CYCLE)
 from core.errors import UserError
 from core.history.format import NEMESIS_PROCESS_ID
 from core.history.parquet import events_to_table, write_parquet
@@ -65,7 +81,9 @@ from nemesis.registry import FAULTS
 ANOMALY_OF = {"lost": LOST_WRITE.name, "lost_acked": LOST_ACKED.name, "dirty_reads": DIRTY_READ.name,
               "duplicates": DUPLICATE.name, "inconsistent": INCONSISTENT_OFFSET.name,
               "aborted": ABORTED_READ.name, "nonmonotonic_polls": NONMONOTONIC_POLL.name, "skips": POLL_SKIP.name,
-              "nonmonotonic_sends": NONMONOTONIC_SEND.name, UNSEEN.name: UNSEEN.name}
+              "nonmonotonic_sends": NONMONOTONIC_SEND.name, UNSEEN.name: UNSEEN.name, "ww_cycles": G0.name,
+              "wr_cycles": WR_CYCLE.name, "precommitted": PRECOMMITTED_READ.name}
+TXN_PLANTS = ("ww_cycles", "wr_cycles", "precommitted")
 PLANTABLE = tuple(ANOMALY_OF)
 MS = 1_000_000
 
@@ -88,6 +106,12 @@ class Plan:
     skips: int = 0
     nonmonotonic_sends: int = 0
     unseen: int = 0
+    ww_cycles: int = 0
+    wr_cycles: int = 0
+    precommitted: int = 0
+    transactions: float = 0.0  # each transactional producer's chance of a transaction at each tick
+    txn_producers: int = 2
+    txn_partitions: int = 2  # the transactions' own partitions (where there are transactions)
     fail_rate: float = 0.01
     info_rate: float = 0.01
     hole_rate: float = 0.002  # offsets taken by records the history does not know
@@ -128,7 +152,10 @@ class _Sim:
         # same draws without the argument checks around them (a million calls a part).
         self.below = self.rng._randbelow
         self.parts = list(range(plan.first_partition, plan.first_partition + plan.partitions))
-        self.logs: dict[int, list[int | None]] = {p: [] for p in self.parts}
+        top = plan.first_partition + plan.partitions
+        self.txn_parts = list(range(top, top + txn_partitions(plan)))
+        self.logs: dict[int, list[int | None]] = {p: [] for p in self.parts + self.txn_parts}
+        self.txn_place: dict[tuple[int, int], int] = {}  # (process, partition) -> the next offset it reads
         # (time, seq, droppable, event) for later completion; index and time are set when it is due.
         self.pending: list[tuple[int, int, bool, dict]] = []
         self.seq = 0
@@ -142,6 +169,10 @@ class _Sim:
         self.info_values: set[int] = set()
         # Each value costs two send events and, read twice in batches, some poll events.
         n_send_estimate = max(100, int(0.9 * plan.events / (2.3 + 4 / min(plan.batch, 10))))
+        if plan.transactions > 0:  # transactions take their share of the events (two each, and reads)
+            plain = plan.producers * 0.9
+            n_send_estimate = max(100, int(n_send_estimate * plain / (plain + 1.5 * plan.txn_producers
+                                                                      * plan.transactions)))
         self.plant_at = self._spread(n_send_estimate)
         self.sends_done = 0
         self.held: dict[tuple[int, int], int] = {}  # (producer, partition) -> a value held back
@@ -329,12 +360,22 @@ def check_plan(plan: Plan) -> None:
         raise UserError("--lost-acked and --dirty-reads need final reads (drop --no-final-reads)")
     if tails and plan.unseen and plan.partitions < 2:
         raise UserError("--unseen with --lost-acked or --dirty-reads needs at least 2 partitions")
+    if not 0 <= plan.transactions <= 1:
+        raise UserError("--transactions must be between 0 and 1")
+    if txn_partitions(plan) and (plan.txn_partitions < 2 or plan.txn_producers < 1):
+        raise UserError("transactions need --txn-partitions at least 2 and --txn-producers at least 1")
+
+
+def txn_partitions(plan: Plan) -> int:
+    """How many partitions of its own a plan's transactions take (none without transactions)."""
+    return plan.txn_partitions if plan.transactions > 0 or any(getattr(plan, n) for n in TXN_PLANTS) else 0
 
 
 def _simulate(plan: Plan) -> Synthetic:
     sim = _Sim(plan)
     rng = sim.rng
     producers = [sim.process_id() for _ in range(plan.producers)]
+    txn_producers = [sim.process_id() for _ in range(plan.txn_producers)] if plan.transactions > 0 else []
     parts = sim.parts
     consumers = [_Consumer(sim, parts[i::plan.consumers]) for i in range(min(plan.consumers, plan.partitions))]
     read_plants = ["skip"] * plan.skips + ["rewind"] * plan.nonmonotonic_polls
@@ -353,6 +394,9 @@ def _simulate(plan: Plan) -> Synthetic:
         for pid in producers:
             if random_() < 0.9:
                 _send(sim, pid)
+        for pid in txn_producers:
+            if random_() < plan.transactions:
+                _transaction(sim, pid)
         if tick % 3 == 0:
             c = consumers[sim.below(len(consumers))]
             if read_plants and tick > 30 and random_() < 0.25 and not (c.skip_next or c.rewind_next):
@@ -391,13 +435,14 @@ def _simulate(plan: Plan) -> Synthetic:
         raise UserError("could not place every planted read anomaly; use more --events")
     used: set[tuple[int, int]] = set()
     planted_at = [_plant_inconsistent(sim, producers[0], used) for _ in range(plan.inconsistent)]
+    _plant_transactions(sim)
     # The final log of every partition is known but the unseen tail's.
     unseen_part = parts[-1] if plan.unseen else None
-    known = [p for p in parts if p != unseen_part] if plan.final_reads else []
+    known = [p for p in parts + sim.txn_parts if p != unseen_part] if plan.final_reads else []
     _plant_tails(sim, producers, known)
     sim.expected[DIRTY_READ.name] += sum(1 for p in planted_at if p in known)
     # Unseen: acknowledged records at the end of a partition that no read reaches.
-    limit = {p: len(sim.logs[p]) for p in parts}
+    limit = {p: len(sim.logs[p]) for p in parts + sim.txn_parts}
     for i in range(plan.unseen):
         pid = producers[i % len(producers)]
         value = sim.new_value()
@@ -408,10 +453,10 @@ def _simulate(plan: Plan) -> Synthetic:
         sim.outcome[value] = "ok"
         sim.expected[UNSEEN.name] += 1
     # Final reads by a fresh process, up to where the unseen tail begins.
-    final = _Consumer(sim, parts)
+    final = _Consumer(sim, parts + sim.txn_parts)
     if plan.final_reads:
-        sim.emit(final.pid, "invoke", "final-reads", partitions=parts)
-    while any(final.position[p] < limit[p] for p in parts):
+        sim.emit(final.pid, "invoke", "final-reads", partitions=parts + sim.txn_parts)
+    while any(final.position[p] < limit[p] for p in final.partitions):
         sim.now += MS
         final.poll(limit)
     if plan.final_reads:
@@ -523,6 +568,71 @@ def _send(sim: _Sim, pid: int) -> None:
         # The held send lands after this one: acks in invocation order go backwards once.
         _append_held(sim, pid, partition)
         sim.expected[NONMONOTONIC_SEND.name] += 1
+
+
+def _transaction(sim: _Sim, pid: int) -> None:
+    """One transaction of `pid`, invoked and completed before any other
+    begins (module docstring): its sends, its read, commit or abort."""
+    below, txn_parts = sim.below, sim.txn_parts
+    targets = sim.rng.sample(txn_parts, 2)
+    values = [sim.new_value() for _ in targets]
+    sim.emit(pid, "invoke", "txn", sends=[{"key": v % 97, "value": v} for v in values])
+    records = []
+    p = txn_parts[below(len(txn_parts))]
+    log, o = sim.logs[p], sim.txn_place.get((pid, p), 0)
+    while o < len(log) and not readable(log[o]):
+        o += 1  # an aborted record: no read returns it
+    if o < len(log):
+        records.append({"partition": p, "offset": o, "key": log[o] % 97, "value": log[o]})
+        sim.read_values.add(log[o])
+        sim.txn_place[(pid, p)] = o + 1
+    committed = below(20) > 0
+    sends = []
+    for v, q in zip(values, targets):
+        offset = sim.append(q, v if committed else None)
+        sends.append({"key": v % 97, "value": v, **({"partition": q, "offset": offset} if committed else {})})
+        sim.outcome[v] = "ok" if committed else "fail"
+    sim.now += MS
+    sim.emit(pid, "ok" if committed else "fail", "txn", sends=sends, records=records,
+             **({} if committed else {"error": "ABORTED"}))
+
+
+def _plant_transactions(sim: _Sim) -> None:
+    """The planted transactional anomalies (module docstring), each pair of
+    transactions concurrent (both invoked before either completes), by
+    processes of their own."""
+    p, q = sim.txn_parts[:2] if sim.txn_parts else (None, None)
+
+    def concurrent(writes: list[list[tuple[int, int]]], reads: list[list[int]], order: list[int]) -> None:
+        """Transactions by fresh processes: each one's sends (value, partition), appended to
+        the logs in `order` (of values), and the values each then read where they were put."""
+        pids = [sim.process_id() for _ in writes]
+        for pid, sends in zip(pids, writes):
+            sim.emit(pid, "invoke", "txn", sends=[{"key": v % 97, "value": v} for v, _ in sends])
+        at, where = {}, dict(x for sends in writes for x in sends)
+        for v in order:
+            at[v] = (where[v], sim.append(where[v], v))
+            sim.outcome[v] = "ok"
+        sim.now += MS
+        for pid, sends, read in zip(pids, writes, reads):
+            sim.emit(pid, "ok", "txn", sends=[{"key": v % 97, "value": v, "partition": at[v][0], "offset": at[v][1]}
+                                              for v, _ in sends],
+                     records=[{"partition": at[v][0], "offset": at[v][1], "key": v % 97, "value": v} for v in read])
+            sim.read_values.update(read)
+
+    for _ in range(sim.p.ww_cycles):  # a's record first in p, b's first in q: ww both ways
+        a1, a2, b1, b2 = (sim.new_value() for _ in range(4))
+        concurrent([[(a1, p), (a2, q)], [(b1, p), (b2, q)]], [[], []], [a1, b1, b2, a2])
+        sim.expected[G0.name] += 1
+    for _ in range(sim.p.wr_cycles):  # c and d each read the other's record: wr both ways
+        c, d = sim.new_value(), sim.new_value()
+        concurrent([[(c, p)], [(d, q)]], [[d], [c]], [c, d])
+        sim.expected[G1C.name] += 1
+        sim.expected[WR_CYCLE.name] += 1
+    for _ in range(sim.p.precommitted):  # a transaction that reads its own record
+        e = sim.new_value()
+        concurrent([[(e, p)]], [[e]], [e])
+        sim.expected[PRECOMMITTED_READ.name] += 1
 
 
 def _append_held(sim: _Sim, pid: int, partition: int) -> None:
@@ -655,7 +765,7 @@ class Part:
 def part_plans(plan: Plan, parts: int) -> list[Plan]:
     """The plans of `plan` in `parts` parts: independent simulations of about
     events/parts events each, seeds seed, seed+1, ..., each on partitions of
-    its own (part k's are k*partitions on) and values of its own (from k*10^d,
+    its own (part k's are k*(partitions + txn_partitions) on) and values of its own (from k*10^d,
     10^d above a part's events, so above its values); the planted anomalies
     shared out, the first parts taking what does not divide."""
     if parts < 1:
@@ -667,7 +777,7 @@ def part_plans(plan: Plan, parts: int) -> list[Plan]:
     for k in range(parts):
         share = {name: getattr(plan, name) // parts + (k < getattr(plan, name) % parts) for name in PLANTABLE}
         plans.append(replace(plan, events=plan.events // parts + (k < plan.events % parts), seed=plan.seed + k,
-                             first_partition=plan.first_partition + k * plan.partitions,
+                             first_partition=plan.first_partition + k * (plan.partitions + txn_partitions(plan)),
                              first_value=plan.first_value + k * stride, **share))
     return plans
 
@@ -776,6 +886,12 @@ def configure(parser) -> None:
     parser.add_argument("--consumers", type=int, default=3)
     parser.add_argument("--no-final-reads", dest="final_reads", action="store_false",
                         help="leave out the final-reads bracket, as a tool without one would")
+    parser.add_argument("--transactions", type=float, default=0.0, metavar="R",
+                        help="each transactional producer's chance of a transaction at each tick (default 0: "
+                             "none; 0.9 makes about as many transactions as plain sends per producer)")
+    parser.add_argument("--txn-producers", type=int, default=2, help="transactional producers")
+    parser.add_argument("--txn-partitions", type=int, default=2,
+                        help="the transactions' own partitions (of each part, with --parts)")
     for name in PLANTABLE:
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=0, metavar="K",
                             help=f"plant K {ANOMALY_OF[name]} anomalies (in all, with --parts)")
@@ -783,7 +899,8 @@ def configure(parser) -> None:
 
 def run(args) -> int:
     plan = Plan(events=args.events, seed=args.seed, partitions=args.partitions, producers=args.producers,
-                consumers=args.consumers, final_reads=args.final_reads,
+                consumers=args.consumers, final_reads=args.final_reads, transactions=args.transactions,
+                txn_producers=args.txn_producers, txn_partitions=args.txn_partitions,
                 **{name: getattr(args, name) for name in PLANTABLE})
     if args.parts is None:
         if args.jobs is not None:

@@ -29,6 +29,7 @@ plans = st.builds(
     fail_rate=st.floats(0, 0.05),
     info_rate=st.floats(0, 0.05),
     hole_rate=st.floats(0, 0.02),
+    transactions=st.sampled_from([0.0, 0.3]),
 )
 
 

@@ -136,3 +136,27 @@ def test_the_checker_finds_in_parts_what_expected_json_says(spark, tmp_path, cap
     assert {name: a["count"] for name, a in results["anomalies"].items()} == expected["anomalies"]
     assert results["counts"]["sends"] == expected["sends"]
     assert results["stats"]["info_sends"] == expected["info_sends"]
+
+
+@pytest.mark.spark
+def test_transactions_in_parts_are_counted_as_expected_json_says(spark, tmp_path, capsys):
+    # Transactional producers on partitions of their own (numbered after each part's plain
+    # ones), one transaction at a time, with the planted cycles and precommitted reads: the
+    # generator's counts are a literal reading's and the checker's.
+    assert main(["gen-history", "--events", "12000", "--parts", "2", "--jobs", "1", "--seed", "5",
+                 "--transactions", "0.5", "--txn-partitions", "3", "--ww-cycles", "3", "--wr-cycles", "2",
+                 "--precommitted", "2", "--lost", "2", "--skips", "2", "--out", str(tmp_path)]) == 0
+    expected = orjson.loads((tmp_path / "expected.json").read_bytes())
+    assert {k: n for k, n in expected["anomalies"].items() if k in ("G0", "G1c", "wr-cycle", "precommitted-read")} \
+        == {"G0": 3, "G1c": 2, "wr-cycle": 2, "precommitted-read": 2}
+    parts = _parts(tmp_path / "history.parquet")
+    for k, events in enumerate(parts):
+        txns = [e for e in events if e["f"] == "txn"]
+        assert len(txns) > 500
+        assert {s["partition"] for e in txns for s in e["sends"] if s.get("partition") is not None} \
+            == set(range(9 * k + 6, 9 * k + 9))
+    reference = reference_counts([e for events in parts for e in events])
+    assert {name: reference[name] for name in expected["anomalies"]} == expected["anomalies"]
+    results = check_history(tmp_path, Options(), spark=spark)
+    assert {name: a["count"] for name, a in results["anomalies"].items()} == expected["anomalies"]
+    assert results["counts"]["sends"] == expected["sends"]
