@@ -302,9 +302,10 @@ def _cycle(nodes, invoked, completed, graph, c, comp, edges, ww_i, wr_i, n) -> l
         succ.setdefault(a, []).append(b)
     kinds: dict[tuple[int, int], str] = {}
     for name, pairs, held in (("wr", wr_i, _HAS_WR[graph]), ("ww", ww_i, _HAS_WW[graph])):
-        for a, b in (pairs.tolist() if held else []):
-            kinds.setdefault((a, b), name)
-    wr_in = [(a, b) for a, b in kinds if kinds[(a, b)] == "wr" and comp[a] == c and comp[b] == c]
+        if held and len(pairs):  # only the component's own edges: the graph's may be millions
+            for a, b in pairs[(comp[pairs[:, 0]] == c) & (comp[pairs[:, 1]] == c)].tolist():
+                kinds.setdefault((a, b), name)
+    wr_in = [(a, b) for a, b in kinds if kinds[(a, b)] == "wr"]
     marks = {x for x in np.flatnonzero(comp == c).tolist() if x >= n}
     if wr_in:
         a, b = min(wr_in)
