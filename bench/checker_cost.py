@@ -3,7 +3,7 @@ Parquet histories, against a bare Spark scan-and-group-by of the same parts
 in the same Spark session.
 
     harness bench check [--sizes 1000000,10000000,100000000] [--cache .cache/bench] [--repeat 2]
-                        [--engine spark|local] [--driver-memory 4g] [--no-cold] [--out FILE]
+                        [--engine spark|local] [--driver-memory 4g] [--no-cold] [--no-txn] [--out FILE]
                         [--spark-master URL] [--spark-conf KEY=VALUE]... [--standalone [--standalone-memory 1g]]
 
 `--engine` is the checker's (docs/checker.md): Spark's executors run the
@@ -24,6 +24,14 @@ expected.json) by `harness gen-history --parts`, run as a user runs it: the
 generator belongs to the top of the harness, which a benchmark does not
 import. Every part plants PLANTED; the bench fails (exit 2) if the
 checker's counts differ from expected.json's.
+
+Transactions: each size is also checked as a history whose producers are
+mostly transactional (`check-txn-SIZE/`: `gen-history --transactions`,
+TXN_PLANTED in each part besides PLANTED; unless `--no-txn`), and its
+cost reported per million transactions: the whole check's seconds
+(`s_per_million_txn`), and what it took beyond the plain history's check
+of the same size (`txn_extra_s_per_million_txn`: the transactions'
+frames, their dependency graph and its cycles, and the events they add).
 
 The result is recorded (bench/record.py), its figures named engine, size
 and measure (`spark.10M.cold_ratio`), against TARGETS.
@@ -52,6 +60,9 @@ from core.processes import descendants
 
 PLANTED = dict(lost=5, duplicates=5, inconsistent=5, aborted=5, nonmonotonic_polls=5, skips=5,
                nonmonotonic_sends=5, unseen=5)  # in each part
+# A transactional history's plants (lab/synthetic.py), in each part, and how it makes transactions.
+TXN_PLANTED = dict(ww_cycles=5, wr_cycles=5, precommitted=5)
+TXN_FLAGS = ("--transactions", "0.9", "--txn-producers", "4", "--txn-partitions", "4")
 PART_EVENTS = 1_000_000
 # Issue 46's goals for the checker whose anomalies one kernel decides, run by
 # Spark or in process. Figures are named engine.size.measure.
@@ -88,6 +99,8 @@ def configure(parser) -> None:
     parser.add_argument("--repeat", type=int, default=2, help="measured runs of each (best is reported)")
     parser.add_argument("--no-cold", dest="cold", action="store_false",
                         help="leave out the cold `harness check` of the largest history")
+    parser.add_argument("--no-txn", dest="txn", action="store_false",
+                        help="leave out the transactional history of each size (the cost per million transactions)")
     parser.add_argument("--out", default=None, help="write the measurements as JSON here")
     parser.add_argument("--standalone", action="store_true",
                         help="also measure on a standalone cluster of 2 workers x 1 core on 127.0.0.1, side by side")
@@ -105,12 +118,13 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
-def ensure_history(size: int, cache: Path) -> Path:
+def ensure_history(size: int, cache: Path, txn: bool = False) -> Path:
     """The folder of a history of about `size` events in parts of PART_EVENTS,
-    with PLANTED in each part: made once by `harness gen-history --parts`,
-    then reused. A folder not of that making (the earlier one-file layout, a
-    generation cut short) is made again."""
-    folder = cache / f"check-{size}"
+    with PLANTED in each part (and, `txn`, transactions: TXN_FLAGS and
+    TXN_PLANTED): made once by `harness gen-history --parts`, then reused. A
+    folder not of that making (the earlier one-file layout, a generation cut
+    short) is made again."""
+    folder = cache / (f"check-txn-{size}" if txn else f"check-{size}")
     parts = max(1, round(size / PART_EVENTS))
     expected = folder / "expected.json"
     if (folder / "history.parquet").is_dir() and expected.is_file():
@@ -119,10 +133,11 @@ def ensure_history(size: int, cache: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "results.json").unlink(missing_ok=True)  # a check of what was there before
     print(f"generating a {size}-event history in {parts} part(s) into {folder} ...", file=sys.stderr, flush=True)
-    planted = [f"--{name.replace('_', '-')}={n * parts}" for name, n in PLANTED.items()]
+    planted = [f"--{name.replace('_', '-')}={n * parts}"
+               for name, n in {**PLANTED, **(TXN_PLANTED if txn else {})}.items()]
     proc = subprocess.run([sys.executable, "-m", "harness.cli", "gen-history", "--events", str(size),
                            "--parts", str(parts), "--seed", "0", "--partitions", "6", *planted,
-                           "--out", str(folder)], stdout=subprocess.PIPE, text=True)
+                           *(TXN_FLAGS if txn else ()), "--out", str(folder)], stdout=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         raise UserError(f"harness gen-history failed (exit {proc.returncode}, its message above)")
     print(proc.stdout.strip(), file=sys.stderr, flush=True)
@@ -250,6 +265,7 @@ def run(args) -> int:
         raise UserError("--repeat must be at least 1")
     cache = Path(args.cache)
     folders = {size: ensure_history(size, cache) for size in sizes}
+    txn_folders = {size: ensure_history(size, cache, txn=True) for size in sizes} if args.txn else {}
     conf = conf_pairs(args.spark_conf)
     conf.setdefault("spark.driver.memory", args.driver_memory)  # for any master: the driver is this process's JVM
     started = time.monotonic()
@@ -283,6 +299,8 @@ def run(args) -> int:
         # runs (Spark's plans, the JIT, Numba's loops on a fresh machine); the
         # best of the repeats is a warm check's time.
         best = {**min(tries, key=lambda t: t["check_s"]), "first_check_s": tries[0]["check_s"]}
+        if size in txn_folders:
+            best.update(txn_cost(spark, txn_folders[size], args, best["check_s"], best["events"]))
         measured.append(best)
         print(f"{best['events']} events: check {best['check_s']:.2f} s (the first {best['first_check_s']:.2f} s), "
               f"bare scan {best['bare_scan_s']:.2f} s, CPU {best['cpu_s']:.1f} s (Python {best['python_cpu_s']:.1f} s; "
@@ -306,6 +324,33 @@ def run(args) -> int:
     return 0
 
 
+def txn_cost(spark, folder: Path, args, plain_check_s: float, plain_events: int) -> dict:
+    """The best of `args.repeat` checks of the transactional history in
+    `folder`, its counts as planted, and its cost per million transactions:
+    whole, and beyond `plain_check_s` (the plain history's check of
+    `plain_events`, scaled to this one's events)."""
+    expected = expected_of(folder)
+    tries = []
+    for _ in range(args.repeat):
+        t0 = time.monotonic()
+        results = check_history(folder, Options(engine=args.engine), spark=spark)
+        tries.append(time.monotonic() - t0)
+        counts = {k: v["count"] for k, v in results["anomalies"].items()}
+        differ = differences(counts, expected["anomalies"])
+        if differ:
+            raise UserError(f"{folder}: the checker's counts differ from the planted ones: {differ}")
+    transactions = sum(results["counts"]["other_ops"].get("txn", {}).values())
+    seconds, events = min(tries), expected["events"]
+    millions = transactions / 1e6
+    plain = plain_check_s * events / plain_events
+    print(f"{events} events with {transactions} transactions: check {seconds:.2f} s, "
+          f"{seconds / millions:.1f} s per million transactions, {(seconds - plain) / millions:.1f} s of them beyond "
+          f"a plain history's check (counts as planted)", file=sys.stderr, flush=True)
+    return {"txn_events": events, "transactions": transactions, "txn_check_s": round(seconds, 2),
+            "s_per_million_txn": round(seconds / millions, 2),
+            "txn_extra_s_per_million_txn": round((seconds - plain) / millions, 2)}
+
+
 def figures(report: dict, sizes: list[int]) -> dict:
     """The report's figures, named engine.size.measure (sizes as asked:
     `10M`), the standalone cluster's under `standalone.`."""
@@ -319,6 +364,8 @@ def figures(report: dict, sizes: list[int]) -> dict:
                         name + "ratio": row["ratio"], name + "cpu_s": row["cpu_s"],
                         name + "peak_rss_mib": row["peak_rss_mb"],
                         name + "python_peak_rss_mib": row["python_peak_rss_mb"]})
+            out.update({name + key: row[key] for key in ("transactions", "txn_check_s", "s_per_million_txn",
+                                                          "txn_extra_s_per_million_txn") if key in row})
         if "cold_cli_s" in part:
             name = f"{prefix}{part.get('engine', 'spark')}.{record.size_label(sizes[-1])}."
             out.update({name + "cold_s": part["cold_cli_s"], name + "cold_bare_scan_s": part["cold_bare_scan_s"],
@@ -364,7 +411,7 @@ def on_standalone(args) -> dict:
                 proc = subprocess.run([sys.executable, "-m", "harness.cli", "bench", "check", "--sizes", args.sizes,
                                        "--cache", args.cache, "--repeat", str(args.repeat),
                                        "--driver-memory", args.driver_memory, "--engine", args.engine,
-                                       *([] if args.cold else ["--no-cold"]),
+                                       *([] if args.cold else ["--no-cold"]), *([] if args.txn else ["--no-txn"]),
                                        "--spark-master", cluster.url, "--out", str(out), "--no-record",
                                        # An executor as large as its worker: Spark's default (1g)
                                        # would wait for ever on smaller workers.
