@@ -124,11 +124,18 @@ def _summed(owner: np.ndarray, bucket: np.ndarray, amount: np.ndarray, buckets: 
 def _worst(owner: np.ndarray, bucket: np.ndarray, amount: np.ndarray, buckets: int) -> dict[int, dict[int, int]]:
     """owner -> bucket -> the greatest `amount` there."""
     owners, cell = _grid(owner, bucket, buckets)
-    top = np.full(len(owners) * buckets, np.iinfo(np.int64).min)
-    np.maximum.at(top, cell, amount)
+    # The cells taken by a sort of the rows, not a grid of every cell: the
+    # owners here are processes, thousands in a long run, and a grid of
+    # them by every bucket would be tens of megabytes for a few thousand cells.
     out: dict[int, dict[int, int]] = {}
-    for c in np.flatnonzero(top > np.iinfo(np.int64).min).tolist():
-        out.setdefault(int(owners[c // buckets]), {})[c % buckets] = int(top[c])
+    if not len(cell):
+        return out
+    order = np.argsort(cell)
+    cell = cell[order]
+    starts = np.flatnonzero(np.concatenate(([True], cell[1:] != cell[:-1])))
+    top = np.maximum.reduceat(amount[order], starts)
+    for c, n in zip(cell[starts].tolist(), top.tolist()):
+        out.setdefault(int(owners[c // buckets]), {})[c % buckets] = int(n)
     return out
 
 
