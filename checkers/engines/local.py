@@ -3,7 +3,8 @@ JVM (`harness check --engine local`): a quick look, a machine without Java,
 and fast tests. The rows come from the driver's read of the history
 (checkers/history_read.py keeps them, a batch's cut into `SHARDS` shards as
 it is read), so the history is read once; the replicas' dumps are read
-here. Each stage runs its shards in threads, one per core: the kernel's
+here. Each stage runs its shards in threads, one per core (each first
+stage's thread also cuts what it hands on for the second): the kernel's
 loops are compiled without Python's lock and NumPy's let it go.
 """
 
@@ -30,12 +31,19 @@ def run(batches: list[list[r.Shard]], facts: Facts, dumps: dict[str, Path], fold
     k = len(batches[0]) if batches else 1
     shards = [r.Shard.joined([batch[i] for batch in batches]) for i in range(k)]
     del batches
+
+    def first(shard: r.Shard) -> tuple[list[r.Shard], dict]:
+        handed, found = first_stage(shard, facts)
+        return handed.split(k), found  # cut for the second stage in the same thread, not one after another
+
     with ThreadPoolExecutor(k, thread_name_prefix="kernel") as pool:
-        firsts = list(pool.map(lambda shard: first_stage(shard, facts), shards))
+        firsts = [pool.submit(first, shard) for shard in shards]
         del shards
+        # The dumps are read meanwhile.
         on_disk = r.Shard({r.REPLICAS: r.Rows.joined([replica_rows(node, *columns(chunk), fold)
                                                       for node, name in enumerate(facts.replica_nodes)
                                                       for chunk in read_dump(dumps[name])])})
-        handed = [shard.split(k) for shard, _ in firsts] + [on_disk.split(k)]
+        firsts = [f.result() for f in firsts]
+        handed = [split for split, _ in firsts] + [on_disk.split(k)]
         seconds = list(pool.map(lambda i: second_stage(r.Shard.joined([h[i] for h in handed]), facts), range(k)))
     return [found for _, found in firsts] + seconds
