@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from checkers.compiled import compiled
+from checkers.compiled import compiled, first_not_below
 from checkers.kernel import rows as r
 from checkers.kernel.by_value import ByValue
 from checkers.kernel.facts import Facts, in_brackets
@@ -34,16 +34,46 @@ _PART_BITS = MAX_PARTITION.bit_length()
 
 def unread(v: ByValue, facts: Facts) -> dict[int, dict[int, int]]:
     """partition -> bucket -> the change of its count of acknowledged values not yet read."""
-    clock = facts.clock
-    at = np.flatnonzero(v.ok & (v.comp_index >= 0))
-    at = at[~((v.read_index[at] >= 0) & (v.read_index[at] < v.comp_index[at]))]
-    partition, read = v.ack_partition[at], v.read_index[at]
-    ack = clock.bucket(v.comp_index[at])
-    seen = read >= 0
-    gone = np.maximum(ack[seen], clock.bucket(read[seen]))
-    return _summed(np.concatenate((partition, partition[seen])), np.concatenate((ack, gone)),
-                   np.concatenate((np.ones(len(ack), np.int64), np.full(len(gone), -1, np.int64))),
-                   len(clock.bounds))
+    buckets = len(facts.clock.bounds)
+    owners, total = _unread_changes(v.ok, v.ack_partition, v.comp_index, v.read_index, facts.clock.bounds)
+    out: dict[int, dict[int, int]] = {}
+    for c in np.flatnonzero(total).tolist():
+        out.setdefault(int(owners[c // buckets]), {})[c % buckets] = int(total[c])
+    return out
+
+
+@compiled
+def _unread_changes(ok, partition, comp_index, read_index, bounds):
+    """`unread`'s changes in one pass over the values, no temporaries: the
+    partitions acknowledged (in the order first seen) and a grid of them by
+    the clock's buckets (`bounds`), each cell the change there: +1 in the
+    bucket of a value's acknowledgement, -1 in that of its first read (or
+    its acknowledgement's, if later). A value read before its
+    acknowledgement arrived never counts."""
+    top = -1
+    for i in range(len(ok)):
+        if ok[i] and comp_index[i] >= 0 and partition[i] > top:
+            top = partition[i]
+    row_of = np.full(top + 1, -1, np.int64)
+    owners = np.empty(top + 1, np.int64)
+    n = 0
+    for i in range(len(ok)):
+        if ok[i] and comp_index[i] >= 0 and row_of[partition[i]] < 0:
+            row_of[partition[i]] = n
+            owners[n] = partition[i]
+            n += 1
+    buckets = len(bounds)
+    total = np.zeros(n * buckets, np.int64)
+    for i in range(len(ok)):
+        ack, read = comp_index[i], read_index[i]
+        if not ok[i] or ack < 0 or (0 <= read < ack):
+            continue
+        row = row_of[partition[i]] * buckets
+        b = first_not_below(bounds, ack + 1, 0, buckets) - 1  # SeriesClock.bucket of one index
+        total[row + b] += 1
+        if read >= 0:
+            total[row + max(b, first_not_below(bounds, read + 1, 0, buckets) - 1)] -= 1
+    return owners[:n], total
 
 
 def lag(runs: r.Rows, acks: r.Rows, facts: Facts) -> dict[int, dict[int, int]]:
@@ -104,26 +134,10 @@ def _highest_before(rows, partition, index, offset, queries, q_partition, q_inde
     return out
 
 
-def _grid(owner: np.ndarray, bucket: np.ndarray, buckets: int) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct owners (partitions, processes: few) and each row's cell of
-    an owners x buckets grid: no sort of the rows."""
-    row, owners = seen_rows(owner)
-    return owners, row * buckets + bucket
-
-
-def _summed(owner: np.ndarray, bucket: np.ndarray, amount: np.ndarray, buckets: int) -> dict[int, dict[int, int]]:
-    """owner -> bucket -> the sum of `amount` there (zeros left out)."""
-    owners, cell = _grid(owner, bucket, buckets)
-    total = np.bincount(cell, weights=amount, minlength=len(owners) * buckets).astype(np.int64)
-    out: dict[int, dict[int, int]] = {}
-    for c in np.flatnonzero(total).tolist():
-        out.setdefault(int(owners[c // buckets]), {})[c % buckets] = int(total[c])
-    return out
-
-
 def _worst(owner: np.ndarray, bucket: np.ndarray, amount: np.ndarray, buckets: int) -> dict[int, dict[int, int]]:
     """owner -> bucket -> the greatest `amount` there."""
-    owners, cell = _grid(owner, bucket, buckets)
+    row, owners = seen_rows(owner)  # few, however spread
+    cell = row * buckets + bucket
     # The cells taken by a sort of the rows, not a grid of every cell: the
     # owners here are processes, thousands in a long run, and a grid of
     # them by every bucket would be tens of megabytes for a few thousand cells.
