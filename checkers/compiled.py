@@ -7,7 +7,10 @@ is one pass, with no temporaries. `compiled` is how each is compiled:
 `cache` keeps the machine code beside the module (its `__pycache__`, or
 Numba's cache folder where that cannot be written), so a process compiles
 a loop only once per machine and types, and `nogil` lets the threads the
-checker runs its passes in use both cores.
+checker runs its passes in use both cores. `inlined` is for the small
+steps a compiled loop calls per element: compiled into each loop that
+calls them, not called as functions (each call passed every array
+argument anew).
 
 `first_not_below` is the binary search the compiled passes share, and
 `nondecreasing` their test of sortedness.
@@ -18,6 +21,7 @@ from __future__ import annotations
 import numba
 
 compiled = numba.njit(cache=True, nogil=True)
+inlined = numba.njit(cache=True, nogil=True, inline="always")
 
 
 @compiled

@@ -57,7 +57,7 @@ from typing import Iterable
 
 import numpy as np
 
-from checkers.compiled import compiled
+from checkers.compiled import compiled, inlined
 from core.history.faults import fault_intervals
 
 HANG_S = 30.0  # no acknowledgement this long after the final heal: HANG
@@ -352,7 +352,7 @@ def _walk(inv_t, inv_p, comp_t, comp_p, comp_ok, ack_p, ack_o, read_t, read_p, r
             k += 1
 
 
-@compiled
+@inlined
 def _end_group(g, rows, group_acks, group_reads):
     """After every event of a time: an acknowledgement among them starts
     the producers' next gap, a read the consumers' (with a backlog then,
@@ -375,7 +375,7 @@ def _end_group(g, rows, group_acks, group_reads):
     g[G_GROUP_READS] = 0
 
 
-@compiled
+@inlined
 def _invoked(t, p, g, rows, heal):
     g[G_INVOKED] += 1
     if g[G_FIRST] == _NONE:
@@ -394,7 +394,7 @@ def _invoked(t, p, g, rows, heal):
         rows[p, P_INVOKED_BY_HEAL] += 1
 
 
-@compiled
+@inlined
 def _completed(t, p, ok, q, offset, g, rows, group_acks, heal, queries, ack_after,
                fault_start, fault_end, fault_producers, p_active, p_out):
     g[G_COMPLETED] += 1
@@ -439,7 +439,7 @@ def _completed(t, p, ok, q, offset, g, rows, group_acks, heal, queries, ack_afte
     rows[q, P_ACKED_TOP] = max(rows[q, P_ACKED_TOP], offset)
 
 
-@compiled
+@inlined
 def _read(t, q, offset, g, rows, group_reads, heal, queries, read_after,
           fault_start, fault_end, fault_consumers, c_active, c_out):
     if not g[G_GROUP_READ]:
@@ -468,7 +468,7 @@ def _read(t, q, offset, g, rows, group_reads, heal, queries, read_after,
         rows[q, P_READ_AFTER_HEAL] = t
 
 
-@compiled
+@inlined
 def _emit(start, end, is_open, fault_start, fault_end, longest, active, g, next_fault, n_active, out, n_out):
     """A wait of producers or consumers overall: its length (returned) to the
     longest of each fault it overlaps, and to `out` if long enough to list.
