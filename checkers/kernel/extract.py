@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from checkers.compiled import compiled
+from checkers.compiled import compiled, inlined
 from checkers.kernel import rows as r
 from core.history.batches import Events, flatten
 from core.history.format import FOLD_ABOVE, TXN, TYPES
 
-NONE, SEND_OK = r.NONE, r.SEND_OK
+NONE, SEND_OK, POS_BITS, VALUE_BLOCK_BITS = r.NONE, r.SEND_OK, r.POS_BITS, r.VALUE_BLOCK_BITS
 
 
 def extract(ev: Events, fold: dict[int, int] | None = None, shards: int = 1) -> list[r.Shard]:
@@ -47,8 +47,8 @@ def extract(ev: Events, fold: dict[int, int] | None = None, shards: int = 1) -> 
     # Every event's type is one of TYPES: validation refuses others. A send's
     # position is its ok completion's (any other's is -1: packed of nulls).
     bounds, kind, value, pos, index, process = _send_rows(
-        ev.f, ev.process, ev.typ, ev.names.op("send"), r.shard_of_values(ev.value, shards), _SEND_KIND,
-        ev.value, r.packed(ev.partition, _folded(ev.offset, fold)), ev.index, shards)
+        ev.f, ev.process, ev.typ, ev.names.op("send"), _SEND_KIND, ev.value, ev.partition, _folded(ev.offset, fold),
+        ev.index, shards)
     add(r.SENDS, [r.Rows(kind[a:b], value[a:b], pos[a:b], index[a:b], process[a:b], r.constant(r.NONE, b - a),
                          r.constant(r.NONE, b - a)) for a, b in zip(bounds[:-1], bounds[1:])])
     txn = ev.is_op(TXN) if TXN in ev.names.ops else None
@@ -69,8 +69,8 @@ def extract(ev: Events, fold: dict[int, int] | None = None, shards: int = 1) -> 
         offset = _folded(recs.offset, fold)
         # A transaction's read names its transaction (x: its completion's index), a poll's none.
         bounds, value, pos, index, process, reader = _read_rows(
-            recs.parent, r.shard_of_values(recs.value, shards), recs.value, r.packed(recs.partition, offset),
-            ev.index, ev.process, txn if txn is not None else np.zeros(0, np.bool_), shards)
+            recs.parent, recs.value, recs.partition, offset, ev.index, ev.process,
+            txn if txn is not None else np.zeros(0, np.bool_), shards)
         add(r.READS, [r.Rows.of(r.READ, b - a, value=value[a:b], pos=pos[a:b], index=index[a:b],
                                 process=process[a:b], **({"x": reader[a:b]} if txn is not None else {}))
                       for a, b in zip(bounds[:-1], bounds[1:])])
@@ -122,16 +122,16 @@ assert TYPES == ("invoke", "ok", "fail", "info")
 
 
 @compiled
-def _send_rows(f, process, typ, send, shard, kinds, value, pos, index, shards):
+def _send_rows(f, process, typ, send, kinds, value, partition, offset, index, shards):
     """A batch's client sends (`f` the op `send`) as the columns of their
-    rows, each shard's (`shard`: each event's) together in the batch's
-    order, and where each shard's begin and end (`bounds`): one pass to
-    count, one to fill, no temporaries (`kinds`: the row's kind by type;
-    `pos` kept for an ok completion only)."""
+    rows, each shard's (`_shard_of`) together in the batch's order, and
+    where each shard's begin and end (`bounds`): one pass to count, one to
+    fill, no temporaries (`kinds`: the row's kind by type; the position
+    kept for an ok completion only)."""
     count = np.zeros(shards + 1, np.int64)
     for i in range(len(f)):
         if f[i] == send and process[i] >= 0:
-            count[shard[i] + 1] += 1
+            count[_shard_of(value[i], shards) + 1] += 1
     bounds = np.cumsum(count)
     n = bounds[-1]
     at = bounds[:-1].copy()
@@ -139,16 +139,17 @@ def _send_rows(f, process, typ, send, shard, kinds, value, pos, index, shards):
     out_index, out_process = np.empty(n, np.int64), np.empty(n, np.int64)
     for i in range(len(f)):
         if f[i] == send and process[i] >= 0:
-            j = at[shard[i]]
-            at[shard[i]] += 1
+            shard = _shard_of(value[i], shards)
+            j = at[shard]
+            at[shard] += 1
             kind[j] = kinds[typ[i]]
             out_value[j], out_index[j], out_process[j] = value[i], index[i], process[i]
-            out_pos[j] = pos[i] if kind[j] == SEND_OK else NONE
+            out_pos[j] = (partition[i] << POS_BITS) | offset[i] if kind[j] == SEND_OK else NONE
     return bounds, kind, out_value, out_pos, out_index, out_process
 
 
 @compiled
-def _read_rows(parent, shard, value, pos, index, process, in_txn, shards):
+def _read_rows(parent, value, partition, offset, index, process, in_txn, shards):
     """A batch's records read as the columns of their rows (`parent`: each
     one's poll or transaction, whose index and process it takes; a
     transaction's, `in_txn`, also names it: its index, else NONE; with no
@@ -156,7 +157,7 @@ def _read_rows(parent, shard, value, pos, index, process, in_txn, shards):
     shard's together as `_send_rows` puts them."""
     count = np.zeros(shards + 1, np.int64)
     for i in range(len(parent)):
-        count[shard[i] + 1] += 1
+        count[_shard_of(value[i], shards) + 1] += 1
     bounds = np.cumsum(count)
     n = bounds[-1]
     at = bounds[:-1].copy()
@@ -165,13 +166,20 @@ def _read_rows(parent, shard, value, pos, index, process, in_txn, shards):
     readers = len(in_txn) > 0
     out_reader = np.empty(n if readers else 0, np.int64)
     for i in range(len(parent)):
-        j = at[shard[i]]
-        at[shard[i]] += 1
-        out_value[j], out_pos[j] = value[i], pos[i]
+        shard = _shard_of(value[i], shards)
+        j = at[shard]
+        at[shard] += 1
+        out_value[j], out_pos[j] = value[i], (partition[i] << POS_BITS) | offset[i]
         out_index[j], out_process[j] = index[parent[i]], process[parent[i]]
         if readers:
             out_reader[j] = index[parent[i]] if in_txn[parent[i]] else NONE
     return bounds, out_value, out_pos, out_index, out_process, out_reader
+
+
+@inlined
+def _shard_of(value, shards):
+    """A value's shard: `rows.shard_of_values` of one value."""
+    return (value >> VALUE_BLOCK_BITS) % shards
 
 
 def _folded(offset: np.ndarray, fold: dict[int, int]) -> np.ndarray:
