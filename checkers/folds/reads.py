@@ -32,11 +32,12 @@ class Reads:
         ev.poll_reads = (ev.time[polls], partitions, largest, ev.process[polls])
         if not len(polls):
             return
-        parts, where = np.unique(partitions, return_inverse=True)
-        highest = np.full(len(parts), np.iinfo(np.int64).min)
-        np.maximum.at(highest, where.reshape(-1), largest)
-        counts = np.bincount(np.searchsorted(parts, ev.polled().partition), minlength=len(parts))
-        for p, m, k in zip(parts.tolist(), highest.tolist(), counts.tolist()):
+        # By partition in tables as long as the highest partition read (as `per_poll`'s).
+        counts = np.bincount(ev.polled().partition)
+        highest = np.full(len(counts), np.iinfo(np.int64).min)
+        np.maximum.at(highest, partitions, largest)
+        parts = np.flatnonzero(counts)
+        for p, m, k in zip(parts.tolist(), highest[parts].tolist(), counts[parts].tolist()):
             self.highest[p] = max(self.highest.get(p, m), m)
             self.records[p] = self.records.get(p, 0) + k
         # The lowest offset per (process, partition), from each poll's lowest: the pairs are few.
