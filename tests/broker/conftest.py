@@ -13,6 +13,17 @@ import pytest
 
 from lab.loopback_broker import LocalCluster, ZooKeeperServer
 
+HERE = os.path.dirname(__file__)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every broker test is `loopback`: its ZooKeeper and brokers are local
+    processes on 127.0.0.1 and free ports, which share nothing with the
+    namespace clusters, so `make test` runs them beside those."""
+    for item in items:
+        if str(item.fspath).startswith(HERE):
+            item.add_marker(pytest.mark.loopback)
+
 
 def _have_zookeeper() -> bool:
     return shutil.which("java") is not None and os.path.exists("/usr/share/java/zookeeper.jar")
