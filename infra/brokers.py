@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from pathlib import Path
 
 from infra import zk_state
@@ -24,6 +25,9 @@ from infra.remote import RemoteError
 from infra.system import Truncation
 
 log = logging.getLogger(__name__)
+# How often a transaction coordinator's look-up is tried, and the pause between tries.
+TXN_COORDINATOR_TRIES = 3
+TXN_COORDINATOR_PAUSE_S = 1.0
 # The admin client's connection complaints while brokers start or are cut off are expected.
 client_log = logging.getLogger("infra.brokers.librdkafka")
 client_log.setLevel(logging.ERROR)
@@ -144,20 +148,26 @@ class BrokerBase(NodeDaemon):
         from kafka.admin import KafkaAdminClient
         from kafka.errors import KafkaError
 
-        try:
-            admin = KafkaAdminClient(bootstrap_servers=self.bootstrap().split(","), request_timeout_ms=int(timeout * 1000),
-                                     client_id="harness-nemesis")
-        except (KafkaError, OSError, ValueError) as e:
-            log.debug("no admin client for transactional id %s: %s", transactional_id, e)
-            return None
-        try:
-            found = admin.describe_transactions([transactional_id])[transactional_id]
-        except (KafkaError, OSError, KeyError, ValueError) as e:
-            log.debug("describing transactional id %s failed: %s", transactional_id, e)
-            return None
-        finally:
-            admin.close()
-        return self.node_of(found.coordinator_id)
+        # Just after a coordinator died the brokers may still name it (until its
+        # session ends) and the describe fails: asked again, they name the next.
+        for attempt in range(TXN_COORDINATOR_TRIES):
+            if attempt:
+                time.sleep(TXN_COORDINATOR_PAUSE_S)
+            try:
+                admin = KafkaAdminClient(bootstrap_servers=self.bootstrap().split(","),
+                                         request_timeout_ms=int(timeout * 1000), client_id="harness-nemesis")
+            except (KafkaError, OSError, ValueError) as e:
+                log.info("no admin client for transactional id %s: %s", transactional_id, e)
+                continue
+            try:
+                found = admin.describe_transactions([transactional_id])[transactional_id]
+            except (KafkaError, OSError, KeyError, ValueError) as e:
+                log.info("describing transactional id %s failed: %s", transactional_id, e)
+                continue
+            finally:
+                admin.close()
+            return self.node_of(found.coordinator_id)
+        return None
 
     def node_of(self, broker_id: int | None) -> str | None:
         """The node running broker `broker_id`, None if none does."""
