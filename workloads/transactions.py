@@ -90,23 +90,9 @@ class TxnClient:
             self.tainted = err.name()
 
     def init(self, deadline: float) -> bool:
-        """`init_transactions()`, retried while retriable, until `deadline`
-        (monotonic); False (and tainted) if the instance could not start."""
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self.tainted = self.tainted or "_TIMED_OUT"
-                return False
-            try:
-                self.producer.init_transactions(min(left, TXN_CALL_S))
-                return True
-            except KafkaException as e:
-                err = _error(e)
-                if err is not None and err.retriable() and not err.fatal():
-                    time.sleep(RETRY_S)
-                    continue
-                self.tainted = exception_name(e)
-                return False
+        """`init_transactions()` until `deadline` (monotonic); False (and
+        tainted) if the instance could not start."""
+        return self._until(self.producer.init_transactions, deadline)
 
     def begin(self) -> str | None:
         """Begin a transaction; the error's name if the instance refused."""
@@ -131,10 +117,20 @@ class TxnClient:
         return None
 
     def abort(self, deadline: float) -> bool:
-        """`abort_transaction()`, retried while retriable until `deadline`; True if it aborted."""
-        while time.monotonic() < deadline:
+        """`abort_transaction()` until `deadline`; True if it aborted (else tainted)."""
+        return self._until(self.producer.abort_transaction, deadline)
+
+    def _until(self, call, deadline: float) -> bool:
+        """`call(timeout)` again while it fails retriably, until `deadline`:
+        True once it succeeded; else False, the instance tainted with the
+        error's name (`_TIMED_OUT` where time ran out)."""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.tainted = self.tainted or "_TIMED_OUT"
+                return False
             try:
-                self.producer.abort_transaction(min(TXN_CALL_S, max(0.1, deadline - time.monotonic())))
+                call(min(left, TXN_CALL_S))
                 return True
             except KafkaException as e:
                 err = _error(e)
@@ -143,8 +139,6 @@ class TxnClient:
                     continue
                 self.tainted = self.tainted or exception_name(e)
                 return False
-        self.tainted = self.tainted or "_TIMED_OUT"
-        return False
 
     def commit(self, deadline: float, fenced_by_us: bool = False) -> tuple[str, str | None]:
         """Commit the open transaction: (outcome, error name), the outcome
