@@ -258,10 +258,7 @@ class Reader:
         return True
 
     def _close_now(self) -> None:
-        try:
-            self.consumer.close()
-        except (KafkaException, RuntimeError) as e:
-            log.debug("consumer process %d close: %s", self.pid, e)
+        close_quietly(self.consumer)
 
 
 def exception_name(e: BaseException) -> str:
@@ -482,10 +479,11 @@ def _complete(clients: ClientContext, pid: int, ends: dict[int, int]) -> None:
 
 
 def close_quietly(consumer) -> None:
+    """Close a consumer; a client already broken or closed is only logged."""
     try:
         consumer.close()
     except (KafkaException, RuntimeError) as e:
-        log.debug("final reads: closing a client: %s", e)
+        log.debug("closing a consumer: %s", e)
 
 
 def _refresh_watermarks(consumer, topic: str, partitions: list[int], high: dict[int, int], end: float) -> None:
