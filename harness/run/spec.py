@@ -579,7 +579,6 @@ def hung_transactions(final_reads: dict | None) -> list[dict]:
             for r in (final_reads or {}).get("partitions", []) if r.get("stable_offset") is not None]
 
 
-
 # -- writing a spec file (replay, shrink and nightly hand their runs one)
 
 # Always written, default or not, so that a spec file reads as a whole scenario.
