@@ -169,17 +169,12 @@ class Reader:
         for m in messages:
             err = m.error()
             if err is None:
-                try:
-                    value = int(m.value())
-                    key = m.key()
-                    key = int(key) if key is not None else None
-                except (TypeError, ValueError):  # not a record of this workload
+                record = record_of(m)
+                if record is None:
                     self._stats.skipped_record()
                     continue
-                p = m.partition()
-                o = m.offset()
-                records.append({"partition": p, "offset": o, "key": key, "value": value})
-                next_offset[p] = o + 1
+                records.append(record)
+                next_offset[record["partition"]] = record["offset"] + 1
                 continue
             action = consumer_error_action(err)
             if action == EOF:
@@ -259,6 +254,18 @@ class Reader:
 
     def _close_now(self) -> None:
         close_quietly(self.consumer)
+
+
+def record_of(message) -> dict | None:
+    """A consumed message as the history's record; None for one whose key or
+    value is not an integer (not a record of this workload)."""
+    try:
+        value = int(message.value())
+        key = message.key()
+        key = int(key) if key is not None else None
+    except (TypeError, ValueError):
+        return None
+    return {"partition": message.partition(), "offset": message.offset(), "key": key, "value": value}
 
 
 def exception_name(e: BaseException) -> str:

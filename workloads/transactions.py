@@ -47,7 +47,7 @@ from workloads.client_errors import FAIL, INFO
 from workloads.clients import ClientContext
 from workloads.config import share_of
 from workloads.consumer import (CLOSE_BOUND_S, REPLACE_BACKOFF_S, ConsumerSlot, Reader, close_quietly,
-                                exception_name)
+                                exception_name, record_of)
 
 log = logging.getLogger(__name__)
 
@@ -325,14 +325,27 @@ class TxnSlot(threading.Thread):
 
     def transaction(self, client: TxnClient) -> None:
         """One transaction: its sends, then an abort or a commit (a fenced commit when one is due)."""
+        self._transact(client)
+
+    def _transact(self, client: TxnClient, records: list[dict] | None = None) -> str:
+        """One recorded transaction; with `records` (a transformer's poll), the
+        transformers' group's offsets past them are committed in it. Its outcome."""
         clients = self.clients
         cfg, txn = clients.config, clients.config.transactions
         values = [next(self.values) for _ in range(self.random.randint(txn.min_sends, txn.max_sends))]
         keys = [v % cfg.key_count for v in values]
-        clients.record(client.pid, "invoke", TXN, sends=[{"key": k, "value": v} for v, k in zip(values, keys)])
+        offsets: dict[int, int] = {}
+        for r in records or ():
+            offsets[r["partition"]] = r["offset"] + 1
+        group = {"group": cfg.transformer_group,
+                 "offsets": [{"partition": p, "offset": o} for p, o in sorted(offsets.items())]} if offsets else {}
+        clients.record(client.pid, "invoke", TXN, sends=[{"key": k, "value": v} for v, k in zip(values, keys)],
+                       **group)
         clients.stats.op(TXN, "invoke")
-        outcome, error = self._run_transaction(client, values, keys)
-        self.finish(client, values, keys, outcome, error)
+        outcome, error = self._run_transaction(client, values, keys, offsets)
+        read = {"records": records} if records is not None else {}
+        self.finish(client, values, keys, outcome, error, **read, **group)
+        return outcome
 
     def _run_transaction(self, client: TxnClient, values: list[int], keys: list[int],
                          offsets: dict[int, int] | None = None) -> tuple[str, str | None]:
@@ -411,7 +424,6 @@ class Transformer(TxnSlot):
         super().__init__(clients, slot, values, tally, pacer, seed)
         self.name = f"wl-transformer-{slot}"
         self.transactional_id = clients.config.transactional_id(slot, transformer=True)
-        self.group = clients.config.transformer_group
         self.consumer = None
         self.next_fence = float("inf")  # fencing is the producers' (its consumer is not handed over)
 
@@ -421,7 +433,7 @@ class Transformer(TxnSlot):
             return None
         try:
             cfg, txn = self.clients.config, self.clients.config.transactions
-            self.consumer = self.clients.make_consumer(client.pid, self.group, False, client._on_error,
+            self.consumer = self.clients.make_consumer(client.pid, cfg.transformer_group, False, client._on_error,
                                                        {"isolation.level": "read_committed"})
             # Unset offsets: each partition starts where the group's committed offset stands.
             self.consumer.assign([TopicPartition(cfg.topic, p)
@@ -440,25 +452,11 @@ class Transformer(TxnSlot):
         super()._retire(client)
 
     def transaction(self, client: TxnClient) -> None:
-        clients = self.clients
-        cfg, txn = clients.config, clients.config.transactions
         records, error = self._poll()
         if error is not None:
             client.tainted = error
             return
-        values = [next(self.values) for _ in range(self.random.randint(txn.min_sends, txn.max_sends))]
-        keys = [v % cfg.key_count for v in values]
-        offsets: dict[int, int] = {}
-        for r in records:
-            offsets[r["partition"]] = r["offset"] + 1
-        listed = [{"partition": p, "offset": o} for p, o in sorted(offsets.items())]
-        group = {"group": self.group, "offsets": listed} if listed else {}
-        clients.record(client.pid, "invoke", TXN, sends=[{"key": k, "value": v} for v, k in zip(values, keys)],
-                       **group)
-        clients.stats.op(TXN, "invoke")
-        outcome, error = self._run_transaction(client, values, keys, offsets)
-        self.finish(client, values, keys, outcome, error, records=records, **group)
-        if outcome != OK and client.tainted is None:
+        if self._transact(client, records) != OK and client.tainted is None:
             self._rewind(client.pid, records)
 
     def _poll(self) -> tuple[list[dict], str | None]:
@@ -474,13 +472,11 @@ class Transformer(TxnSlot):
                 if err.fatal():
                     return [], err.name()
                 continue
-            try:
-                value, key = int(m.value()), m.key()
-                key = int(key) if key is not None else None
-            except (TypeError, ValueError):
+            record = record_of(m)
+            if record is None:
                 self.clients.stats.skipped_record()
                 continue
-            records.append({"partition": m.partition(), "offset": m.offset(), "key": key, "value": value})
+            records.append(record)
         return records, None
 
     def send_offsets(self, client: TxnClient, offsets: dict[int, int], deadline: float) -> str | None:
