@@ -23,6 +23,7 @@ from core.errors import UserError, first_line
 from workloads.recording import ProcessIds, Recorder, Stats
 from workloads.config import WorkloadConfig
 
+log = logging.getLogger(__name__)
 # librdkafka's own log lines go here (not to stderr), served on poll().
 client_log = logging.getLogger("workloads.librdkafka")
 
@@ -153,6 +154,24 @@ class ClientContext:
         self.record(pid, "invoke", "crash")
         self.record(pid, "ok", "crash")
         self.stats.crashed()
+
+
+class ClientThread(threading.Thread):
+    """A slot's thread (a producer's, a consumer's, a transactional client's):
+    it runs the slot's `_run`; a bug there is logged and counted in the stats
+    (`thread_failed`), and the run goes on. A subclass sets `clients`."""
+
+    clients: ClientContext
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception as e:  # a bug: keep the run going, report it in stats
+            log.exception("%s failed", self.name)
+            self.clients.stats.thread_failed(f"{self.name}: {type(e).__name__}: {e}")
+
+    def _run(self) -> None:
+        raise NotImplementedError
 
 
 def check_bootstrap(bootstrap: str) -> str:

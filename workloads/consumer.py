@@ -36,7 +36,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicP
 
 from core.history.format import FINAL_READS
 from workloads.client_errors import CRASH, EOF, FAIL, INFO, classify_commit, consumer_error_action
-from workloads.clients import ClientContext
+from workloads.clients import ClientContext, ClientThread
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +295,7 @@ def read_on(reader: Reader, clients: ClientContext) -> None:
             reader.maybe_commit(time.monotonic())
 
 
-class ConsumerSlot(threading.Thread):
+class ConsumerSlot(ClientThread):
     """One consumer of the workload: a thread, successive reader instances."""
 
     def __init__(self, clients: ClientContext, slot: int, first: Reader, partitions: list[int] | None):
@@ -304,13 +304,6 @@ class ConsumerSlot(threading.Thread):
         self.slot = slot
         self.reader = first
         self.partitions = partitions  # None in subscribe mode
-
-    def run(self) -> None:
-        try:
-            self._run()
-        except Exception as e:
-            log.exception("consumer slot %d failed", self.slot)
-            self.clients.stats.thread_failed(f"{self.name}: {type(e).__name__}: {e}")
 
     def _run(self) -> None:
         clients = self.clients

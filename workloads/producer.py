@@ -40,7 +40,7 @@ from confluent_kafka import KafkaException
 
 from workloads.client_errors import (ACKED_WITHOUT_OFFSET, ACKS_0, INFO, classify_delivery,
                                      classify_produce_exception, produce_exception_is_fatal)
-from workloads.clients import ClientContext
+from workloads.clients import ClientContext, ClientThread
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ def new_producer_client(clients: ClientContext) -> ProducerClient:
     return client
 
 
-class ProducerSlot(threading.Thread):
+class ProducerSlot(ClientThread):
     """One producer of the workload: a thread, successive client instances."""
 
     def __init__(self, clients: ClientContext, slot: int, values: Iterator[int], first: ProducerClient):
@@ -182,13 +182,6 @@ class ProducerSlot(threading.Thread):
         self.client = first
         self.retiring: list[tuple[ProducerClient, threading.Thread]] = []
         self.skipped = 0  # sends the rate owed but the slot could not issue in time
-
-    def run(self) -> None:
-        try:
-            self._run()
-        except Exception as e:  # a bug: keep the run going, report it in stats
-            log.exception("producer slot %d failed", self.slot)
-            self.clients.stats.thread_failed(f"{self.name}: {type(e).__name__}: {e}")
 
     def _run(self) -> None:
         cfg = self.clients.config

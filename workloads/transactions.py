@@ -44,7 +44,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from core.history.format import TXN
 from workloads.client_errors import FAIL, INFO
-from workloads.clients import ClientContext
+from workloads.clients import ClientContext, ClientThread
 from workloads.config import share_of
 from workloads.consumer import (CLOSE_BOUND_S, REPLACE_BACKOFF_S, ConsumerSlot, Reader, close_quietly,
                                 exception_name, record_of)
@@ -258,7 +258,7 @@ class TxnPacer:
         self.done += 1
 
 
-class TxnSlot(threading.Thread):
+class TxnSlot(ClientThread):
     """One transactional producer of the workload: a thread, successive
     instances of one `transactional.id`."""
 
@@ -279,13 +279,6 @@ class TxnSlot(threading.Thread):
 
     def _fence_gap(self) -> float:
         return self.random.expovariate(1.0 / self.clients.config.transactions.fence_interval_s)
-
-    def run(self) -> None:
-        try:
-            self._run()
-        except Exception as e:
-            log.exception("transactional slot %d failed", self.slot)
-            self.clients.stats.thread_failed(f"{self.name}: {type(e).__name__}: {e}")
 
     def _run(self) -> None:
         stopping = self.clients.stopping
