@@ -104,10 +104,10 @@ def table(head: Sequence[str] | None, rows: Iterable[Row | Sequence[str | Cell]]
     return "".join(out) + "</table>"
 
 
-def key_values(rows: Iterable[tuple[str, str]], cls: str = "settings") -> str:
+def key_values(rows: Iterable[tuple[str, str]], cls: str = "settings", value_cls: str = "") -> str:
     """A table of (key as text, value as HTML) rows, the key a header cell."""
     return (f"<table{attrs(cls=cls)}>"
-            + "".join(f"<tr><th>{esc(k)}</th><td>{v}</td></tr>" for k, v in rows) + "</table>")
+            + "".join(f"<tr><th>{esc(k)}</th><td{attrs(cls=value_cls)}>{v}</td></tr>" for k, v in rows) + "</table>")
 
 
 def link(href: str, text: str) -> str:

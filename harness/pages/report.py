@@ -131,7 +131,7 @@ def _counts_html(results: dict) -> str:
             ("info sends later read / never read", f"{info.get('read', 0)} / {info.get('unread', 0)}"),
             ("polls ok", c.get("polls", {}).get("ok", 0)), ("records read", c.get("records_read", 0)),
             ("events", c.get("events", 0))]
-    return "<table>" + "".join(f"<tr><th>{esc(k)}</th><td class='num'>{esc(v)}</td></tr>" for k, v in rows) + "</table>"
+    return key_values(((k, esc(v)) for k, v in rows), cls="", value_cls="num")
 
 
 def _transactions_html(txn: dict | None) -> str:
@@ -147,8 +147,7 @@ def _transactions_html(txn: dict | None) -> str:
     note = ("<p class='muted'>No read_uncommitted reader saw a record of an aborted transaction: the aborts did "
             "not show in the log, so no read_committed reader was tested against them.</p>"
             if aborted and not seen else "")
-    return ("<h2>Transactions</h2><table>" + "".join(f"<tr><th>{esc(k)}</th><td class='num'>{esc(v)}</td></tr>"
-                                                    for k, v in rows) + "</table>" + note)
+    return "<h2>Transactions</h2>" + key_values(((k, esc(v)) for k, v in rows), cls="", value_cls="num") + note
 
 
 def _latency_table(results: dict) -> str:
