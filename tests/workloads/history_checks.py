@@ -5,10 +5,14 @@ per-line rules), then checks what spans events: send values are unique, each
 completion follows an outstanding invocation of the same process (sends
 matched by value, other ops in order), and nothing of a process follows its
 `crash`. It returns what it found for the tests' own assertions.
+`wait_until_assigned` reads a history while it is written, for tests that
+must not fault a group before its members hold partitions.
 """
 
 from __future__ import annotations
 
+import json
+import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,3 +76,24 @@ def check_history(path: str | Path) -> HistoryFacts:
     facts.incomplete = sorted(list(pending_sends.values()) + [e for q in pending_other.values() for e in q],
                               key=lambda e: e["index"])
     return facts
+
+
+def wait_until_assigned(history, group: str, members: int, timeout_s: float) -> set[int]:
+    """Wait until `members` processes of `group` have been given partitions,
+    reading the history as it is written; the processes, once they have
+    (AssertionError at `timeout_s`)."""
+    path = Path(history.path)
+    seen: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        history.flush()
+        lines = path.read_bytes().split(b"\n")[:-1] if path.exists() else []  # the last may be half written
+        for line in lines:
+            if b'"assign"' in line:
+                e = json.loads(line)
+                if e["type"] == "ok" and e.get("group") == group and e["partitions"]:
+                    seen.add(e["process"])
+        if len(seen) >= members:
+            return seen
+        time.sleep(0.2)
+    raise AssertionError(f"{len(seen)} of {members} members of {group} were given partitions in {timeout_s:g} s")

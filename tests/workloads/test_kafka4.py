@@ -19,7 +19,7 @@ from workloads.config import GroupConfig, WorkloadConfig
 from workloads.topic import create_topic
 from workloads.workload import Workload
 
-from tests.workloads.history_checks import check_history
+from tests.workloads.history_checks import check_history, wait_until_assigned
 
 pytestmark = pytest.mark.integration
 
@@ -43,7 +43,14 @@ def test_the_workload_on_kafka_4_with_a_broker_killed(tmp_path, history, workloa
         wl = Workload(cfg, cluster.bootstrap, history)
         workloads.append(wl)
         wl.start()
-        time.sleep(2.0)
+        # Both members hold partitions before the kill. A KIP-848 member of
+        # librdkafka 2.16 whose heartbeat times out (queued behind a commit
+        # that waits for the killed __consumer_offsets replica) resends it
+        # without its owned partitions, so the coordinator never repeats the
+        # new assignment: the member keeps every partition and the other
+        # stays idle until the membership changes (docs/scenarios.md).
+        wait_until_assigned(history, "g", members=2, timeout_s=30.0)
+        time.sleep(1.0)
         cluster.kill(2)
         time.sleep(3.0)
         cluster.start_node(2)
@@ -60,9 +67,8 @@ def test_the_workload_on_kafka_4_with_a_broker_killed(tmp_path, history, workloa
     for e in acked:
         assert (e["partition"], e["offset"]) in facts.reads[e["value"]]
     assert any(e["f"] == "process" for e in facts.events), "the group handled records"
-    # Both members were given partitions and committed what they handled.
-    members = {e["process"] for e in facts.of_type("assign", "ok") if e.get("group") == "g" and e["partitions"]}
-    assert len(members) >= 2 and facts.of_type("commit", "ok")
+    # The group's members committed what they handled.
+    assert facts.of_type("commit", "ok")
     results = check(history.path, Options(engine="local"))
     found = {k: a["count"] for k, a in results["anomalies"].items() if a["count"]}
     assert results["valid"], found
