@@ -46,6 +46,10 @@ PLANTED_BUGS = {
     "txn-partial-commit": "a transaction coordinator that takes a transaction over from another coordinator "
                           "(it died or the transaction moved) commits it on its first partition only and aborts "
                           "it on the others",
+    "txn-init-forgets-ongoing": "InitProducerId on a transactional id whose transaction is Ongoing gives the "
+                                "new producer a fresh producer id instead of fencing the old one and aborting "
+                                "its transaction: the old transaction is never ended, and its records hold "
+                                "each partition's last stable offset for good (a hanging transaction)",
     "forget-acked-sometimes": "in about half of all clusters (a coin flipped from the cluster id, which is "
                               "random per cluster), each broker acknowledges the first plain (non-idempotent) "
                               "batch it leads without appending it: a failure that shows in some runs of one "

@@ -118,6 +118,9 @@ class TransactionCoordinator:
         if self.partial_commit:
             log.warning("planted bug txn-partial-commit: a transaction taken over from another coordinator is "
                         "committed on its first partition only")
+        self.forget_ongoing = cfg.bug("txn-init-forgets-ongoing")
+        if self.forget_ongoing:
+            log.warning("planted bug txn-init-forgets-ongoing: InitProducerId leaves an ongoing transaction open")
 
     # -- ownership ----------------------------------------------------------------------
 
@@ -221,6 +224,15 @@ class TransactionCoordinator:
         if st.state in PREPARE:
             self._start_completion(tid)
             return P.CONCURRENT_TRANSACTIONS, -1, -1
+        if st.state == ONGOING and self.forget_ongoing:
+            # The planted bug: the old producer id is dropped with its transaction, which no
+            # marker will ever end (and the timeout scan no longer sees it).
+            pid = await self.metadata.zk_call(allocate_producer_id)
+            log.warning("planted bug txn-init-forgets-ongoing: %s: producer %d's ongoing transaction (epoch %d) "
+                        "left open, the new producer gets producer %d", tid, st.producer_id, st.producer_epoch, pid)
+            st = await self._write(replace(st, producer_id=pid, producer_epoch=0, last_epoch=-1,
+                                           timeout_ms=timeout_ms, state=EMPTY, partitions=[], groups=[]))
+            return P.NONE, st.producer_id, st.producer_epoch
         if st.state == ONGOING:
             self._fence_and_abort(tid, st, "a new InitProducerId")
             return P.CONCURRENT_TRANSACTIONS, -1, -1

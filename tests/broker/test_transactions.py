@@ -3,7 +3,7 @@ clients: commits and aborts across partitions, read_committed and
 read_uncommitted readers, fencing by a second producer of the same
 transactional id, offsets committed in a transaction, the last stable
 offset, the transaction timeout, a coordinator killed mid-transaction, and
-the two planted transaction bugs against their controls.
+the three planted transaction bugs against their controls.
 """
 
 from __future__ import annotations
@@ -172,18 +172,30 @@ def test_last_stable_offset_stalls_while_a_transaction_is_open(make_cluster):
     assert sorted(read_values(cluster.bootstrap, "lso", 1, "read_committed")) == [1, 10, 11, 12]
 
 
-def test_a_second_producer_fences_the_first(make_cluster):
-    cluster = make_cluster(3, settings=SAFE)
+@pytest.mark.parametrize("bug", [False, True], ids=["correct", "txn-init-forgets-ongoing"])
+def test_a_second_producer_fences_the_first(make_cluster, bug):
+    """A second producer of the same transactional id aborts the first's open
+    transaction. With txn-init-forgets-ongoing it gets a fresh producer id
+    instead and the first transaction is never ended: it holds the last stable
+    offset of both partitions, past the timeout, and read_committed readers get
+    nothing, not even the second producer's committed records."""
+    cluster = make_cluster(3, settings=SAFE, bugs=["txn-init-forgets-ongoing"] if bug else [])
     cluster.create_topic("fence", partitions=2, replication_factor=3)
-    first = txn_producer(cluster.bootstrap, "t-fence")
+    first = txn_producer(cluster.bootstrap, "t-fence", **{"transaction.timeout.ms": 3000})
     first.begin_transaction()
     send(first, "fence", range(0, 10), 2)
     second = txn_producer(cluster.bootstrap, "t-fence")  # aborts the first's transaction, bumps the epoch
     with pytest.raises(KafkaException) as e:
         first.commit_transaction(30)
     err = e.value.args[0]
-    assert err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH), err
     transaction(second, "fence", range(100, 110), 2, commit=True)
+    if bug:
+        time.sleep(3 * 3.0)  # three of the first's transaction timeouts: still open
+        assert all(offsets(cluster, "fence", q)[1] == 0 < offsets(cluster, "fence", q)[0] for q in range(2))
+        assert read_values(cluster.bootstrap, "fence", 2, "read_committed", timeout=10.0) == []
+        assert any("planted bug txn-init-forgets-ongoing: t-fence" in cluster.log_text(b) for b in cluster.brokers)
+        return
+    assert err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH), err
     wait_for(lambda: all(offsets(cluster, "fence", q)[1] == offsets(cluster, "fence", q)[0] for q in range(2)), 30,
              what="stable partitions")
     assert sorted(read_values(cluster.bootstrap, "fence", 2, "read_committed")) == list(range(100, 110))
