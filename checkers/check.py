@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from checkers import liveness, node_logs, offsets, registry, stats
+from checkers import group_balance, liveness, node_logs, offsets, registry, stats
 from checkers.engines import local as local_engine
 from checkers.engines import spark as spark_engine
 from checkers.folds import Transactions
@@ -154,7 +154,7 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
             raise HistoryError(problem)
         t = time.monotonic()
         results = _results(found, read, facts, faults, promised, opts, prepared.files)
-        results["liveness"] = live.result()
+        results["liveness"] = {**live.result(), **group_balance.measure(read.few, known.end)}
         seconds["results"] = round(time.monotonic() - t, 3)
         results = offsets.unfold(results, fold)
         if fold:

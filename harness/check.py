@@ -15,6 +15,7 @@ from pathlib import Path
 
 import orjson
 
+from checkers import group_balance
 from checkers.check import ENGINES, Options, check_history
 from checkers.liveness import verdict_words
 from checkers.results import write_results
@@ -58,6 +59,9 @@ def run(args) -> int:
     else:
         if results.get("liveness"):
             print(verdict_words(results["liveness"]))
+            starved = group_balance.summary_line(results["liveness"])
+            if starved:
+                print(starved)
         print(render(results, str(path)))
     # The exit status is about safety: a HANG is reported, and fails `harness run`.
     return 0 if results["valid"] else 1

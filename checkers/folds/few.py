@@ -1,9 +1,11 @@
-"""The few events that say how to read the rest: the nemesis's, the final reads'
-and the consumer groups' committed reads, kept whole (as dicts).
+"""The few events that say how to read the rest: the nemesis's, the final reads',
+the consumer groups' committed reads and rebalances (`assign` carrying a
+group) and the clients' crashes, kept whole (as dicts).
 
 From them: the faults (`faults`: results.json's `stats.faults`), the final
 logs (`final_logs`: which polls are final reads, where each partition's
-final log ends) and each group's committed reads (`committed_reads`).
+final log ends), each group's committed reads (`committed_reads`), and the
+groups' starved members (checkers/group_balance.py).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ class Few:
         self.rows: list[dict] = []
 
     def add(self, ev: Events) -> None:
-        wanted = (ev.process == NEMESIS_PROCESS_ID) | ev.is_op(FINAL_READS) | ev.is_op(COMMITTED)
+        wanted = (ev.process == NEMESIS_PROCESS_ID) | ev.is_op(FINAL_READS) | ev.is_op(COMMITTED) | ev.is_op("crash") \
+            | (ev.is_op("assign") & (ev.group >= 0))
         if not wanted.any():
             return
         import pyarrow as pa

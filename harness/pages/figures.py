@@ -21,6 +21,7 @@ import base64
 import io
 import logging
 
+from checkers.group_balance import words as starved_words
 from checkers.liveness import hung_transaction_words, verdict_words
 from harness.pages.html import esc
 from nemesis.registry import BY_START_ACTION
@@ -28,6 +29,7 @@ from nemesis.registry import BY_START_ACTION
 log = logging.getLogger(__name__)
 
 MAX_LANES = 40  # partitions drawn in the lane chart
+SHOW_STARVED = 5  # starved members told in the liveness section (results.json lists them all)
 
 COLORS = {"ok": "#2b8a3e", "info": "#e67700", "fail": "#c92a2a"}
 
@@ -399,6 +401,7 @@ def liveness_html(live: dict | None, images: dict[str, str]) -> str:
     cls = "error" if live.get("verdict") == "hang" else ""
     parts = [f"<h2 id='liveness'>Liveness</h2><p class='{cls}'>{esc(verdict_words(live))}</p>",
              *(f"<p class='error'>{esc(hung_transaction_words(h))}</p>" for h in live.get("hung_transactions") or []),
+             *(f"<p>{esc(starved_words(s))}</p>" for s in (live.get("starved_members") or [])[:SHOW_STARVED]),
              f"<p class='muted'>Longest wait with no acknowledgement: producers "
              f"{n(live['producers']['unavailable_s'])} s, consumers {n(live['consumers']['unavailable_s'])} s; "
              f"first records read after the final heal: {n(live.get('consumer_recovery_s'))} s "

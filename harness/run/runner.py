@@ -31,7 +31,7 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from checkers import service
+from checkers import group_balance, service
 from checkers.check import check_history, Options
 from checkers.liveness import HANG_S, verdict_words
 from checkers.results import write_results
@@ -638,6 +638,9 @@ def _conclude(r: Run) -> int:
         # Liveness first: the verdict and its top anomaly stay the last lines before the report's path.
         if results.get("liveness"):
             print(verdict_words(results["liveness"]))
+            starved = group_balance.summary_line(results["liveness"])
+            if starved:
+                print(starved)
         for why in live_failures:
             print(f"  liveness: {why}")
         print(verdict_line(results))

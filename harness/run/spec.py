@@ -474,7 +474,10 @@ def check_expect(table: str, expect: dict, bad) -> None:
 
 
 # [expect] liveness limits, seconds -> the results.json `liveness` number each bounds.
-LIVENESS_LIMITS = {"max-recovery-s": "recovery_s", "max-unavailable-s": "unavailable_s"}
+LIVENESS_LIMITS = {"max-recovery-s": "recovery_s", "max-unavailable-s": "unavailable_s",
+                   "max-starved-member-s": "starved_member_s"}
+_LIMITED = {"max-recovery-s": "recovery", "max-unavailable-s": "unavailability",
+            "max-starved-member-s": "a group member starved"}
 LIVENESS_KEYS = (*LIVENESS_LIMITS, "hang", "hung-transaction")
 
 
@@ -547,8 +550,7 @@ def _liveness_miss(key: str, want, live: dict | None) -> str | None:
             return None  # no heal, or nothing attempted after it: no recovery to bound
         return f"expected recovery within {want:g} s, got none in the {_secs(live.get('unrecovered_s'))} watched"
     if measured is not None and measured > want:
-        what = "recovery" if key == "max-recovery-s" else "unavailability"
-        return f"expected {what} at most {want:g} s, measured {measured:g} s"
+        return f"expected {_LIMITED[key]} at most {want:g} s, measured {measured:g} s"
     return None
 
 

@@ -56,9 +56,15 @@ def test_group_members_record_processing_commits_and_the_final_committed_offsets
 
     member_of = {e["process"]: e["group"] for e in events if e["f"] == "assign" and "group" in e}
     assert set(member_of.values()) == {"after", "before", "auto"}
-    # Rebalances carry the group and a generation the coordinator gave.
+    # A member joins holding nothing (no generation yet); rebalances carry the
+    # group and a generation the coordinator gave.
     assigns = [e for e in events if e["f"] == "assign" and e["type"] == "ok" and e["process"] in member_of]
-    assert assigns and all(1 <= e["generation"] < 100 for e in assigns), assigns
+    joins = {}
+    for e in assigns:
+        joins.setdefault(e["process"], e)
+    assert all(e["partitions"] == [] and "generation" not in e for e in joins.values()), joins
+    rebalances = [e for e in assigns if e is not joins[e["process"]]]
+    assert rebalances and all(1 <= e["generation"] < 100 for e in rebalances), rebalances
     # Each group's members handled what they were delivered, one record a step.
     assert all(len(e["records"]) == 1 for e in events if e["f"] == "process")
     for name in ("after", "before", "auto"):

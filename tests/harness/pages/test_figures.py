@@ -252,3 +252,18 @@ def test_a_consumer_group_s_progress_and_its_figure(tmp_path):
     # A run without groups draws none.
     (tmp_path / "run.json").write_text(json.dumps({"workload": {"groups": []}}))
     assert "groups" not in draw({"anomalies": {}}, E.gather(tmp_path, {"anomalies": {}}))
+
+
+def test_the_liveness_section_tells_starved_members_escaped():
+    from harness.pages.figures import SHOW_STARVED, liveness_html
+
+    stretch = {"group": "<b>g</b>", "member": 3, "start": 1.3, "end": 19.5, "seconds": 18.2, "open": True,
+               "holder": 4, "holder_partitions": [0, 1]}
+    live = {"verdict": "ok", "recovery_s": None, "unavailable_s": 0.5, "producers": {"unavailable_s": 0.5},
+            "consumers": {"unavailable_s": 0.5}, "starved_member_s": 18.2,
+            "starved_members": [stretch] + [{**stretch, "member": 10 + i, "open": False} for i in range(SHOW_STARVED)]}
+    html = liveness_html(live, {})
+    assert ("Group &lt;b&gt;g&lt;/b&gt;: member 3 held no partition for 18.2 s (1.3 s to the end of the run) "
+            "while member 4 held partitions 0, 1: a rebalance that did not finish by the end.") in html
+    assert "<b>g</b>" not in html
+    assert html.count("held no partition") == SHOW_STARVED

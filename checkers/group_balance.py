@@ -1,0 +1,108 @@
+"""Starved members: a consumer group's member left without partitions while
+another member held two or more, so that a rebalance had not finished
+giving it one (docs/checker.md, "Liveness").
+
+The definition, on the history's clock, per group G:
+
+- a process is a *member* of G from its first `assign` completed `ok`
+  carrying G (a member that subscribed records one with no partitions)
+  until its `crash`, else the workload's end;
+- a member *holds* the partitions of its last `assign ok` carrying G;
+- a member is *starved* while it holds none and another member holds two
+  or more: moving one of them would leave both with some, so only an
+  unfinished rebalance explains it. A stretch ends when the member is given
+  a partition, when it ends, or when no other member holds two;
+- the measure is each stretch's length; results.json `liveness` gets the
+  longest (`starved_member_s`, None with no member of any group) and the
+  stretches of at least `LIST_MIN_S` (`starved_members`), longest first.
+
+An eager rebalance (the classic protocol's) revokes every partition before
+it assigns: no member holds two meanwhile, so it starves none. A
+cooperative or KIP-848 rebalance moves partitions one member at a time: a
+newcomer is starved until the holder gives one up, which takes a
+heartbeat or two. A newcomer starved for the rest of the run is a
+rebalance that never ended (docs/scenarios.md: librdkafka's KIP-848
+member that dropped the answer naming its new assignment).
+
+Group events are few (rebalances, crashes): the few-events fold keeps
+them (checkers/folds/few.py) and this runs on the driver for every engine.
+"""
+
+from __future__ import annotations
+
+LIST_MIN_S = 1.0  # stretches at least this long are listed in results.json
+LIST_MAX = 100
+NS = 1e9
+CRASH, ASSIGN = "crash", "assign"
+
+
+def measure(few: list[dict], end: int | None) -> dict:
+    """results.json `liveness`'s `starved_member_s` and `starved_members`
+    from the few-events fold's rows (`assign` carrying a group, `crash`);
+    `end`: the workload's end (ns), None for a history without client events."""
+    rows = sorted((r for r in few if r["process"] >= 0 and (r["f"] == CRASH or
+                                                           (r["f"] == ASSIGN and r["group"] is not None))),
+                  key=lambda r: r["index"])
+    group_of: dict[int, str] = {}
+    holds: dict[str, dict[int, frozenset]] = {}  # group -> member -> partitions, members not ended
+    starved: dict[tuple[str, int], tuple[int, int, list[int]]] = {}  # (group, member) -> (start, holder, its partitions)
+    stretches: list[dict] = []
+
+    def close(group: str, member: int, at: int, is_open: bool) -> None:
+        start, holder, held = starved.pop((group, member))
+        stretches.append({"group": group, "member": member, "start": _s(start), "end": _s(at),
+                          "seconds": _s(at - start), "open": is_open, "holder": holder, "holder_partitions": held})
+
+    def settle(group: str, at: int) -> None:
+        """Starts and ends the group's stretches as its holdings stand from `at` on."""
+        members = holds[group]
+        for member, parts in members.items():
+            crowded = [m for m, p in members.items() if m != member and len(p) >= 2]
+            key = (group, member)
+            if not parts and crowded:
+                if key not in starved:
+                    holder = max(crowded, key=lambda m: (len(members[m]), -m))
+                    starved[key] = (at, holder, sorted(members[holder]))
+            elif key in starved:
+                close(group, member, at, False)
+
+    for r in rows:
+        t, process = int(r["time"]), int(r["process"])
+        if r["f"] == CRASH:
+            group = group_of.get(process)
+            if group is not None and process in holds[group]:
+                if (group, process) in starved:
+                    close(group, process, t, False)
+                del holds[group][process]
+                settle(group, t)
+            continue
+        if r["type"] != "ok":
+            continue
+        group = str(r["group"])
+        group_of.setdefault(process, group)
+        holds.setdefault(group, {})[process] = frozenset(r["partitions"] or ())
+        settle(group, t)
+    for group, member in list(starved):
+        close(group, member, max(end if end is not None else 0, starved[(group, member)][0]), True)
+    stretches.sort(key=lambda s: (-s["seconds"], s["start"], s["member"]))
+    return {"starved_member_s": (stretches[0]["seconds"] if stretches else 0.0) if group_of else None,
+            "starved_members": [s for s in stretches if s["seconds"] >= LIST_MIN_S][:LIST_MAX]}
+
+
+def _s(ns: int) -> float:
+    return round(int(ns) / NS, 3)
+
+
+def words(stretch: dict) -> str:
+    """One listed stretch in a sentence (the report, `harness run`'s summary)."""
+    until = "the end of the run" if stretch["open"] else f"{stretch['end']:g} s"
+    held = ", ".join(str(p) for p in stretch["holder_partitions"])
+    return (f"Group {stretch['group']}: member {stretch['member']} held no partition for {stretch['seconds']:g} s "
+            f"({stretch['start']:g} s to {until}) while member {stretch['holder']} held partitions {held}: "
+            f"a rebalance that did not finish" + (" by the end" if stretch["open"] else " for that long") + ".")
+
+
+def summary_line(live: dict) -> str | None:
+    """The longest listed stretch in words, for a check's printed summary; None if none is listed."""
+    listed = live.get("starved_members") or []
+    return words(listed[0]) + (f" ({len(listed) - 1} more listed)" if len(listed) > 1 else "") if listed else None
