@@ -38,6 +38,7 @@ from harness.campaign import subrun
 from harness.campaign.subrun import NOT_RUN
 from harness.run import scenarios
 from harness.run import spec as specs
+from infra.kafka_dist import DEFAULT_VERSION
 
 DEFAULT_RUNS = 5
 DEFAULT_OUT = "results/calibration"
@@ -115,6 +116,16 @@ def bugs_of(scenario: dict) -> list[str]:
     return specs.planted_bugs(scenario["settings"])
 
 
+def system_label(scenario: dict) -> str:
+    """The system a scenario runs, for the tables: Kafka with its release (and
+    KRaft, on a release that also has ZooKeeper), since verdicts differ by release."""
+    if scenario["system"] != "kafka":
+        return scenario["system"]
+    version = scenario["settings"].get("kafka_version") or DEFAULT_VERSION
+    kraft = scenario["settings"].get("kafka_mode") == "kraft" and version.startswith("3.")
+    return f"kafka {version}" + (" KRaft" if kraft else "")
+
+
 def run_one(scenario: dict, seed: int, out: Path, control: bool = False) -> RunRecord:
     """`harness run --scenario NAME --seed S` (with `control`: `--control`) in a
     process of its own (`harness.campaign.subrun`); its record. A Ctrl-C lets
@@ -124,7 +135,7 @@ def run_one(scenario: dict, seed: int, out: Path, control: bool = False) -> RunR
     o = subrun.run(["run", "--scenario", name, "--seed", str(seed), "--results", str(out / "runs")]
                    + (["--control"] if control else []),
                    out / "logs" / f"{name}{'-control' if control else ''}-seed{seed}.log")
-    record = RunRecord(scenario=name, system=scenario["system"], seed=seed,
+    record = RunRecord(scenario=name, system=system_label(scenario), seed=seed,
                        expect=specs.control_expectation(scenario["settings"]) if control else scenario["expect"],
                        verdict=o.verdict, met=False,
                        run_dir=o.run_dir, seconds=o.seconds, bugs=bugs_of(scenario), control=control, **code)

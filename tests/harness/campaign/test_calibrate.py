@@ -11,8 +11,11 @@ import pytest
 
 from core.errors import UserError
 from harness.campaign import subrun
-from harness.campaign.calibrate import RunRecord, bugs_of, chosen_scenarios, mutation_table, seeds_for, table
+from harness.campaign.calibrate import (RunRecord, bugs_of, chosen_scenarios, mutation_table, seeds_for,
+                                        system_label, table)
 from harness.cli import build_parser
+from harness.run import scenarios
+from harness.run import spec as specs
 from harness.run.spec import from_args
 from tests.support import harness
 
@@ -116,3 +119,14 @@ def test_a_run_that_hung_but_lost_nothing_is_valid_not_invalid(tmp_path):
         assert (o.verdict, o.problem) == (want, None)
     (run_dir / "results.json").unlink()
     assert subrun.outcome(["harness", "run"], 1, log, 12.0).verdict == subrun.NOT_RUN
+
+
+def test_the_tables_name_kafka_with_its_release():
+    def label(name, **settings):
+        s = scenarios.load(specs.scenario_file(name))
+        return system_label({**s, "settings": {**s["settings"], **settings}})
+
+    assert label("kafka4-txn-partitions") == "kafka 4.4.0"
+    assert label("kafka-txn-partitions") == "kafka 3.9.2"
+    assert label("kafka-txn-partitions", kafka_mode="kraft") == "kafka 3.9.2 KRaft"
+    assert label("own-txn-partitions") == "own"
