@@ -1,18 +1,31 @@
 """The transactional clients (workloads/transactions.py): their knobs, and
 a run of them on a real Kafka cluster on loopback, with fencing, aborts, a
 consume-transform-produce client and a read_uncommitted reader, whose
-history must say exactly what the log holds."""
+history must say exactly what the log holds; and a committed record that
+librdkafka loses after an abort, which the checker must report."""
 
 from __future__ import annotations
 
+import itertools
+import os
+import signal
 import time
+from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
+from broker.groups import coordinator_for
 from checkers.check import Options, check_history as check
 from core.errors import UserError
 from core.history.jsonl import read_jsonl
+from core.waiting import wait_for
+from lab.loopback_broker import ZK_JARS, LocalCluster, ZooKeeperServer
+from lab.loopback_kafka import LoopbackKafka
 from workloads.config import TxnConfig, WorkloadConfig
+from workloads.transactions import TxnPacer, TxnSlot
+from workloads.workload import Workload
 
 from tests.workloads.history_checks import check_history
 
@@ -140,3 +153,178 @@ def test_a_transaction_left_open_holds_final_reads_back_and_nothing_is_called_lo
     results = check(history.path, Options(engine="local"))
     counts = {k: a["count"] for k, a in results["anomalies"].items()}
     assert counts["lost-acked"] == 0 and counts["lost-write"] == 0 and counts["unseen"] > 0, counts
+
+
+class _Script:
+    """A TxnSlot's dice, scripted: each transaction's abort draw the next of `draws`, its size the least."""
+
+    def __init__(self, draws: list[float]):
+        self.draws = list(draws)
+
+    def random(self) -> float:
+        return self.draws.pop(0)
+
+    def randint(self, low: int, high: int) -> int:
+        return low
+
+
+class _ThreeBrokers:
+    """3 brokers on loopback, one of which a test can stop (SIGSTOP) and go on (SIGCONT):
+    the own broker with its ZooKeeper, or Apache Kafka (KRaft, node 1 the controller)."""
+
+    def __init__(self, system: str, root: Path):
+        self.system = system
+        self.zk = None
+        if system == "own":
+            if not Path(ZK_JARS[0]).exists():
+                pytest.fail("ZooKeeper (Debian package `zookeeper`) is needed: run `make setup`")
+            self.zk = ZooKeeperServer(root / "zk")
+            # A stopped broker stays registered (and in every ISR) until it goes on.
+            self.cluster = LocalCluster(3, root, self.zk.connect, settings={
+                "zookeeper.session.timeout.ms": "30000", "replica.lag.time.max.ms": "60000"})
+        else:
+            # The same in KRaft; the transaction log one partition on one replica: one coordinator.
+            self.cluster = LoopbackKafka(root, nodes=3, version=system, broker_settings={
+                "broker.session.timeout.ms": "30000", "replica.lag.time.max.ms": "60000",
+                "transaction.state.log.replication.factor": "1", "transaction.state.log.num.partitions": "1"})
+
+    def start(self) -> None:
+        if self.zk is not None:
+            self.zk.start()
+        self.cluster.start()
+
+    @property
+    def bootstrap(self) -> str:
+        return self.cluster.bootstrap
+
+    def spare(self, transactional_id: str) -> int:
+        """A broker the test may stop: neither the controller nor the id's transaction coordinator."""
+        if self.system == "own":
+            busy = {self.cluster.controller(), coordinator_for(transactional_id, [1, 2, 3])}
+        else:
+            meta = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics("__transaction_state", timeout=10)
+            busy = {1, meta.topics["__transaction_state"].partitions[0].leader}
+        return max({1, 2, 3} - busy)
+
+    def signal(self, node: int, sig: int) -> None:
+        if self.system == "own":
+            (self.cluster.pause if sig == signal.SIGSTOP else self.cluster.resume)(node)
+        else:
+            os.killpg(self.cluster.node(node).proc.pid, sig)
+
+    def stop(self) -> None:
+        """Every process stopped, a stopped one too (LocalCluster sends it SIGCONT itself)."""
+        if self.zk is None:
+            for node in self.cluster.nodes:
+                if node.proc is not None and node.proc.poll() is None:
+                    os.killpg(node.proc.pid, signal.SIGCONT)
+        self.cluster.stop()
+        if self.zk is not None:
+            self.zk.stop()
+
+
+def _read(bootstrap: str, topic: str, isolation: str) -> dict[int, int]:
+    """Partition 0 of `topic` up to its end (not recorded): offset -> value."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-{isolation}",
+                         "enable.auto.commit": False, "isolation.level": isolation, "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out, deadline = {}, time.monotonic() + 20
+    try:
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    break
+                continue
+            out[msg.offset()] = int(msg.value())
+    finally:
+        consumer.close()
+    return out
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("system", ["own", "3.9.2"])
+def test_an_abort_that_purges_a_timed_out_send_makes_the_next_commit_a_lost_write(tmp_path, history, system):
+    """librdkafka (2.16) reuses a sequence number across an abort, and the
+    checker must call the committed record it costs a lost-write.
+
+    A transaction's send waits for acks=all past request.timeout.ms (a
+    follower stopped) and goes back to the queue to be retried; the
+    workload then aborts the transaction (TxnSlot: flush, then
+    abort_transaction()). The abort purges the queued send and, since it
+    "will not be produced", advances the partition's base msgid past it
+    (rd_kafka_toppar_purge_queues, ADVBASE) without a new epoch, although
+    the leader had appended it. The next transaction's first record gets
+    the purged one's sequence; the leader takes it for a retry of that
+    batch (the producer's last five sequences survive the abort marker, as
+    in Kafka with transaction version 1, which librdkafka's EndTxn v1
+    keeps Kafka 4 on too) and answers with the aborted record's offset.
+    That transaction commits, acknowledged at a position that holds the
+    aborted record, and its own record is nowhere. The own broker and
+    Kafka 3.9.2 answer alike; so does 4.4.0 (docs/scenarios.md: the
+    lost-write of own-bug-txn-partial-commit's control was this)."""
+    cfg = WorkloadConfig(
+        topic="seq", partitions=1, replication_factor=3, producers=0, consumers=0, explicit_partitions=True,
+        topic_settings={"min.insync.replicas": "2"},
+        # The send times out after 2 s and waits 4-5 s (the jitter) to be retried: the
+        # workload's 5 s flush before its abort ends while the send is queued.
+        producer_settings={"request.timeout.ms": 2000, "retry.backoff.ms": 5000, "retry.backoff.max.ms": 5000},
+        transactions={"producers": 1, "transformers": 0, "read_uncommitted": 0, "rate": 0, "min-sends": 1,
+                      "max-sends": 1, "abort-probability": 0.5, "commit-timeout-s": 20.0})
+    cluster = _ThreeBrokers(system, tmp_path / "cluster")
+    try:
+        cluster.start()
+        wl = Workload(cfg, cluster.bootstrap, history)
+        # The workload's transactional producer, its transactions driven one at a
+        # time: a commit, an abort (a follower stopped), a commit, a commit.
+        slot = TxnSlot(wl.clients, 0, itertools.count(), wl.transactions, TxnPacer(0, 1), 0)
+        slot.random = _Script([0.9, 0.1, 0.9, 0.9])
+        client = slot._start()
+        assert client is not None, "init_transactions() failed"
+        follower = cluster.spare(cfg.transactional_id(0))
+        leader = min({1, 2, 3} - {follower})
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic(cfg.topic, 1, replica_assignment=[[leader, follower, 6 - leader - follower]],
+                                      config=dict(cfg.topic_settings))])[cfg.topic].result(30)
+
+        def in_sync() -> bool:
+            (part,) = admin.list_topics(cfg.topic, timeout=10).topics[cfg.topic].partitions.values()
+            return part.leader == leader and len(part.isrs) == 3
+        wait_for(in_sync, 30, 0.2, "the topic's leader and ISR", retry_on=(Exception,))
+        slot._transact(client)
+        # Its commit marker on every replica (read_committed passes it) before the follower stops.
+        wait_for(lambda: _read(cluster.bootstrap, cfg.topic, "read_committed"), 30, 0.2, "the first commit")
+        time.sleep(1.0)
+        cluster.signal(follower, signal.SIGSTOP)
+        try:
+            slot._transact(client)
+        finally:
+            cluster.signal(follower, signal.SIGCONT)
+        assert client.tainted is None, f"the abort failed: {client.tainted}"
+        slot._transact(client)
+        slot._transact(client)
+        slot._retire(client)
+        report = wl.final_reads(30.0)
+        history.close()
+        raw = _read(cluster.bootstrap, cfg.topic, "read_uncommitted")
+    finally:
+        cluster.stop()
+    assert report.complete, report.summary()
+    txns = [e for e in read_jsonl(history.path) if e["f"] == "txn" and e["type"] != "invoke"]
+    outcomes = [(e["type"], e.get("error")) for e in txns]
+    assert outcomes == [("ok", None), ("fail", "ABORTED"), ("ok", None), ("ok", None)], txns
+    (aborted,), (lost,) = txns[1]["sends"], txns[2]["sends"]
+    # The reproduction itself: the committed record acknowledged where the aborted one is, and nowhere.
+    assert raw.get(lost["offset"]) == aborted["value"] and lost["value"] not in raw.values(), \
+        f"no sequence reused (librdkafka fixed?): {lost} acknowledged, the log holds {raw}"
+    results = check(history.path, Options(engine="local"))
+    found = {k: a["count"] for k, a in results["anomalies"].items() if a["count"]}
+    # The final reader, at read_committed, passes over the aborted record's offset,
+    # where the lost record was acknowledged: a poll-skip as well (the run had both).
+    assert not results["valid"] and found == {"lost-write": 1, "poll-skip": 1}, found
+    (example,) = results["anomalies"]["lost-write"]["examples"]
+    assert (example["value"], example["partition"], example["offset"]) == (lost["value"], 0, lost["offset"])
+    (skip,) = results["anomalies"]["poll-skip"]["examples"]
+    assert skip["skipped_offset"] == lost["offset"], skip
