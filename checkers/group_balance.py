@@ -99,7 +99,7 @@ def words(stretch: dict) -> str:
     held = ", ".join(str(p) for p in stretch["holder_partitions"])
     return (f"Group {stretch['group']}: member {stretch['member']} held no partition for {stretch['seconds']:g} s "
             f"({stretch['start']:g} s to {until}) while member {stretch['holder']} held partitions {held}: "
-            f"a rebalance that did not finish" + (" by the end" if stretch["open"] else " for that long") + ".")
+            + ("a rebalance that never finished." if stretch["open"] else "a rebalance unfinished that long."))
 
 
 def summary_line(live: dict) -> str | None:
