@@ -32,7 +32,8 @@ HOLD_EVENTS = 20_000_000  # histories up to this many events keep their chunks f
 _OK = TYPES.index("ok")
 _INVOKE = TYPES.index("invoke")
 # What the walk reads of a history read again.
-COLUMNS = ("index", "time", "process", "key", "value", "partition", "offset", "type", "f", "records", "sends")
+COLUMNS = ("index", "time", "process", "key", "value", "partition", "offset", "type", "f", "records", "sends",
+           "isolation")  # a read_uncommitted poll is no read (Events.reading)
 
 
 class LivenessFacts:

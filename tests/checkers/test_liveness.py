@@ -470,6 +470,12 @@ def test_transactions_cut_into_batches_anywhere_measure_the_same(tmp_path, rows)
     h = _transactional_run(Timed())
     h.at(9.3)
     h.send(2, 10_000, 0, 500, key=1)  # a plain send among them
+    # A read_committed poll ends the consumers' wait, a read_uncommitted one
+    # does not (its column must be read again too).
+    h.at(9.5).add(6, "invoke", "poll", isolation="read_uncommitted")
+    h.add(6, "ok", "poll", isolation="read_uncommitted",
+          records=[{"partition": 0, "offset": 0, "key": 1, "value": 0}])
+    h.at(9.9).poll(5, (0, 0, 0))
     path = tmp_path / "history.parquet"
     write_parquet(h.events, path, batch_rows=rows)
     read = HistoryRead()
@@ -481,3 +487,4 @@ def test_transactions_cut_into_batches_anywhere_measure_the_same(tmp_path, rows)
     assert liveness.measure(facts.chunks_again([path], known), known, nemesis, ENDS) == first
     assert first["by_partition"]["1"]["producer_unavailable_s"] == pytest.approx(7.5 - 2.05, abs=0.01)
     assert first["recovery_s"] == pytest.approx(0.2, abs=0.01)
+    assert first["consumers"]["unavailable_s"] == pytest.approx(9.9 - 0.05, abs=0.01)
