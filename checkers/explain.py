@@ -3,9 +3,11 @@
 For each example the checker reported (results.json `anomalies.*.examples`),
 `explain` tells the story from three sources, each optional but the first:
 
-- the history: the send's invocation and completion, the reads that returned
-  the value or read at its position, the faults active meanwhile, the final
-  reads (docs/history.md);
+- the history: the send's invocation and completion (for a value sent in a
+  transaction, the transaction's: which one, how it ended), who sent what
+  else is at its position, the reads that returned the value or read at its
+  position (polls' and transactions', read_uncommitted ones marked), the
+  faults active meanwhile, the final reads (docs/history.md);
 - the cluster-state timeline, `states.jsonl` (docs/history.md): who led the
   partition at which epoch with which ISR at each of those moments, when its
   high watermark passed the offset, and the truncations that cut it;
@@ -38,11 +40,11 @@ import numpy as np
 
 from checkers.anomaly import MAX_EXAMPLES
 from checkers.kernel.rows import POS_BITS
-from core.history.batches import file_tables, tables
+from core.history.batches import file_tables, flatten, int64s, tables, uncommitted
 from core.history.dumps import dumps, read_dump
 from core.history.faults import fault_intervals
 from core.history.files import HistorySource
-from core.history.format import FINAL_READS
+from core.history.format import FINAL_READS, TXN
 from core.history.parquet import table_to_events
 from core.history.states import read_states
 
@@ -52,7 +54,8 @@ LIMIT = 1000  # stories per anomaly (results.json lists at most checkers.anomali
 SHOW_READS = 3  # reads of one value told one by one; the rest counted
 SHOW_CHANGES = 8  # leader/ISR changes told in one story; the rest counted
 SHOW_FAULTS = 5
-SEND_STATE = {"info": "its send's outcome unknown (info)", "never completed": "its send never completed",
+# A dirty read's send as the example names it ("{send}": its send, or its transaction).
+SEND_STATE = {"info": "{send}'s outcome unknown (info)", "never completed": "{send} never completed",
               "no send": "no send wrote it"}
 POS = POS_BITS  # a position as one int: partition << 40 | offset (as the kernel's)
 
@@ -135,15 +138,19 @@ class Read:
     offset: int
     index: int
     time: int
-    invoked: int | None  # the poll's invocation time
+    invoked: int | None  # the poll's (or transaction's) invocation time
     process: int
     final: bool = False
+    uncommitted: bool = False  # read at read_uncommitted: it sees aborted and open transactions' records
 
 
 @dataclass
 class Facts:
     events: dict[int, dict] = field(default_factory=dict)  # index -> event, for the examples' indexes
-    sends: dict[int, list[dict]] = field(default_factory=dict)  # value -> its send events
+    # value -> its send events: a plain send's, or its transaction's as `_txn_view`s (the
+    # invocation and the completion). Of the values asked for, and of the values a
+    # transaction's completion places at the positions asked for (whoever wrote what is there).
+    sends: dict[int, list[dict]] = field(default_factory=dict)
     acks_at: dict[int, list[dict]] = field(default_factory=dict)  # pos -> ok sends acknowledged there
     reads: dict[int, list[Read]] = field(default_factory=dict)  # value -> reads of it
     reads_at: dict[int, list[Read]] = field(default_factory=dict)  # pos -> reads there
@@ -155,8 +162,23 @@ class Facts:
 
 
 SCAN_COLUMNS = ("index", "time", "process", "type", "f", "key", "value", "partition", "offset", "error",
-                "records", "partitions", "ends", "offsets", "group", "generation", "final", "extra")
+                "records", "partitions", "ends", "offsets", "group", "generation", "final", "sends", "isolation",
+                "extra")
 GROUP_FS = ("assign", "commit", "committed", "crash")  # few in any history: a group's story reads them all
+READ_FS = ("poll", TXN)  # the operations whose completions carry reads
+
+
+def _txn_view(e: dict, send: dict) -> dict:
+    """One send of a transaction as the stories read a send: the transaction's event
+    (`e`, its invocation or completion) with that send's value and position, and
+    `txn`, `txn_time`: the transaction's invocation index and time (an invocation's
+    own; a completion's are filled in by `scan`, which matches it to its invocation)."""
+    view = {k: e[k] for k in ("index", "time", "process", "type", "f")}
+    view.update({k: send[k] for k in ("key", "value", "partition", "offset") if send.get(k) is not None})
+    if e.get("error") is not None:
+        view["error"] = e["error"]
+    view["txn"], view["txn_time"] = (e["index"], e["time"]) if e["type"] == "invoke" else (None, None)
+    return view
 
 
 @dataclass
@@ -164,15 +186,18 @@ class _Part:
     """What `_scan_part` found in one part of the history, read on its own."""
 
     facts: Facts
-    # The reads whose poll invocation lies before this part: their `invoked`
-    # comes from the parts before it (`scan`).
-    pending: list[Read]
-    last_poll_invoke: dict[int, int]  # process -> the time of its last poll invocation in this part
+    # The reads and transaction completions whose invocation lies before this part:
+    # (operation, process, the Read or the `_txn_view` to fill in), resolved by `scan`
+    # from the parts before it.
+    pending: list[tuple[str, int, object]]
+    last_invoke: dict[str, dict[int, tuple[int, int]]]  # op -> process -> (index, time) of its last invocation
 
 
 def scan(source: HistorySource, indexes: set[int], values: set[int], positions: set[int]) -> Facts:
-    """One pass over the history, vectorised per chunk: events at `indexes`, sends of `values`,
-    ok sends at `positions`, reads of `values` or at `positions`, the final-reads operations.
+    """One pass over the history, vectorised per chunk: events at `indexes`, sends of `values`
+    (plain or in a transaction), ok sends at `positions`, transactions' sends placed at
+    `positions` whatever their outcome, reads of `values` or at `positions` (polls' and
+    transactions'), the final-reads operations.
     A Parquet history in several files is read a file per thread (Arrow reads and filters
     outside Python's lock; turning matches into events holds it, so the gain is less than
     the cores: docs/decisions.md, "Stories read a file per thread")."""
@@ -185,11 +210,12 @@ def scan(source: HistorySource, indexes: set[int], values: set[int], positions: 
     else:
         parts = [_scan_part(tables(source, SCAN_COLUMNS), *wanted)]
     facts = Facts()
-    last_poll_invoke: dict[int, int] = {}
+    last_invoke: dict[str, dict[int, tuple[int, int]]] = {op: {} for op in READ_FS}
     for part in parts:  # in the history's order
-        for r in part.pending:
-            r.invoked = last_poll_invoke.get(r.process)
-        last_poll_invoke.update(part.last_poll_invoke)
+        for op, process, found in part.pending:
+            _invoked(found, last_invoke[op].get(process))
+        for op in READ_FS:
+            last_invoke[op].update(part.last_invoke[op])
         facts.events.update(part.facts.events)
         for mine, theirs in ((facts.sends, part.facts.sends), (facts.acks_at, part.facts.acks_at),
                              (facts.reads, part.facts.reads), (facts.reads_at, part.facts.reads_at)):
@@ -203,17 +229,51 @@ def scan(source: HistorySource, indexes: set[int], values: set[int], positions: 
     return facts
 
 
+def _invoked(found, invocation: tuple[int, int] | None) -> None:
+    """Give a read, or a transaction's completion view, its invocation (index, time)."""
+    if invocation is None:
+        return
+    if isinstance(found, Read):
+        found.invoked = invocation[1]
+    else:
+        found["txn"], found["txn_time"] = invocation
+
+
+class _Invocations:
+    """The invocations of one operation (poll, txn) in a chunk, to find the one a completion
+    answers: its process's last before it (a process has one of them outstanding at a time)."""
+
+    def __init__(self, rows: np.ndarray, process: np.ndarray, index: np.ndarray, time: np.ndarray):
+        self.process, self.index, self.time = process[rows], index[rows], time[rows]
+
+    def before(self, process: int, index: int, earlier: dict[int, tuple[int, int]]) -> tuple[int, int] | None:
+        """(index, time) of `process`'s last invocation before `index`: in this chunk, else `earlier`'s."""
+        mine = np.flatnonzero((self.process == process) & (self.index < index))
+        if len(mine):
+            return int(self.index[mine[-1]]), int(self.time[mine[-1]])
+        return earlier.get(process)
+
+    def last(self) -> dict[int, tuple[int, int]]:
+        """Each process's last invocation in this chunk."""
+        if not len(self.process):
+            return {}
+        procs, at = np.unique(self.process[::-1], return_index=True)
+        at = len(self.process) - 1 - at
+        return dict(zip(procs.tolist(), zip(self.index[at].tolist(), self.time[at].tolist())))
+
+
 def _scan_part(tables, indexes: set[int], values: set[int], positions: set[int]) -> _Part:
     """`scan` over one part of the history (its Arrow tables, in order)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     facts = Facts()
-    pending: list[Read] = []
+    pending: list[tuple[str, int, object]] = []
     want_i = pa.array(sorted(indexes), pa.int64())
     want_v = pa.array(sorted(values), pa.int64())
     want_p = pa.array(sorted(positions), pa.int64())
-    last_poll_invoke: dict[int, int] = {}
+    want_v_np, want_p_np = want_v.to_numpy(), want_p.to_numpy()
+    last_invoke: dict[str, dict[int, tuple[int, int]]] = {op: {} for op in READ_FS}
     for table in tables:
         f, typ = table["f"], table["type"]
         pos = pc.add(pc.shift_left(table["partition"], POS), table["offset"])
@@ -241,38 +301,57 @@ def _scan_part(tables, indexes: set[int], values: set[int], positions: set[int])
                     p = _pos(e["partition"], e["offset"])
                     if p in positions:
                         facts.acks_at.setdefault(p, []).append(e)
-        # Reads: the polls' records, flattened.
-        polls = table.filter(pc.fill_null(pc.and_kleene(pc.equal(f, "poll"), pc.equal(typ, "ok")), False))
-        invokes = table.filter(pc.fill_null(pc.and_kleene(pc.equal(f, "poll"), pc.equal(typ, "invoke")), False))
-        inv_proc = invokes["process"].to_numpy(zero_copy_only=False)
-        inv_index = invokes["index"].to_numpy(zero_copy_only=False)
-        inv_time = invokes["time"].to_numpy(zero_copy_only=False)
-        if polls.num_rows:
-            recs = polls["records"].combine_chunks()
-            flat = pc.list_flatten(recs)
-            parents = pc.list_parent_indices(recs)
-            rv, rp, ro = flat.field("value"), flat.field("partition"), flat.field("offset")
-            rpos = pc.add(pc.shift_left(rp, POS), ro)
-            hit = pc.fill_null(pc.or_kleene(pc.is_in(rv, value_set=want_v), pc.is_in(rpos, value_set=want_p)), False)
-            rows = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
-            if len(rows):
-                par = parents.to_numpy()[rows]
-                p_index = polls["index"].to_numpy()
-                p_time = polls["time"].to_numpy()
-                p_proc = polls["process"].to_numpy()
-                vals, parts, offs = rv.to_numpy(zero_copy_only=False), rp.to_numpy(), ro.to_numpy()
-                for row, parent in zip(rows, par):
-                    proc, idx = int(p_proc[parent]), int(p_index[parent])
-                    mine = np.flatnonzero((inv_proc == proc) & (inv_index < idx))
-                    invoked = int(inv_time[mine[-1]]) if len(mine) else last_poll_invoke.get(proc)
-                    r = Read(int(vals[row]), int(parts[row]), int(offs[row]), idx, int(p_time[parent]),
-                             invoked, proc)
-                    if invoked is None:
-                        pending.append(r)  # invoked in an earlier part, or never
+        process, index, time = int64s(table["process"]), int64s(table["index"]), int64s(table["time"])
+        invoke = pc.fill_null(pc.equal(typ, "invoke"), False).to_numpy(zero_copy_only=False)
+        op_rows = {op: pc.fill_null(pc.equal(f, op), False).to_numpy(zero_copy_only=False) for op in READ_FS}
+        invocations = {op: _Invocations(rows & invoke, process, index, time) for op, rows in op_rows.items()}
+
+        def invoked(op: str, row: int, found) -> None:
+            """Give `found` (a read, a completion's view) the invocation its operation at `row` answers."""
+            got = invocations[op].before(int(process[row]), int(index[row]), last_invoke[op])
+            if got is None:
+                pending.append((op, int(process[row]), found))  # invoked in an earlier part, or never
+            _invoked(found, got)
+
+        # Transactions' sends: of the values asked for, and any completion's at a position asked for.
+        if op_rows[TXN].any():
+            sends = flatten(table, "sends", op_rows[TXN])
+            spos = np.where((sends.partition >= 0) & (sends.offset >= 0), (sends.partition << POS) + sends.offset, -1)
+            by_value = np.isin(sends.value, want_v_np)
+            at_pos = np.isin(spos, want_p_np) & ~invoke[sends.parent]
+            hits = np.flatnonzero(by_value | at_pos)
+            if len(hits):
+                rows = np.unique(sends.parent[hits])
+                events = dict(zip(rows.tolist(), table_to_events(table.take(pa.array(rows)))))
+                for k in hits.tolist():
+                    row = int(sends.parent[k])
+                    e = events[row]
+                    view = _txn_view(e, e["sends"][int(sends.slot[k])])
+                    if e["type"] != "invoke":
+                        invoked(TXN, row, view)
+                    facts.sends.setdefault(view["value"], []).append(view)
+                    if at_pos[k] and e["type"] == "ok":
+                        facts.acks_at.setdefault(int(spos[k]), []).append(view)
+        # Reads: the records of the polls' and the transactions' completions, flattened.
+        reading = (op_rows["poll"] & pc.fill_null(pc.equal(typ, "ok"), False).to_numpy(zero_copy_only=False)) \
+            | (op_rows[TXN] & ~invoke)
+        if reading.any():
+            recs = flatten(table, "records", reading)
+            rpos = (recs.partition << POS) + recs.offset
+            hits = np.flatnonzero(np.isin(recs.value, want_v_np) | np.isin(rpos, want_p_np))
+            if len(hits):
+                below = uncommitted(table) if "isolation" in table.column_names else np.zeros(table.num_rows, bool)
+                for k in hits.tolist():
+                    row = int(recs.parent[k])
+                    op = "poll" if op_rows["poll"][row] else TXN
+                    r = Read(int(recs.value[k]), int(recs.partition[k]), int(recs.offset[k]), int(index[row]),
+                             int(time[row]), None, int(process[row]), uncommitted=bool(below[row]))
+                    invoked(op, row, r)
                     facts.reads.setdefault(r.value, []).append(r)
                     facts.reads_at.setdefault(_pos(r.partition, r.offset), []).append(r)
-        last_poll_invoke.update(zip(inv_proc.tolist(), inv_time.tolist()))
-    return _Part(facts, pending, last_poll_invoke)
+        for op in READ_FS:
+            last_invoke[op].update(invocations[op].last())
+    return _Part(facts, pending, last_invoke)
 
 
 def _mark_final(facts: Facts) -> None:
@@ -450,14 +529,18 @@ class Explainer:
     # -- the pieces every story uses
 
     def _send(self, st: _Story, value: int, ack_pos: tuple[int, int] | None = None, named: bool = False) -> dict | None:
-        """The send's invocation and completion; returns the completion."""
+        """The send's invocation and completion (a transaction's: which one, and how it
+        ended); returns the completion."""
         events = sorted(self.facts.sends.get(value, []), key=lambda e: e["index"])
         inv = next((e for e in events if e["type"] == "invoke"), None)
         comp = next((e for e in events if e["type"] != "invoke"), None)
         p = ack_pos[0] if ack_pos else (comp or {}).get("partition")
+        writer = self._writer(value)
+        txn = _txn_name(writer) if writer is not None and writer.in_txn else None
         if inv is not None:
             lead = self.tl.at(p, inv["time"]) if p is not None else None
-            st.add(inv["time"], f"{value} sent by process {inv['process']} at {_s(inv['time'])}"
+            st.add(inv["time"], f"{value} sent by process {inv['process']}" + (f" in {txn}" if txn else "")
+                   + f" at {_s(inv['time'])}"
                    + (f" (leader {lead['leader']}" + (f", epoch {lead['epoch']})" if lead.get("epoch") is not None
                                                        else ")") if lead and lead.get("leader") else ""),
                    event=inv["index"])
@@ -467,24 +550,79 @@ class Explainer:
                 lead = self.tl.at(p, comp["time"])
                 by = f" by {_state(lead)}" if lead else ""
                 who = f"{value} acknowledged" if named else "acknowledged"
-                st.add(comp["time"], f"{who} at {p}:{o}{by} at {_s(comp['time'])}", event=comp["index"])
+                st.add(comp["time"], f"{txn} {_outcome(comp)}: {who} at {p}:{o}{by}" if txn
+                       else f"{who} at {p}:{o}{by} at {_s(comp['time'])}", event=comp["index"])
                 hw = self.tl.hw_passed(p, o, comp["time"])
                 if hw is not None:
                     st.add(hw["time"], f"committed: the HW of partition {p} was {hw['hw']} at {_s(hw['time'])}"
                            + (f" (leader {hw['leader']})" if hw.get("leader") else ""), state=hw.get("line"))
+            elif txn:
+                st.add(comp["time"], f"{txn} {_outcome(comp)}", event=comp["index"])
             else:
                 err = f" ({comp['error']})" if comp.get("error") else ""
                 st.add(comp["time"], f"its send ended {comp['type']}{err} at {_s(comp['time'])}", event=comp["index"])
         elif inv is not None:
-            st.add(None, "its send never completed")
+            st.add(None, f"{txn} never completed" if txn else "its send never completed")
         return comp
+
+    def _writer(self, value: int, pos: int | None = None) -> _Writer | None:
+        """How `value` was sent, as far as the facts tell: its send events, or (a value
+        found at `pos`) its acknowledgement there; None where they tell nothing."""
+        events = self.facts.sends.get(value, [])
+        if pos is not None:
+            events = events + [e for e in self.facts.acks_at.get(pos, []) if e["value"] == value]
+        if not events:
+            return None
+        events = sorted(events, key=lambda e: e["index"])
+        comp = next((e for e in events if e["type"] != "invoke"), None)
+        txn = next((e for e in events if e.get("txn") is not None), None)
+        return _Writer(events[0]["process"], events[0]["f"] == TXN, txn["txn"] if txn else None,
+                       txn["txn_time"] if txn else None, comp)
+
+    def _reused(self, v: int, w: int, pos: int) -> str | None:
+        """Where v's transaction was acknowledged at `pos`, which holds w, written before in a
+        transaction of the same process that did not commit: the broker took v's batch for a
+        retry of w's (the same producer id, epoch and sequence number) and answered it with
+        w's offset, writing nothing. The sentence that says so; None otherwise."""
+        mine, theirs = self._writer(v), self._writer(w, pos)
+        if mine is None or theirs is None or not (mine.in_txn and theirs.in_txn) or mine.process != theirs.process:
+            return None
+        ack = mine.completion
+        if ack is None or ack["type"] != "ok" or _pos(ack["partition"], ack["offset"]) != pos:
+            return None
+        if (theirs.completion or {}).get("type") == "ok" or None in (mine.txn, theirs.txn) or theirs.txn > mine.txn:
+            return None
+        aborted = "an aborted" if (theirs.completion or {}).get("type") == "fail" else "an uncommitted"
+        return (f"the broker answered {v}'s batch as a duplicate of {w}'s: the client reused a producer "
+                f"sequence number of {aborted} transaction")
+
+    def _held(self, v: int, p: int, o: int, others: list[int]) -> str:
+        """The summary's words for `others`, the values found at (p, o) instead of v: that they
+        took the offset; where a transaction sent v or one of them, who sent each and how, and
+        whether v's batch was answered as a duplicate of its."""
+        pos, mine = _pos(p, o), self._writer(v)
+        plain, told = [], []
+        for w in others:
+            theirs = self._writer(w, pos)
+            if theirs is None or not (theirs.in_txn or (mine is not None and mine.in_txn)):
+                plain.append(str(w))
+                continue
+            said = f"{w}, {_sent_by(theirs, mine)}, holds {p}:{o}"
+            reads = [r for r in self.facts.reads_at.get(pos, []) if r.value == w]
+            acked = any(e["value"] == w for e in self.facts.acks_at.get(pos, []))
+            if reads and not acked and all(r.uncommitted for r in reads):
+                aborted = (theirs.completion or {}).get("type") == "fail"
+                said += ", read only by read_uncommitted readers" + (" (aborted)" if aborted else "")
+            reused = self._reused(v, w, pos)
+            told.append(said + (f"; {reused}" if reused else ""))
+        return "; ".join(([f"{_and(plain)} took offset {o}"] if plain else []) + told)
 
     def _reads(self, st: _Story, reads: list[Read], what: str = "read") -> None:
         run = [r for r in reads if not r.final]
         for r in run[:SHOW_READS]:
             lines = self.tl.during(r.partition, r.invoked if r.invoked is not None else r.time, r.time)
             src = f", from {_leaders(lines)}" if lines else ""
-            st.add(r.time, f"{what} at {r.partition}:{r.offset} by process {r.process} at {_s(r.time)}{src}",
+            st.add(r.time, f"{what} at {r.partition}:{r.offset} by {_reader(r)} at {_s(r.time)}{src}",
                    event=r.index)
         if len(run) > SHOW_READS:
             st.add(run[SHOW_READS].time, f"and {len(run) - SHOW_READS} more reads of it until {_s(run[-1].time)}",
@@ -517,8 +655,9 @@ class Explainer:
         return cuts
 
     def _others_at(self, st: _Story, p: int, o: int, not_value: set, after: int | None = None) -> list[int]:
-        """Other values acknowledged or read at (p, o): each one's write, and the epoch it was written in.
-        Returns those first seen at `after` or later (all of them without `after`)."""
+        """Other values acknowledged or read at (p, o): each one's write, and the epoch it was written in;
+        a transaction's, which one and how it ended, and whether a batch acknowledged there was a
+        duplicate of its. Returns those first seen at `after` or later (all of them without `after`)."""
         pos = _pos(p, o)
         others: dict[int, dict] = {}
         for e in self.facts.acks_at.get(pos, []):
@@ -539,9 +678,27 @@ class Explainer:
                 st.add(e["time"], f"{w} written at {p}:{o}{by} at {_s(e['time'])}", event=e["index"])
             else:
                 r = got["read"]
-                st.add(r.time, f"{w} read at {p}:{o} by process {r.process} at {_s(r.time)}"
+                st.add(r.time, f"{w} read at {p}:{o} by {_reader(r)} at {_s(r.time)}"
                        + (f" (written in epoch {epoch})" if epoch is not None else ""), event=r.index)
-        return [w for w, got in others.items() if after is None or _first_time(got) >= after]
+            writer = self._writer(w, pos)
+            if writer is not None and writer.in_txn:
+                t = writer.invoked if writer.invoked is not None else (writer.completion or {}).get("time")
+                st.add(t, f"{w} sent by process {writer.process} in {_txn_name(writer)}"
+                       + (f" at {_s(writer.invoked)}" if writer.invoked is not None else "")
+                       + f", which {_outcome(writer.completion)}",
+                       event=writer.txn if writer.txn is not None else (writer.completion or {}).get("index"))
+        known, dup_of = [*not_value, *others], set()
+        for a in known:
+            for b in known:
+                reused = self._reused(a, b, pos) if a != b else None
+                if reused:
+                    ack = self._writer(a).completion
+                    st.add(ack["time"], reused, event=ack["index"])
+                    if a in not_value:
+                        dup_of.add(b)
+        # What the story's batch was answered as a duplicate of was there before its
+        # acknowledgement, and holds the position all the same.
+        return [w for w, got in others.items() if after is None or _first_time(got) >= after or w in dup_of]
 
     def _disk_epoch(self, pos: int, value: int) -> int | None:
         if self.disk is None:
@@ -623,6 +780,9 @@ class Explainer:
         self._on_disk(st, p, o, v)
         head = f"{v}, acknowledged at {p}:{o}" + (f" by {_state(self.tl.at(p, t_ack), isr=False)}" if
                                                    self.tl.at(p, t_ack) else "") + f" at {_s(t_ack)}"
+        writer = self._writer(v)
+        if writer is not None and writer.in_txn:
+            head += f" in {_txn_name(writer)} of process {writer.process}"
         if final:
             read = [r for r in reads if not r.final]
             head += (f" and read at {_s(read[0].time)}," if read else ",") + " is not in the topic at the end"
@@ -634,7 +794,7 @@ class Explainer:
             if c.get("leader"):
                 head += f" following {c['leader']}" + (f" (epoch {c['epoch']})" if c.get("epoch") is not None else "")
         if others:
-            head += ("; " if cuts else ": ") + f"{_and([str(w) for w in others])} took offset {o}"
+            head += ("; " if cuts else ": ") + self._held(v, p, o, others)
         st.summary = head + "."
         return st.done()
 
@@ -655,14 +815,16 @@ class Explainer:
         if o is not None:
             self._on_disk(st, p, o, v)
         lines = self.tl.during(p, reads[0].invoked or reads[0].time, reads[0].time) if reads else []
+        writer = self._writer(v)
+        send = _txn_name(writer) if writer is not None and writer.in_txn else "its send"
         head = (f"{v} was read at {p}:{o}" + (f" from {_leaders(lines)}" if lines else "")
-                + f" at {_s(t_read)}, {SEND_STATE.get(ex.get('send'), 'its send never settled')}, "
+                + f" at {_s(t_read)}, {SEND_STATE.get(ex.get('send'), '{send} never settled').format(send=send)}, "
                 "and the topic did not keep it")
         if cuts:
             c = cuts[0]
             head += f": {c.get('node')} truncated partition {p} to {c['offset']} at {_s(c['time'])}"
         if others:
-            head += ("; " if cuts else ": ") + f"{_and([str(w) for w in others])} took offset {o}"
+            head += ("; " if cuts else ": ") + self._held(v, p, o, others)
         st.summary = head + "."
         return st.done()
 
@@ -683,15 +845,18 @@ class Explainer:
         for a, b in positions[:3]:
             self._on_disk(st, a, b, None)
         where = ", ".join(f"{a}:{b}" for a, b in positions)
+        writer = self._writer(v)
+        txn = _txn_name(writer) if writer is not None and writer.in_txn else None
         if failed:
             err = f" ({comp['error']})" if comp and comp.get("error") else ""
             first = next((r for r in reads if not r.final), reads[0] if reads else None)
-            st.summary = (f"{v}'s send failed{err}" + (f" at {_s(comp['time'])}" if comp else "")
+            st.summary = (f"{v}'s {txn or 'send'} failed{err}" + (f" at {_s(comp['time'])}" if comp else "")
                           + (f", yet it was read at {first.partition}:{first.offset} at {_s(first.time)}" if first else "")
                           + ".")
         else:
             st.summary = f"{v} is at {len(positions)} positions, {where}" + (
-                f" (sent once, acknowledged at {comp['partition']}:{comp['offset']} at {_s(comp['time'])})"
+                f" (sent once{f', in {txn}' if txn else ''}, acknowledged at {comp['partition']}:{comp['offset']} "
+                f"at {_s(comp['time'])})"
                 if comp and comp["type"] == "ok" else "") + "."
         return st.done()
 
@@ -879,6 +1044,42 @@ class Explainer:
                        event=took["index"])
                 said.append(f"process {took['process']} took partition {p} at {_s(took['time'])}{frm}")
         return said
+
+
+@dataclass
+class _Writer:
+    """How a value was sent, as far as the history tells (`Explainer._writer`)."""
+
+    process: int
+    in_txn: bool  # sent in a transaction, not by a plain send
+    txn: int | None  # the transaction's invocation index, where known
+    invoked: int | None  # the transaction's invocation time, where known
+    completion: dict | None  # the send's (the transaction's) completion; None: none found
+
+
+def _txn_name(writer: _Writer) -> str:
+    return f"transaction {writer.txn}" if writer.txn is not None else "a transaction"
+
+
+def _outcome(comp: dict | None) -> str:
+    """How a transaction ended: 'committed at 32.5 s', 'failed (NOT_COORDINATOR) at 29.8 s'."""
+    if comp is None:
+        return "never completed"
+    how = {"ok": "committed", "fail": "failed"}.get(comp["type"], f"ended {comp['type']}")
+    return how + (f" ({comp['error']})" if comp.get("error") else "") + f" at {_s(comp['time'])}"
+
+
+def _sent_by(writer: _Writer, other: _Writer | None) -> str:
+    """'sent by the same process 6 in transaction 6294 that failed (NOT_COORDINATOR) at 29.8 s':
+    who wrote a value, told beside the `other` value's writer."""
+    same = "the same " if other is not None and other.process == writer.process else ""
+    how = f"in {_txn_name(writer)} that {_outcome(writer.completion)}" if writer.in_txn else "in a plain send"
+    return f"sent by {same}process {writer.process} {how}"
+
+
+def _reader(r: Read) -> str:
+    """'process 3', and how it read where that is not the default: 'process 3 (read_uncommitted)'."""
+    return f"process {r.process}" + (" (read_uncommitted)" if r.uncommitted else "")
 
 
 def _first_time(got: dict) -> int:

@@ -342,3 +342,136 @@ def test_lost_commit_story_names_the_commit_the_moves_between_and_the_read(hist,
         "process 4 ended at 1.3 s",
         "process 5 was given partition 0 at 1.5 s (generation 1)",
         "process 5 read group g1's committed offset of partition 0 at 1.7 s: none"]
+
+
+def _txn(hist, process, sends, outcome="ok", error=None) -> None:
+    """A transaction: `sends` (value, partition, offset) each, its completion with
+    each send's position (a failed one's too, as the client knew them)."""
+    hist.add(process, "invoke", "txn", sends=[{"key": 0, "value": v} for v, _, _ in sends])
+    hist.add(process, outcome, "txn", sends=[{"key": 0, "value": v, "partition": p, "offset": o} for v, p, o in sends],
+             records=[], **({"error": error} if error else {}))
+
+
+# Histories with a read_uncommitted poll are checked in process only: liveness's second
+# read of a history leaves out `isolation` (checkers/folds/liveness.py, COLUMNS), so the
+# `check` fixture's forced second read measures their consumer waits otherwise.
+IN_PROCESS = {"engine": "local"}
+
+
+def _uncommitted_poll(hist, process, *records) -> None:
+    hist.add(process, "invoke", "poll", isolation="read_uncommitted")
+    hist.add(process, "ok", "poll", isolation="read_uncommitted",
+             records=[{"partition": p, "offset": o, "key": 0, "value": v} for p, o, v in records])
+
+
+def test_a_transaction_answered_as_a_duplicate_of_its_producer_s_aborted_one(hist, check, tmp_path):
+    # A transactional producer's transaction fails after its record was written; the
+    # client reuses that batch's sequence number in its next transaction, which the
+    # broker answers as a duplicate: acknowledged at the aborted record's offset,
+    # never written. Only a read_uncommitted reader returns what is there.
+    _txn(hist, 6, [(30, 0, 0)], outcome="fail", error="NOT_COORDINATOR")   # 0, 1
+    _uncommitted_poll(hist, 3, (0, 0, 30))                                   # 2, 3
+    _txn(hist, 6, [(40, 0, 0)])                                              # 4, 5
+    _txn(hist, 6, [(50, 0, 2)])                                              # 6, 7
+    hist.poll(2, (0, 2, 50))                                                 # 8, 9
+    _tenths(hist)
+    results = check(hist, **IN_PROCESS)
+    assert results["counts_by_anomaly"]["lost-write"] == 1
+    _disk(tmp_path / "disk", {n: [[0, 0, 2, 0, 30], [0, 2, 2, 0, 50]] for n in ("n1", "n2", "n3")})
+    [story] = _by(explain_run(resolve(tmp_path), results, STORIES, ENDS), "lost-write")
+    assert story["summary"] == (
+        "40, acknowledged at 0:0 at 0.5 s in transaction 4 of process 6, was never read though later offsets "
+        "were: 30, sent by the same process 6 in transaction 0 that failed (NOT_COORDINATOR) at 0.1 s, holds 0:0, "
+        "read only by read_uncommitted readers (aborted); the broker answered 40's batch as a duplicate of 30's: "
+        "the client reused a producer sequence number of an aborted transaction.")
+    assert [(s["time"], s["text"], s.get("event"), s.get("disk")) for s in story["steps"]] == [
+        (0.0, "30 sent by process 6 in transaction 0 at 0.0 s, which failed (NOT_COORDINATOR) at 0.1 s", 0, None),
+        (0.3, "30 read at 0:0 by process 3 (read_uncommitted) at 0.3 s (written in epoch 2)", 3, None),
+        (0.4, "40 sent by process 6 in transaction 4 at 0.4 s", 4, None),
+        (0.5, "transaction 4 committed at 0.5 s: acknowledged at 0:0", 5, None),
+        (0.5, "the broker answered 40's batch as a duplicate of 30's: the client reused a producer sequence "
+              "number of an aborted transaction", 5, None),
+        (None, "no read returned it, though reads of partition 0 reached 2", None, None),
+        (None, "at the end n1, n2 and n3 hold 30 at 0 (epoch 2)", None, "n1"),
+        (None, "no replica holds 40 on disk", None, "all"),
+    ]
+
+
+def test_a_transaction_s_record_where_other_producers_wrote(hist, check, tmp_path):
+    # Another producer's aborted record and a plain send's at the committed
+    # transaction's offset: each one's writer is named, no sequence was reused.
+    _txn(hist, 6, [(40, 0, 0)])                                              # 0, 1
+    _txn(hist, 7, [(30, 0, 0)], outcome="fail", error="ABORTED")             # 2, 3
+    _uncommitted_poll(hist, 3, (0, 0, 30))                                   # 4, 5
+    hist.send(1, 20, 0, 0)                                                   # 6, 7
+    hist.send(1, 21, 0, 1)                                                   # 8, 9
+    hist.poll(2, (0, 0, 20), (0, 1, 21))                                     # 10, 11
+    _tenths(hist)
+    results = check(hist, **IN_PROCESS)
+    stories = explain(resolve(tmp_path), results, STORIES, fault_ends=ENDS)
+    [lost] = _by(stories, "lost-write")
+    assert lost["summary"] == (
+        "40, acknowledged at 0:0 at 0.1 s in transaction 0 of process 6, was never read though later offsets "
+        "were: 20, sent by process 1 in a plain send, holds 0:0; 30, sent by process 7 in transaction 2 that "
+        "failed (ABORTED) at 0.3 s, holds 0:0, read only by read_uncommitted readers (aborted).")
+    assert [s["text"] for s in lost["steps"]] == [
+        "40 sent by process 6 in transaction 0 at 0.0 s",
+        "transaction 0 committed at 0.1 s: acknowledged at 0:0",
+        "30 sent by process 7 in transaction 2 at 0.2 s, which failed (ABORTED) at 0.3 s",
+        "30 read at 0:0 by process 3 (read_uncommitted) at 0.5 s",
+        "20 written at 0:0 at 0.7 s",
+        "no read returned it, though reads of partition 0 reached 1"]
+    [both] = _by(stories, "inconsistent-offset")
+    assert [s["text"] for s in both["steps"]] == [
+        "40 sent by process 6 in transaction 0 at 0.0 s, which committed at 0.1 s",
+        "40 written at 0:0 at 0.1 s",
+        "30 sent by process 7 in transaction 2 at 0.2 s, which failed (ABORTED) at 0.3 s",
+        "30 read at 0:0 by process 3 (read_uncommitted) at 0.5 s",
+        "20 written at 0:0 at 0.7 s"]
+
+
+def test_plain_sends_of_one_producer_at_one_offset_tell_no_transaction(hist, check, tmp_path):
+    # The plain twin of the duplicate above: no transaction, no sequence reused, the story as it was.
+    hist.send(6, 30, outcome="info", error="_MSG_TIMED_OUT")                 # 0, 1
+    hist.poll(3, (0, 0, 30))                                                 # 2, 3
+    hist.send(6, 40, 0, 0)                                                   # 4, 5
+    hist.send(6, 50, 0, 2)                                                   # 6, 7
+    hist.poll(2, (0, 2, 50))                                                 # 8, 9
+    _tenths(hist)
+    results = check(hist)
+    stories = explain(resolve(tmp_path), results, STORIES, fault_ends=ENDS)
+    [lost] = _by(stories, "lost-write")
+    assert lost["summary"] == "40, acknowledged at 0:0 at 0.5 s, was never read though later offsets were."
+    assert [s["text"] for s in lost["steps"]] == [
+        "30 read at 0:0 by process 3 at 0.3 s", "40 sent by process 6 at 0.4 s", "acknowledged at 0:0 at 0.5 s",
+        "no read returned it, though reads of partition 0 reached 2"]
+    [both] = _by(stories, "inconsistent-offset")
+    assert both["summary"] == "partition 0 offset 0 held 30 and 40."
+    assert [s["text"] for s in both["steps"]] == ["30 read at 0:0 by process 3 at 0.3 s",
+                                                  "40 written at 0:0 at 0.5 s"]
+
+
+def test_a_transaction_in_parts_is_matched_to_its_invocation(hist, tmp_path):
+    # A transaction's completion in a later file than its invocation still names
+    # it; a transaction's reads are reads, a read_uncommitted poll's are marked.
+    hist.add(6, "invoke", "txn", sends=[{"key": 0, "value": 30}])                         # 0
+    hist.add(7, "invoke", "txn", sends=[])                                                 # 1
+    hist.add(6, "fail", "txn", sends=[{"key": 0, "value": 30, "partition": 0, "offset": 0}],
+             error="NOT_COORDINATOR")                                                      # 2
+    _uncommitted_poll(hist, 3, (0, 0, 30))                                                 # 3, 4
+    hist.add(7, "ok", "txn", sends=[], records=[{"partition": 0, "offset": 0, "key": 0, "value": 30}])  # 5
+    _tenths(hist)
+    wanted = (set(), set(), {0})  # only the position 0:0
+    whole = tmp_path / "whole.parquet"
+    write_parquet(iter(hist.events), whole)
+    expected = scan(resolve(whole), *wanted)
+    [view] = expected.sends[30]
+    assert (view["index"], view["type"], view["txn"], view["txn_time"], view["error"]) == \
+        (2, "fail", 0, 0, "NOT_COORDINATOR")
+    assert [(r.process, r.index, r.invoked, r.uncommitted) for r in expected.reads_at[0]] == [
+        (3, 4, 3 * S // 10, True), (7, 5, 1 * S // 10, False)]
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    for n, (a, b) in enumerate(((0, 2), (2, 4), (4, 6))):
+        write_parquet(iter(hist.events[a:b]), folder / f"part-{n:05d}.parquet")
+    assert scan(resolve(folder), *wanted) == expected
