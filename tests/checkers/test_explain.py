@@ -352,12 +352,6 @@ def _txn(hist, process, sends, outcome="ok", error=None) -> None:
              records=[], **({"error": error} if error else {}))
 
 
-# Histories with a read_uncommitted poll are checked in process only: liveness's second
-# read of a history leaves out `isolation` (checkers/folds/liveness.py, COLUMNS), so the
-# `check` fixture's forced second read measures their consumer waits otherwise.
-IN_PROCESS = {"engine": "local"}
-
-
 def _uncommitted_poll(hist, process, *records) -> None:
     hist.add(process, "invoke", "poll", isolation="read_uncommitted")
     hist.add(process, "ok", "poll", isolation="read_uncommitted",
@@ -375,7 +369,7 @@ def test_a_transaction_answered_as_a_duplicate_of_its_producer_s_aborted_one(his
     _txn(hist, 6, [(50, 0, 2)])                                              # 6, 7
     hist.poll(2, (0, 2, 50))                                                 # 8, 9
     _tenths(hist)
-    results = check(hist, **IN_PROCESS)
+    results = check(hist)
     assert results["counts_by_anomaly"]["lost-write"] == 1
     _disk(tmp_path / "disk", {n: [[0, 0, 2, 0, 30], [0, 2, 2, 0, 50]] for n in ("n1", "n2", "n3")})
     [story] = _by(explain_run(resolve(tmp_path), results, STORIES, ENDS), "lost-write")
@@ -407,7 +401,7 @@ def test_a_transaction_s_record_where_other_producers_wrote(hist, check, tmp_pat
     hist.send(1, 21, 0, 1)                                                   # 8, 9
     hist.poll(2, (0, 0, 20), (0, 1, 21))                                     # 10, 11
     _tenths(hist)
-    results = check(hist, **IN_PROCESS)
+    results = check(hist)
     stories = explain(resolve(tmp_path), results, STORIES, fault_ends=ENDS)
     [lost] = _by(stories, "lost-write")
     assert lost["summary"] == (
