@@ -452,9 +452,9 @@ def check_expect(table: str, expect: dict, bad) -> None:
         elif key in LIVENESS_LIMITS:
             if isinstance(want, bool) or not isinstance(want, (int, float)) or not 0 <= want <= 7 * 24 * 3600:
                 bad(f"{table}.{key}: expected a number of seconds (0 or more), not {want!r}")
-        elif key == "hang":
+        elif key in ("hang", "hung-transaction"):
             if want not in ("present", "absent"):
-                bad(f"{table}.hang: expected \"present\" or \"absent\", not {want!r}")
+                bad(f"{table}.{key}: expected \"present\" or \"absent\", not {want!r}")
         elif key == "one-of":
             if not isinstance(want, list) or not want or any(a not in ANOMALIES for a in want):
                 bad(f"{table}.one-of: expected a list of anomaly names ({', '.join(ANOMALIES)}), not {want!r}")
@@ -467,7 +467,7 @@ def check_expect(table: str, expect: dict, bad) -> None:
                 except re.error as e:
                     bad(f"{table}.logged {pattern!r}: not a regular expression ({e})")
         elif key not in ANOMALIES:
-            bad(f"{table}.{key}: not an anomaly (known: valid, {', '.join(ANOMALIES)}, hang, "
+            bad(f"{table}.{key}: not an anomaly (known: valid, {', '.join(ANOMALIES)}, hang, hung-transaction, "
                 f"{', '.join(LIVENESS_LIMITS)}, one-of, logged)")
         elif want not in ("present", "absent"):
             bad(f"{table}.{key}: expected \"present\" or \"absent\", not {want!r}")

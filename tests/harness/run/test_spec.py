@@ -290,3 +290,9 @@ def test_a_hung_transaction_fails_the_run_and_is_an_expectation():
     calm = {"valid": True, "anomalies": {}, "liveness": {"verdict": "ok"}}
     assert liveness_failed({}, calm) == [] and expectation({"hung-transaction": "absent"}, calm) == (True, [])
     assert hung_transactions(None) == []
+    # A scenario may say so: the key and its two words pass the spec's checks, another word does not.
+    for table in ("expect", "control_expect"):
+        assert build({table: {"hung-transaction": "present"}})
+        with pytest.raises(UserError, match="hung-transaction: expected"):
+            build({table: {"hung-transaction": "yes"}})
+    assert build({"expect": {"max-starved-member-s": 10}})
