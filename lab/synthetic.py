@@ -598,27 +598,40 @@ def _transaction(sim: _Sim, pid: int) -> None:
 
 
 def _plant_transactions(sim: _Sim) -> None:
-    """The planted transactional anomalies (module docstring), each pair of
-    transactions concurrent (both invoked before either completes), by
-    processes of their own."""
+    """The planted transactional anomalies (module docstring), each a small
+    set of transactions by processes of their own, one set after another
+    (each invoked after the one before completed, its records after the one
+    before's in every log), so that no cycle runs through two sets."""
     p, q = sim.txn_parts[:2] if sim.txn_parts else (None, None)
+    at: dict[int, tuple[int, int]] = {}  # a planted value -> (partition, offset)
+
+    def invoke(values: list[int]) -> int:
+        pid = sim.process_id()
+        sim.emit(pid, "invoke", "txn", sends=[{"key": v % 97, "value": v} for v in values])
+        return pid
+
+    def put(v: int, partition: int) -> None:
+        at[v] = (partition, sim.append(partition, v))
+        sim.outcome[v] = "ok"
+
+    def record(v: int) -> dict:
+        return {"partition": at[v][0], "offset": at[v][1], "key": v % 97, "value": v}
+
+    def commit(pid: int, values: list[int], read: list[int]) -> None:
+        sim.emit(pid, "ok", "txn", sends=[{"key": v % 97, "value": v, "partition": at[v][0], "offset": at[v][1]}
+                                          for v in values], records=[record(v) for v in read])
+        sim.read_values.update(read)
 
     def concurrent(writes: list[list[tuple[int, int]]], reads: list[list[int]], order: list[int]) -> None:
-        """Transactions by fresh processes: each one's sends (value, partition), appended to
-        the logs in `order` (of values), and the values each then read where they were put."""
-        pids = [sim.process_id() for _ in writes]
-        for pid, sends in zip(pids, writes):
-            sim.emit(pid, "invoke", "txn", sends=[{"key": v % 97, "value": v} for v, _ in sends])
-        at, where = {}, dict(x for sends in writes for x in sends)
+        """Transactions all invoked before any completes: each one's sends (value, partition),
+        appended to the logs in `order` (of values), and the values each then read where they were put."""
+        pids = [invoke([v for v, _ in sends]) for sends in writes]
+        where = dict(x for sends in writes for x in sends)
         for v in order:
-            at[v] = (where[v], sim.append(where[v], v))
-            sim.outcome[v] = "ok"
+            put(v, where[v])
         sim.now += MS
         for pid, sends, read in zip(pids, writes, reads):
-            sim.emit(pid, "ok", "txn", sends=[{"key": v % 97, "value": v, "partition": at[v][0], "offset": at[v][1]}
-                                              for v, _ in sends],
-                     records=[{"partition": at[v][0], "offset": at[v][1], "key": v % 97, "value": v} for v in read])
-            sim.read_values.update(read)
+            commit(pid, [v for v, _ in sends], read)
 
     for _ in range(sim.p.ww_cycles):  # a's record first in p, b's first in q: ww both ways
         a1, a2, b1, b2 = (sim.new_value() for _ in range(4))
