@@ -138,6 +138,23 @@ def test_the_checker_finds_in_parts_what_expected_json_says(spark, tmp_path, cap
     assert results["stats"]["info_sends"] == expected["info_sends"]
 
 
+@pytest.mark.parametrize("flag, alone", [
+    # Each plant, the only one in a history of serial transactions: what it is counted as, all of it.
+    ("--ww-cycles", {"G0": 2}),
+    ("--wr-cycles", {"G1c": 2, "wr-cycle": 2}),
+    ("--precommitted", {"precommitted-read": 2}),
+])
+def test_each_transactional_plant_is_counted_as_it_is_and_as_nothing_else(tmp_path, capsys, flag, alone):
+    assert main(["gen-history", "--events", "4000", "--seed", "9", "--transactions", "0.4", flag, "2",
+                 "--format", "parquet", "--out", str(tmp_path)]) == 0
+    expected = orjson.loads((tmp_path / "expected.json").read_bytes())["anomalies"]
+    assert {name: n for name, n in expected.items() if n} == alone
+    reference = reference_counts(read_parquet_events(tmp_path / "history.parquet"))
+    assert {name: reference[name] for name in expected} == expected
+    results = check_history(tmp_path, Options(engine="local"))
+    assert {name: a["count"] for name, a in results["anomalies"].items()} == expected
+
+
 @pytest.mark.spark
 def test_transactions_in_parts_are_counted_as_expected_json_says(spark, tmp_path, capsys):
     # Transactional producers on partitions of their own (numbered after each part's plain
