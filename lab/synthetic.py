@@ -27,12 +27,17 @@ runs a transaction that sends one record to each of two of them (one
 where there is one), reads the next committed record at its own place in
 one of them (its reads step only over aborted records, which no read
 returns), and commits, or aborts (5 %: its records take offsets no read
-returns). Serial transactions make no cycle; the plants are pairs of
-transactions run concurrently, after the fault phase: two whose records
-cross in two partitions (`--ww-cycles`: a G0), two that read each other's
-record (`--wr-cycles`: a G1c and a wr-cycle), and one that reads its own
-record (`--precommitted`), each by processes of their own. The final
-reads read the transactions' partitions to their end.
+returns). Serial transactions make no cycle and tear none; the plants are
+small sets of transactions after the fault phase, each set by processes
+of its own, invoked after the one before completed, its records after
+that one's in every log (so no cycle runs through two sets): two
+concurrent ones whose records cross in two partitions (`--ww-cycles`: a
+G0); two concurrent ones that read each other's record (`--wr-cycles`: a
+G1c and a wr-cycle); one that reads its own record (`--precommitted`);
+and one whose three records in a partition a fresh reader returns but for
+the middle one (`--torn`: a torn-transaction, and a poll-skip, the record
+stepped over being acknowledged there). The final reads read the
+transactions' partitions to their end.
 
 A history in parts (`--parts K`, Parquet only): K independent simulations
 of events/K events each, made by worker processes (`--jobs`) and written in
@@ -70,7 +75,7 @@ import orjson
 
 from checkers.registry import (ABORTED_READ, DIRTY_READ, DUPLICATE, G0, G1C, INCONSISTENT_OFFSET, LOST_ACKED,
                                LOST_WRITE, NAMES, NONMONOTONIC_POLL, NONMONOTONIC_SEND, POLL_SKIP,
-                               PRECOMMITTED_READ, UNSEEN, WR_CYCLE)
+                               PRECOMMITTED_READ, TORN_TRANSACTION, UNSEEN, WR_CYCLE)
 from core.errors import UserError
 from core.history.format import NEMESIS_PROCESS_ID
 from core.history.parquet import events_to_table, write_parquet
@@ -82,8 +87,8 @@ ANOMALY_OF = {"lost": LOST_WRITE.name, "lost_acked": LOST_ACKED.name, "dirty_rea
               "duplicates": DUPLICATE.name, "inconsistent": INCONSISTENT_OFFSET.name,
               "aborted": ABORTED_READ.name, "nonmonotonic_polls": NONMONOTONIC_POLL.name, "skips": POLL_SKIP.name,
               "nonmonotonic_sends": NONMONOTONIC_SEND.name, UNSEEN.name: UNSEEN.name, "ww_cycles": G0.name,
-              "wr_cycles": WR_CYCLE.name, "precommitted": PRECOMMITTED_READ.name}
-TXN_PLANTS = ("ww_cycles", "wr_cycles", "precommitted")
+              "wr_cycles": WR_CYCLE.name, "precommitted": PRECOMMITTED_READ.name, "torn": TORN_TRANSACTION.name}
+TXN_PLANTS = ("ww_cycles", "wr_cycles", "precommitted", "torn")
 PLANTABLE = tuple(ANOMALY_OF)
 MS = 1_000_000
 
@@ -109,6 +114,7 @@ class Plan:
     ww_cycles: int = 0
     wr_cycles: int = 0
     precommitted: int = 0
+    torn: int = 0
     transactions: float = 0.0  # each transactional producer's chance of a transaction at each tick
     txn_producers: int = 2
     txn_partitions: int = 2  # the transactions' own partitions (where there are transactions)
@@ -646,6 +652,24 @@ def _plant_transactions(sim: _Sim) -> None:
         e = sim.new_value()
         concurrent([[(e, p)]], [[e]], [e])
         sim.expected[PRECOMMITTED_READ.name] += 1
+    for _ in range(sim.p.torn):
+        # A transaction's three records in p; a reader returns the first and the third, stepping
+        # over the second: torn, and a poll skip (the record stepped over is acknowledged there).
+        values = [sim.new_value() for _ in range(3)]
+        t = invoke(values)
+        for v in values:
+            put(v, p)
+        sim.now += MS
+        commit(t, values, [])
+        reader = sim.process_id()
+        sim.emit(reader, "invoke", "assign", partitions=[p])
+        sim.emit(reader, "ok", "assign", partitions=[p])
+        for v in values[::2]:
+            sim.emit(reader, "invoke", "poll")
+            sim.emit(reader, "ok", "poll", records=[record(v)])
+            sim.read_values.add(v)
+        sim.expected[TORN_TRANSACTION.name] += 1
+        sim.expected[POLL_SKIP.name] += 1
 
 
 def _append_held(sim: _Sim, pid: int, partition: int) -> None:
