@@ -34,10 +34,13 @@ that one's in every log (so no cycle runs through two sets): two
 concurrent ones whose records cross in two partitions (`--ww-cycles`: a
 G0); two concurrent ones that read each other's record (`--wr-cycles`: a
 G1c and a wr-cycle); one that reads its own record (`--precommitted`);
-and one whose three records in a partition a fresh reader returns but for
-the middle one (`--torn`: a torn-transaction, and a poll-skip, the record
-stepped over being acknowledged there). The final reads read the
-transactions' partitions to their end.
+one whose three records in a partition a fresh reader returns but for the
+middle one (`--torn`: a torn-transaction, and a poll-skip, the record
+stepped over being acknowledged there); and two, one invoked after the
+other completed, whose records land the other way round, the later one's
+in an offset held free below the earlier one's (`--ww-realtime-cycles`: a
+G0-realtime). The final reads read the transactions' partitions to their
+end.
 
 A history in parts (`--parts K`, Parquet only): K independent simulations
 of events/K events each, made by worker processes (`--jobs`) and written in
@@ -73,8 +76,8 @@ from typing import Iterator
 
 import orjson
 
-from checkers.registry import (ABORTED_READ, DIRTY_READ, DUPLICATE, G0, G1C, INCONSISTENT_OFFSET, LOST_ACKED,
-                               LOST_WRITE, NAMES, NONMONOTONIC_POLL, NONMONOTONIC_SEND, POLL_SKIP,
+from checkers.registry import (ABORTED_READ, DIRTY_READ, DUPLICATE, G0, G0_REALTIME, G1C, INCONSISTENT_OFFSET,
+                               LOST_ACKED, LOST_WRITE, NAMES, NONMONOTONIC_POLL, NONMONOTONIC_SEND, POLL_SKIP,
                                PRECOMMITTED_READ, TORN_TRANSACTION, UNSEEN, WR_CYCLE)
 from core.errors import UserError
 from core.history.format import NEMESIS_PROCESS_ID
@@ -87,8 +90,9 @@ ANOMALY_OF = {"lost": LOST_WRITE.name, "lost_acked": LOST_ACKED.name, "dirty_rea
               "duplicates": DUPLICATE.name, "inconsistent": INCONSISTENT_OFFSET.name,
               "aborted": ABORTED_READ.name, "nonmonotonic_polls": NONMONOTONIC_POLL.name, "skips": POLL_SKIP.name,
               "nonmonotonic_sends": NONMONOTONIC_SEND.name, UNSEEN.name: UNSEEN.name, "ww_cycles": G0.name,
-              "wr_cycles": WR_CYCLE.name, "precommitted": PRECOMMITTED_READ.name, "torn": TORN_TRANSACTION.name}
-TXN_PLANTS = ("ww_cycles", "wr_cycles", "precommitted", "torn")
+              "wr_cycles": WR_CYCLE.name, "precommitted": PRECOMMITTED_READ.name, "torn": TORN_TRANSACTION.name,
+              "ww_realtime_cycles": G0_REALTIME.name}
+TXN_PLANTS = ("ww_cycles", "wr_cycles", "precommitted", "torn", "ww_realtime_cycles")
 PLANTABLE = tuple(ANOMALY_OF)
 MS = 1_000_000
 
@@ -115,6 +119,7 @@ class Plan:
     wr_cycles: int = 0
     precommitted: int = 0
     torn: int = 0
+    ww_realtime_cycles: int = 0
     transactions: float = 0.0  # each transactional producer's chance of a transaction at each tick
     txn_producers: int = 2
     txn_partitions: int = 2  # the transactions' own partitions (where there are transactions)
@@ -616,8 +621,13 @@ def _plant_transactions(sim: _Sim) -> None:
         sim.emit(pid, "invoke", "txn", sends=[{"key": v % 97, "value": v} for v in values])
         return pid
 
-    def put(v: int, partition: int) -> None:
-        at[v] = (partition, sim.append(partition, v))
+    def put(v: int, partition: int, offset: int | None = None) -> None:
+        """`v` appended to `partition`, or into an `offset` held free for it (a hole until then)."""
+        if offset is None:
+            offset = sim.append(partition, v)
+        else:
+            sim.logs[partition][offset] = v
+        at[v] = (partition, offset)
         sim.outcome[v] = "ok"
 
     def record(v: int) -> dict:
@@ -670,6 +680,20 @@ def _plant_transactions(sim: _Sim) -> None:
             sim.read_values.add(v)
         sim.expected[TORN_TRANSACTION.name] += 1
         sim.expected[POLL_SKIP.name] += 1
+    for _ in range(sim.p.ww_realtime_cycles):
+        # f completes, then g is invoked (realtime f -> g), yet g's record lands in the offset of p
+        # below f's, held free (ww g -> f): no wr edge, so only this cycle's G0-realtime.
+        f, g = sim.new_value(), sim.new_value()
+        tf = invoke([f])
+        free = sim.append(p, None)
+        put(f, p)
+        sim.now += MS
+        commit(tf, [f], [])
+        tg = invoke([g])
+        put(g, p, free)
+        sim.now += MS
+        commit(tg, [g], [])
+        sim.expected[G0_REALTIME.name] += 1
 
 
 def _append_held(sim: _Sim, pid: int, partition: int) -> None:
