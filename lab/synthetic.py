@@ -36,11 +36,13 @@ G0); two concurrent ones that read each other's record (`--wr-cycles`: a
 G1c and a wr-cycle); one that reads its own record (`--precommitted`);
 one whose three records in a partition a fresh reader returns but for the
 middle one (`--torn`: a torn-transaction, and a poll-skip, the record
-stepped over being acknowledged there); and two, one invoked after the
-other completed, whose records land the other way round, the later one's
-in an offset held free below the earlier one's (`--ww-realtime-cycles`: a
-G0-realtime). The final reads read the transactions' partitions to their
-end.
+stepped over being acknowledged there); two, one invoked after the other
+completed, whose records land the other way round, the later one's in an
+offset held free below the earlier one's (`--ww-realtime-cycles`: a
+G0-realtime); and three in a cycle of a ww, a wr and a realtime edge that
+needs all three (`--ww-wr-realtime-cycles`: a G1c-realtime, and neither a
+G0, G1c, G0-realtime nor wr-cycle). The final reads read the
+transactions' partitions to their end.
 
 A history in parts (`--parts K`, Parquet only): K independent simulations
 of events/K events each, made by worker processes (`--jobs`) and written in
@@ -76,9 +78,9 @@ from typing import Iterator
 
 import orjson
 
-from checkers.registry import (ABORTED_READ, DIRTY_READ, DUPLICATE, G0, G0_REALTIME, G1C, INCONSISTENT_OFFSET,
-                               LOST_ACKED, LOST_WRITE, NAMES, NONMONOTONIC_POLL, NONMONOTONIC_SEND, POLL_SKIP,
-                               PRECOMMITTED_READ, TORN_TRANSACTION, UNSEEN, WR_CYCLE)
+from checkers.registry import (ABORTED_READ, DIRTY_READ, DUPLICATE, G0, G0_REALTIME, G1C, G1C_REALTIME,
+                               INCONSISTENT_OFFSET, LOST_ACKED, LOST_WRITE, NAMES, NONMONOTONIC_POLL,
+                               NONMONOTONIC_SEND, POLL_SKIP, PRECOMMITTED_READ, TORN_TRANSACTION, UNSEEN, WR_CYCLE)
 from core.errors import UserError
 from core.history.format import NEMESIS_PROCESS_ID
 from core.history.parquet import events_to_table, write_parquet
@@ -91,8 +93,8 @@ ANOMALY_OF = {"lost": LOST_WRITE.name, "lost_acked": LOST_ACKED.name, "dirty_rea
               "aborted": ABORTED_READ.name, "nonmonotonic_polls": NONMONOTONIC_POLL.name, "skips": POLL_SKIP.name,
               "nonmonotonic_sends": NONMONOTONIC_SEND.name, UNSEEN.name: UNSEEN.name, "ww_cycles": G0.name,
               "wr_cycles": WR_CYCLE.name, "precommitted": PRECOMMITTED_READ.name, "torn": TORN_TRANSACTION.name,
-              "ww_realtime_cycles": G0_REALTIME.name}
-TXN_PLANTS = ("ww_cycles", "wr_cycles", "precommitted", "torn", "ww_realtime_cycles")
+              "ww_realtime_cycles": G0_REALTIME.name, "ww_wr_realtime_cycles": G1C_REALTIME.name}
+TXN_PLANTS = ("ww_cycles", "wr_cycles", "precommitted", "torn", "ww_realtime_cycles", "ww_wr_realtime_cycles")
 PLANTABLE = tuple(ANOMALY_OF)
 MS = 1_000_000
 
@@ -120,6 +122,7 @@ class Plan:
     precommitted: int = 0
     torn: int = 0
     ww_realtime_cycles: int = 0
+    ww_wr_realtime_cycles: int = 0
     transactions: float = 0.0  # each transactional producer's chance of a transaction at each tick
     txn_producers: int = 2
     txn_partitions: int = 2  # the transactions' own partitions (where there are transactions)
@@ -694,6 +697,25 @@ def _plant_transactions(sim: _Sim) -> None:
         sim.now += MS
         commit(tg, [g], [])
         sim.expected[G0_REALTIME.name] += 1
+    for _ in range(sim.p.ww_wr_realtime_cycles):
+        # k runs throughout; j reads k's record and completes; then i is invoked and its record lands
+        # in the offset of q below k's, held free: ww i -> k, wr k -> j, realtime j -> i. The cycle
+        # needs all three kinds (k overlaps i and j, so no realtime edge joins it to them; i reads
+        # nothing): G1c-realtime, and neither G0, G1c, G0-realtime nor wr-cycle.
+        i, j, k = (sim.new_value() for _ in range(3))
+        tk = invoke([k])
+        free = sim.append(q, None)
+        put(k, q)
+        tj = invoke([j])
+        put(j, p)
+        sim.now += MS
+        commit(tj, [j], [k])
+        ti = invoke([i])
+        put(i, q, free)
+        sim.now += MS
+        commit(ti, [i], [])
+        commit(tk, [k], [])
+        sim.expected[G1C_REALTIME.name] += 1
 
 
 def _append_held(sim: _Sim, pid: int, partition: int) -> None:

@@ -146,6 +146,8 @@ def test_the_checker_finds_in_parts_what_expected_json_says(spark, tmp_path, cap
     # The reader's step over the transaction's middle record, acknowledged there, is also a poll skip.
     ("--torn", {"torn-transaction": 2, "poll-skip": 2}),
     ("--ww-realtime-cycles", {"G0-realtime": 2}),
+    # A cycle of a ww, a wr and a realtime edge: no cycle of fewer kinds (G1c, G0-realtime, wr-cycle).
+    ("--ww-wr-realtime-cycles", {"G1c-realtime": 2}),
 ])
 def test_each_transactional_plant_is_counted_as_it_is_and_as_nothing_else(tmp_path, capsys, flag, alone):
     assert main(["gen-history", "--events", "4000", "--seed", "9", "--transactions", "0.4", flag, "2",
@@ -158,7 +160,8 @@ def test_each_transactional_plant_is_counted_as_it_is_and_as_nothing_else(tmp_pa
     assert {name: a["count"] for name, a in results["anomalies"].items()} == expected
 
 
-TXN_PLANTED = {"G0": 3, "G1c": 2, "wr-cycle": 2, "precommitted-read": 2, "torn-transaction": 3, "G0-realtime": 2}
+TXN_PLANTED = {"G0": 3, "G1c": 2, "wr-cycle": 2, "precommitted-read": 2, "torn-transaction": 3, "G0-realtime": 2,
+               "G1c-realtime": 3}
 
 
 @pytest.mark.spark
@@ -168,8 +171,8 @@ def test_transactions_in_parts_are_counted_as_expected_json_says(spark, tmp_path
     # generator's counts are a literal reading's and the checker's.
     assert main(["gen-history", "--events", "12000", "--parts", "2", "--jobs", "1", "--seed", "5",
                  "--transactions", "0.5", "--txn-partitions", "3", "--ww-cycles", "3", "--wr-cycles", "2",
-                 "--precommitted", "2", "--torn", "3", "--ww-realtime-cycles", "2", "--lost", "2", "--skips", "2",
-                 "--out", str(tmp_path)]) == 0
+                 "--precommitted", "2", "--torn", "3", "--ww-realtime-cycles", "2", "--ww-wr-realtime-cycles", "3",
+                 "--lost", "2", "--skips", "2", "--out", str(tmp_path)]) == 0
     expected = orjson.loads((tmp_path / "expected.json").read_bytes())
     assert {k: n for k, n in expected["anomalies"].items() if k in TXN_PLANTED} == TXN_PLANTED
     parts = _parts(tmp_path / "history.parquet")
