@@ -16,11 +16,11 @@ The definition, on the history's clock, per group G:
   longest (`starved_member_s`, None with no member of any group) and the
   stretches of at least `LIST_MIN_S` (`starved_members`), longest first.
 
-An eager rebalance (the classic protocol's) revokes every partition before
-it assigns: no member holds two meanwhile, so it starves none. A
-cooperative or KIP-848 rebalance moves partitions one member at a time: a
-newcomer is starved until the holder gives one up, which takes a
-heartbeat or two. A newcomer starved for the rest of the run is a
+A newcomer is starved from its subscription until a holder gives a
+partition up: under the classic protocol's eager rebalance, until the
+holders rejoin and revoke everything (then nobody holds two), a heartbeat
+or a few; under a cooperative or KIP-848 one, until the holder revokes the
+partition that moves. A newcomer starved for the rest of the run is a
 rebalance that never ended (docs/scenarios.md: librdkafka's KIP-848
 member that dropped the answer naming its new assignment).
 
