@@ -593,13 +593,13 @@ class Explainer:
         if (theirs.completion or {}).get("type") == "ok" or None in (mine.txn, theirs.txn) or theirs.txn > mine.txn:
             return None
         aborted = "an aborted" if (theirs.completion or {}).get("type") == "fail" else "an uncommitted"
-        return (f"the broker answered {v}'s batch as a duplicate of {w}'s: the client reused a producer "
+        return (f"the broker answered {v}'s batch as a retry of {w}'s: the client reused a producer "
                 f"sequence number of {aborted} transaction")
 
     def _held(self, v: int, p: int, o: int, others: list[int]) -> str:
         """The summary's words for `others`, the values found at (p, o) instead of v: that they
         took the offset; where a transaction sent v or one of them, who sent each and how, and
-        whether v's batch was answered as a duplicate of its."""
+        whether v's batch was answered as a retry of its."""
         pos, mine = _pos(p, o), self._writer(v)
         plain, told = [], []
         for w in others:
@@ -656,8 +656,8 @@ class Explainer:
 
     def _others_at(self, st: _Story, p: int, o: int, not_value: set, after: int | None = None) -> list[int]:
         """Other values acknowledged or read at (p, o): each one's write, and the epoch it was written in;
-        a transaction's, which one and how it ended, and whether a batch acknowledged there was a
-        duplicate of its. Returns those first seen at `after` or later (all of them without `after`)."""
+        a transaction's, which one and how it ended, and whether a batch acknowledged there was taken for a
+        retry of its. Returns those first seen at `after` or later (all of them without `after`)."""
         pos = _pos(p, o)
         others: dict[int, dict] = {}
         for e in self.facts.acks_at.get(pos, []):
@@ -696,7 +696,7 @@ class Explainer:
                     st.add(ack["time"], reused, event=ack["index"])
                     if a in not_value:
                         dup_of.add(b)
-        # What the story's batch was answered as a duplicate of was there before its
+        # What the story's batch was answered as a retry of was there before its
         # acknowledgement, and holds the position all the same.
         return [w for w, got in others.items() if after is None or _first_time(got) >= after or w in dup_of]
 

@@ -376,14 +376,14 @@ def test_a_transaction_answered_as_a_duplicate_of_its_producer_s_aborted_one(his
     assert story["summary"] == (
         "40, acknowledged at 0:0 at 0.5 s in transaction 4 of process 6, was never read though later offsets "
         "were: 30, sent by the same process 6 in transaction 0 that failed (NOT_COORDINATOR) at 0.1 s, holds 0:0, "
-        "read only by read_uncommitted readers (aborted); the broker answered 40's batch as a duplicate of 30's: "
+        "read only by read_uncommitted readers (aborted); the broker answered 40's batch as a retry of 30's: "
         "the client reused a producer sequence number of an aborted transaction.")
     assert [(s["time"], s["text"], s.get("event"), s.get("disk")) for s in story["steps"]] == [
         (0.0, "30 sent by process 6 in transaction 0 at 0.0 s, which failed (NOT_COORDINATOR) at 0.1 s", 0, None),
         (0.3, "30 read at 0:0 by process 3 (read_uncommitted) at 0.3 s (written in epoch 2)", 3, None),
         (0.4, "40 sent by process 6 in transaction 4 at 0.4 s", 4, None),
         (0.5, "transaction 4 committed at 0.5 s: acknowledged at 0:0", 5, None),
-        (0.5, "the broker answered 40's batch as a duplicate of 30's: the client reused a producer sequence "
+        (0.5, "the broker answered 40's batch as a retry of 30's: the client reused a producer sequence "
               "number of an aborted transaction", 5, None),
         (None, "no read returned it, though reads of partition 0 reached 2", None, None),
         (None, "at the end n1, n2 and n3 hold 30 at 0 (epoch 2)", None, "n1"),
