@@ -11,6 +11,10 @@ import pytest
 from infra import client_net
 from tests.support import need_root
 
+# Host-wide iptables rules: beside the integration tests, restore_all() would count,
+# and lift, the cuts of a run's clients (test_client_processes, the nemesis's runs).
+pytestmark = pytest.mark.serial
+
 
 @pytest.fixture
 def listener():
