@@ -10,6 +10,12 @@ partition)'s acknowledgements are in one shard. Taken in invocation order
 acknowledgements comes in the order of values, which a producer sends
 rising, so the sort merges a few runs), each is paired with the last one
 of its pair before it by one compiled pass.
+
+The frame has a row per acknowledgement but the first of each pair (about
+one per acknowledged send), and nonmonotonic-send reads two of its columns
+whole: the offsets. The others are taken from the ACK rows only at the
+rows asked for (`Taken`: the examples' few), not gathered whole (seven
+columns of a shard's acknowledgements, each first touched memory).
 """
 
 from __future__ import annotations
@@ -24,34 +30,57 @@ from checkers.key_rows import PARTITION_BITS, fits_above_partition, seen_rows
 from core.history.format import MAX_OFFSET
 
 
+class Taken:
+    """A frame's column of `source`'s elements at `rows`, each taken when
+    asked for: `column[at]` is `source[rows[at]]` (through `then`, if
+    given), never the whole column at once."""
+
+    def __init__(self, source: np.ndarray, rows: np.ndarray, then=None) -> None:
+        self.source, self.rows, self.then = source, rows, then
+
+    def __getitem__(self, at) -> np.ndarray:
+        taken = self.source[self.rows[at]]
+        return taken if self.then is None else self.then(taken)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def _partition(pos: np.ndarray) -> np.ndarray:
+    return pos >> r.POS_BITS
+
+
 @dataclass
 class SendOrder:
     """A row per acknowledged send that has one before it (same process
-    and partition, invoked earlier), with that one (`prev_`)."""
+    and partition, invoked earlier), with that one (`prev_`). The offsets
+    are columns; the rest `Taken` (module docstring)."""
 
-    process: np.ndarray
-    partition: np.ndarray
-    value: np.ndarray
+    process: Taken
+    partition: Taken
+    value: Taken
     offset: np.ndarray
-    invoke_index: np.ndarray
-    ack_index: np.ndarray
-    prev_value: np.ndarray
+    invoke_index: Taken
+    ack_index: Taken
+    prev_value: Taken
     prev_offset: np.ndarray
-    prev_invoke_index: np.ndarray
+    prev_invoke_index: Taken
 
     def __len__(self) -> int:
-        return len(self.process)
+        return len(self.offset)
 
 
 def send_order(acks: r.Rows, txn_acks: r.Rows | None = None) -> SendOrder:
     """The frame of a shard's ACK rows; `txn_acks`, its TXN_ACK rows: the
     sends of one transaction (one invocation) are taken in the order its
     invocation lists them."""
-    partition = acks.pos >> r.POS_BITS
-    this, before = _each_after_the_last(acks.process, partition, acks.x, _places(acks, txn_acks))
-    offset = acks.pos & MAX_OFFSET
-    return SendOrder(acks.process[this], partition[this], acks.value[this], offset[this], acks.x[this],
-                     acks.index[this], acks.value[before], offset[before], acks.x[before])
+    this, before = _each_after_the_last(acks.process, acks.pos >> r.POS_BITS, acks.x, _places(acks, txn_acks))
+    offset, prev_offset = acks.pos[this], acks.pos[before]
+    offset &= MAX_OFFSET
+    prev_offset &= MAX_OFFSET
+    return SendOrder(Taken(acks.process, this), Taken(acks.pos, this, _partition), Taken(acks.value, this), offset,
+                     Taken(acks.x, this), Taken(acks.index, this), Taken(acks.value, before), prev_offset,
+                     Taken(acks.x, before))
 
 
 def _places(acks: r.Rows, txn_acks: r.Rows | None) -> np.ndarray | None:
