@@ -33,7 +33,7 @@ def run(batches: list[list[r.Shard]], facts: Facts, dumps: dict[str, Path], fold
     del batches
 
     def first(shard: r.Shard) -> tuple[list[r.Shard], dict]:
-        handed, found = first_stage(shard, facts)
+        handed, found = first_stage(shard, facts, k)
         return handed.split(k), found  # cut for the second stage in the same thread, not one after another
 
     with ThreadPoolExecutor(k, thread_name_prefix="kernel") as pool:

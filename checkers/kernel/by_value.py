@@ -114,11 +114,13 @@ class ByValue:
         return r.Rows.joined(taken), (np.concatenate(rows) if rows else np.empty(0, np.int64))
 
 
-def by_value(shard: r.Shard, facts: Facts) -> tuple[ByValue, r.Shard]:
+def by_value(shard: r.Shard, facts: Facts, cut: int = 1) -> tuple[ByValue, r.Shard]:
     """The frame of a shard's sends and reads, and the rows it hands on to
     the second stage (ACK, EXTRA, and FINAL where `facts` asks for them).
     The rows are taken a part at a time (a batch's, as they were read), so
-    the shard's rows are never copied whole."""
+    the shard's rows are never copied whole. The ACK rows come in `cut`
+    parts, each of one of `cut` second stage shards (`Shard.split`'s):
+    cutting them again is no copy."""
     sends, reads = shard.parts(r.SENDS), shard.parts(r.READS)
     values, row_of = key_rows([p.value for p in sends] + [p.value for p in reads])
     n = len(values)
@@ -168,7 +170,7 @@ def by_value(shard: r.Shard, facts: Facts) -> tuple[ByValue, r.Shard]:
     frame = ByValue(values, inv_min, inv_max, comp_min, comp_max, proc_min, proc_max, outcome, ack_pos, read_index,
                     first_pos, last_pos, ack_read_index, ack_in_final, dirty_index, dirty_partition,
                     reads=reads, read_rows=read_rows).with_facts(facts)
-    handed = {r.ACKS: _acks(frame), r.EXTRAS: _distinct(r.EXTRA, *(_joined(c) for c in extra), values)}
+    handed = {r.ACKS: _acks(frame, cut), r.EXTRAS: _distinct(r.EXTRA, *(_joined(c) for c in extra), values)}
     if want_final:
         handed[r.FINALS] = _distinct(r.FINAL, *(_joined(c) for c in finals), values)
     return frame, r.Shard(handed)
@@ -235,11 +237,44 @@ def _dirty(row: np.ndarray, partition: np.ndarray, index: np.ndarray, held: np.n
     return first, part
 
 
-def _acks(v: ByValue) -> r.Rows:
-    """Every acknowledged send, with its invocation and the first read there (ACK rows)."""
-    at = np.flatnonzero(v.ok & (v.ack_pos >= 0))
-    return r.Rows.of(r.ACK, len(at), value=v.value[at], pos=v.ack_pos[at], index=v.comp_index[at],
-                     process=v.process[at], x=v.inv_index[at], y=v.ack_read_index[at])
+def _acks(v: ByValue, cut: int = 1) -> list[r.Rows]:
+    """Every acknowledged send, with its invocation and the first read there
+    (ACK rows), in `cut` parts by partition as `Shard.split` cuts them
+    (each part's rows in the frame's order): one compiled pass to count, one
+    to fill, into one block of columns the parts are slices of (made by
+    NumPy, which asks for huge pages for it: a compiled loop's arrays are
+    first touched a small page at a time)."""
+    ack = (v.outcome == OK) & (v.ack_pos >= 0)
+    bounds = np.cumsum(np.concatenate(([0], _ack_counts(ack, v.ack_pos, np.zeros(cut, np.int64)))))
+    columns = np.empty((6, int(bounds[-1])), np.int64)
+    _ack_fill(ack, v.ack_pos, (v.value, v.ack_pos, v.comp_index, v.process, v.inv_index, v.ack_read_index),
+              bounds[:-1].copy(), columns)
+    names = ("value", "pos", "index", "process", "x", "y")
+    return [r.Rows.of(r.ACK, b - a, **{name: c[a:b] for name, c in zip(names, columns)})
+            for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+
+
+@compiled
+def _ack_counts(ack, ack_pos, count):
+    """How many of the `ack` rows go to each part (`count`, by partition)."""
+    cut = len(count)
+    for i in range(len(ack)):
+        if ack[i]:
+            count[(ack_pos[i] >> _POS_BITS) % cut] += 1
+    return count
+
+
+@compiled
+def _ack_fill(ack, ack_pos, sources, at, columns):
+    """The `ack` rows' `sources` into `columns`, each part's from `at` on, in order."""
+    cut = len(at)
+    for i in range(len(ack)):
+        if ack[i]:
+            part = (ack_pos[i] >> _POS_BITS) % cut
+            j = at[part]
+            at[part] += 1
+            for c in range(len(sources)):
+                columns[c, j] = sources[c][i]
 
 
 def _distinct(kind: int, row: np.ndarray, pos: np.ndarray, index: np.ndarray, values: np.ndarray) -> r.Rows:

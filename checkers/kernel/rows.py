@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from checkers.compiled import compiled
 
 POS_BITS = 40
 NONE = -1
@@ -114,10 +115,17 @@ class Rows:
         return Rows(*(_taken(getattr(self, name), at) for name in COLUMNS))
 
     def split_rows(self, family: int, k: int) -> list["Rows"]:
-        """These rows (of `family`) in `k` parts, as `Shard.split` cuts them."""
+        """These rows (of `family`) in `k` parts, as `Shard.split` cuts them.
+        Rows that all fall in one part are that part as they are, not a copy
+        (a part of a shard cut as the second stage's shards are: `extract`
+        cuts a batch's read runs and commits so)."""
         if k == 1:
             return [self]
-        key = shard_of_values(self.value, k) if family in BY_VALUE else (self.pos >> POS_BITS) % k
+        by_value = family in BY_VALUE
+        only = _one_part(self.value if by_value else self.pos, by_value, k)
+        if only >= 0:
+            return [self if i == only else Rows.empty() for i in range(k)]
+        key = shard_of_values(self.value, k) if by_value else (self.pos >> POS_BITS) % k
         return [self.take(np.flatnonzero(key == i)) for i in range(k)]
 
 
@@ -196,6 +204,20 @@ class Shard:
 def shard_of_values(value: np.ndarray, k: int) -> np.ndarray:
     """Each value's shard of `k`: by its block of 2**VALUE_BLOCK_BITS values."""
     return (value >> VALUE_BLOCK_BITS) % k
+
+
+@compiled
+def _one_part(column, by_value, k):
+    """The part of `k` every row goes to (by `column`: its values, else its
+    positions), or -1 where they go to more than one (or there are none)."""
+    part = -1
+    for x in column:
+        p = ((x >> VALUE_BLOCK_BITS) if by_value else (x >> POS_BITS)) % k
+        if part < 0:
+            part = p
+        elif p != part:
+            return -1
+    return part
 
 
 def constant(x: int, n: int, dtype=np.int64) -> np.ndarray:

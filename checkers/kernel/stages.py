@@ -104,10 +104,11 @@ def _keys(frame, rows: np.ndarray, order: tuple[str, ...]) -> list[list[int]]:
     return np.stack([getattr(frame, c)[rows].astype(np.int64) for c in order], axis=1).tolist() if len(rows) else []
 
 
-def first_frames(shard: r.Shard, facts: Facts) -> tuple[dict[str, object], r.Shard]:
+def first_frames(shard: r.Shard, facts: Facts, cut: int = 1) -> tuple[dict[str, object], r.Shard]:
     """A shard of values' frames, by name (an empty tuple for a frame with
-    nothing to make it of), and the rows it hands on to the second stage."""
-    v, handed = by_value(shard, facts)
+    nothing to make it of), and the rows it hands on to the second stage
+    (its acknowledgements in `cut` parts, as `Shard.split` cuts them)."""
+    v, handed = by_value(shard, facts, cut)
     frames: dict[str, object] = {"by-value": v, "group-records": (), "group-values": ()}
     frames["txn-values"], txn_acks = txn_values(v, shard.parts(r.SENDS))
     if len(txn_acks):
@@ -123,10 +124,13 @@ def first_frames(shard: r.Shard, facts: Facts) -> tuple[dict[str, object], r.Sha
     return frames, r.Shard({**handed.blocks, **shard.only(*r.PASSED).blocks})
 
 
-def first_stage(shard: r.Shard, facts: Facts) -> tuple[r.Shard, dict]:
-    """A shard of values: its frames' anomalies, and the rows for the second stage."""
+def first_stage(shard: r.Shard, facts: Facts, cut: int = 1) -> tuple[r.Shard, dict]:
+    """A shard of values: its frames' anomalies, and the rows for the second
+    stage; `cut`: the second stage's shards, if the rows are cut for them
+    (the in-process engine's: `Shard.split` then copies none of the
+    acknowledgements)."""
     partial = Partial()
-    frames, handed = first_frames(shard, facts)
+    frames, handed = first_frames(shard, facts, cut)
     for name, frame in frames.items():
         partial.decide(name, frame, facts)
     v = frames["by-value"]
