@@ -85,6 +85,23 @@ def none_if_absent(x: int) -> int | None:
     return None if x == -1 else x
 
 
+class Lazy:
+    """A frame's column made only at the rows asked for: `column[at]` is
+    `of(at)` (`at` the rows, as an array or a slice). For a column no
+    condition reads whole, only the examples and the order they are taken
+    in: made for every row, it would be an array of the frame's length,
+    first touched memory, to read a few rows of."""
+
+    def __init__(self, n: int, of: Callable[[np.ndarray], np.ndarray]) -> None:
+        self.n, self.of = n, of
+
+    def __getitem__(self, at) -> np.ndarray:
+        return self.of(at)
+
+    def __len__(self) -> int:
+        return self.n
+
+
 def pick(frame, at: np.ndarray, **fields: str) -> list[dict]:
     """Examples of rows `at`: each field of the example from the frame's
     column of that name (`field="column"`), ints, -1 as None (but a

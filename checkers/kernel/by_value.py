@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from checkers.anomaly import Lazy
 from checkers.compiled import compiled, lower_at, raise_at
 from checkers.kernel import rows as r
 from checkers.kernel.facts import Facts, in_brackets, lookup
@@ -66,21 +67,24 @@ class ByValue:
     read_rows: list[np.ndarray] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
-        self.ack_partition = np.where(self.ack_pos >= 0, self.ack_pos >> r.POS_BITS, NONE)
-        self.ack_offset = np.where(self.ack_pos >= 0, self.ack_pos & MAX_OFFSET, NONE)
+        n, ack_pos, read_index, comp_index = len(self.value), self.ack_pos, self.read_index, self.comp_index
+        # Columns no condition reads whole, made at the rows asked for (`Lazy`;
+        # each closure holds arrays, not the frame: no cycle to outlive it).
+        self.ack_partition = Lazy(n, lambda at: _partition_of(ack_pos[at]))
+        self.ack_offset = Lazy(n, lambda at: _offset_of(ack_pos[at]))
         self.ok, self.fail, self.info = self.outcome == OK, self.outcome == FAIL, self.outcome == INFO
         self.invoked, self.completed = self.inv_index >= 0, self.comp_index >= 0
         self.read = self.read_index >= 0
         self.unfinished = self.invoked & ~self.completed
         self.unsettled = (self.outcome == NONE) | self.info  # no send of it completed ok or fail
-        self.first_seen = np.where((self.read_index >= 0) & ((self.comp_index < 0) | (self.read_index < self.comp_index)),
-                                   self.read_index, self.comp_index)
+        self.first_seen = Lazy(n, lambda at: _first_seen(read_index[at], comp_index[at]))
 
     def with_facts(self, facts: Facts) -> "ByValue":
-        self.max_read_offset = lookup(facts.max_read, self.ack_partition)
-        self.final_end = lookup(facts.logs.ends, self.ack_partition)
-        self.dirty_final_end = lookup(facts.logs.ends, self.dirty_partition)
-        self.read_past = self.ok & (self.ack_offset < self.max_read_offset)
+        self.max_read_offset = lookup(facts.max_read, self.ack_pos, of_positions=True)
+        self.final_end = lookup(facts.logs.ends, self.ack_pos, of_positions=True)
+        ends, dirty_partition = facts.logs.ends, self.dirty_partition
+        self.dirty_final_end = Lazy(len(self), lambda at: lookup(ends, dirty_partition[at]))
+        self.read_past = _read_past(self.ok, self.ack_pos, self.max_read_offset, np.empty(len(self), bool))
         return self
 
     def __len__(self) -> int:
@@ -112,6 +116,29 @@ class ByValue:
             taken.append(part)
             rows.append(row)
         return r.Rows.joined(taken), (np.concatenate(rows) if rows else np.empty(0, np.int64))
+
+
+def _partition_of(pos: np.ndarray) -> np.ndarray:
+    return np.where(pos >= 0, pos >> r.POS_BITS, NONE)
+
+
+def _offset_of(pos: np.ndarray) -> np.ndarray:
+    return np.where(pos >= 0, pos & MAX_OFFSET, NONE)
+
+
+def _first_seen(read_index: np.ndarray, comp_index: np.ndarray) -> np.ndarray:
+    """A value's first event seen: its first read if before its completion, else its completion."""
+    return np.where((read_index >= 0) & ((comp_index < 0) | (read_index < comp_index)), read_index, comp_index)
+
+
+@compiled
+def _read_past(ok, ack_pos, max_read_offset, out):
+    """Which values were acknowledged (`ok`) below the highest offset read of
+    their partition, into `out`: one pass, no column of offsets."""
+    for i in range(len(ok)):
+        offset = ack_pos[i] & MAX_OFFSET if ack_pos[i] >= 0 else NONE
+        out[i] = ok[i] and offset < max_read_offset[i]
+    return out
 
 
 def by_value(shard: r.Shard, facts: Facts, cut: int = 1) -> tuple[ByValue, r.Shard]:

@@ -17,6 +17,7 @@ import numpy as np
 
 from checkers import registry
 from checkers.compiled import compiled, first_not_below
+from checkers.kernel.rows import POS_BITS
 
 NONE = -1
 
@@ -110,18 +111,34 @@ class Facts:
 TABLE_KEYS = 1 << 16
 
 
-def lookup(mapping: dict[int, int], keys: np.ndarray) -> np.ndarray:
-    """`mapping[key]` for each of `keys`, -1 where a key is not in it."""
+def lookup(mapping: dict[int, int], keys: np.ndarray, of_positions: bool = False) -> np.ndarray:
+    """`mapping[key]` for each of `keys`, -1 where a key is not in it; with
+    `of_positions`, `keys` are positions (checkers/kernel/rows.py; -1 none)
+    and each is looked up by its partition."""
     if not mapping or not len(keys):
         return np.full(len(keys), NONE, np.int64)
     if 0 <= min(mapping) and max(mapping) < TABLE_KEYS:
-        table = np.full(max(mapping) + 2, NONE, np.int64)  # the last for every key outside the table
+        table = np.full(max(mapping) + 1, NONE, np.int64)
         table[list(mapping)] = list(mapping.values())
-        return table[np.clip(keys, -1, len(table) - 1)]  # -1 is the last too
+        return _from_table(table, keys, of_positions, np.empty(len(keys), np.int64))
+    if of_positions:
+        keys = np.where(keys >= 0, keys >> POS_BITS, NONE)
     known = np.array(sorted(mapping), np.int64)
     found = np.array([mapping[k] for k in known.tolist()], np.int64)
     where = np.minimum(np.searchsorted(known, keys), len(known) - 1)
     return np.where(known[where] == keys, found[where], NONE)
+
+
+@compiled
+def _from_table(table, keys, of_positions, out):
+    """Each key's entry of `table` (of a position, its partition's), -1 for
+    a key outside it, into `out`: one pass."""
+    for i in range(len(keys)):
+        k = keys[i]
+        if of_positions:
+            k = k >> POS_BITS if k >= 0 else NONE
+        out[i] = table[k] if 0 <= k < len(table) else NONE
+    return out
 
 
 def in_brackets(process: np.ndarray, index: np.ndarray, brackets: dict[int, list[tuple[int, int]]]) -> np.ndarray:

@@ -14,8 +14,9 @@ of its pair before it by one compiled pass.
 The frame has a row per acknowledgement but the first of each pair (about
 one per acknowledged send), and nonmonotonic-send reads two of its columns
 whole: the offsets. The others are taken from the ACK rows only at the
-rows asked for (`Taken`: the examples' few), not gathered whole (seven
-columns of a shard's acknowledgements, each first touched memory).
+rows asked for (`checkers.anomaly.Lazy`: the examples' few), not gathered
+whole (seven columns of a shard's acknowledgements, each first touched
+memory).
 """
 
 from __future__ import annotations
@@ -24,26 +25,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from checkers.anomaly import Lazy
 from checkers.compiled import compiled
 from checkers.kernel import rows as r
 from checkers.key_rows import PARTITION_BITS, fits_above_partition, seen_rows
 from core.history.format import MAX_OFFSET
 
 
-class Taken:
-    """A frame's column of `source`'s elements at `rows`, each taken when
-    asked for: `column[at]` is `source[rows[at]]` (through `then`, if
-    given), never the whole column at once."""
-
-    def __init__(self, source: np.ndarray, rows: np.ndarray, then=None) -> None:
-        self.source, self.rows, self.then = source, rows, then
-
-    def __getitem__(self, at) -> np.ndarray:
-        taken = self.source[self.rows[at]]
-        return taken if self.then is None else self.then(taken)
-
-    def __len__(self) -> int:
-        return len(self.rows)
+def _taken(source: np.ndarray, rows: np.ndarray, then=None) -> Lazy:
+    """A column of `source`'s elements at `rows` (through `then`, if given), made where asked for."""
+    if then is None:
+        return Lazy(len(rows), lambda at: source[rows[at]])
+    return Lazy(len(rows), lambda at: then(source[rows[at]]))
 
 
 def _partition(pos: np.ndarray) -> np.ndarray:
@@ -54,17 +47,17 @@ def _partition(pos: np.ndarray) -> np.ndarray:
 class SendOrder:
     """A row per acknowledged send that has one before it (same process
     and partition, invoked earlier), with that one (`prev_`). The offsets
-    are columns; the rest `Taken` (module docstring)."""
+    are columns; the rest `Lazy` (module docstring)."""
 
-    process: Taken
-    partition: Taken
-    value: Taken
+    process: Lazy
+    partition: Lazy
+    value: Lazy
     offset: np.ndarray
-    invoke_index: Taken
-    ack_index: Taken
-    prev_value: Taken
+    invoke_index: Lazy
+    ack_index: Lazy
+    prev_value: Lazy
     prev_offset: np.ndarray
-    prev_invoke_index: Taken
+    prev_invoke_index: Lazy
 
     def __len__(self) -> int:
         return len(self.offset)
@@ -78,9 +71,9 @@ def send_order(acks: r.Rows, txn_acks: r.Rows | None = None) -> SendOrder:
     offset, prev_offset = acks.pos[this], acks.pos[before]
     offset &= MAX_OFFSET
     prev_offset &= MAX_OFFSET
-    return SendOrder(Taken(acks.process, this), Taken(acks.pos, this, _partition), Taken(acks.value, this), offset,
-                     Taken(acks.x, this), Taken(acks.index, this), Taken(acks.value, before), prev_offset,
-                     Taken(acks.x, before))
+    return SendOrder(_taken(acks.process, this), _taken(acks.pos, this, _partition), _taken(acks.value, this),
+                     offset, _taken(acks.x, this), _taken(acks.index, this), _taken(acks.value, before), prev_offset,
+                     _taken(acks.x, before))
 
 
 def _places(acks: r.Rows, txn_acks: r.Rows | None) -> np.ndarray | None:

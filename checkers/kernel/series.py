@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from checkers.compiled import compiled, first_not_below
+from checkers.compiled import compiled, first_not_below, inlined
 from checkers.kernel import rows as r
 from checkers.kernel.by_value import ByValue
 from checkers.kernel.facts import Facts, in_brackets
@@ -30,12 +30,13 @@ from core.history.format import MAX_OFFSET, MAX_PARTITION
 # Buckets of the history's clock the series count in, at most.
 POINTS = 4_000
 _PART_BITS = MAX_PARTITION.bit_length()
+_POS_BITS = r.POS_BITS
 
 
 def unread(v: ByValue, facts: Facts) -> dict[int, dict[int, int]]:
     """partition -> bucket -> the change of its count of acknowledged values not yet read."""
     buckets = len(facts.clock.bounds)
-    owners, total = _unread_changes(v.ok, v.ack_partition, v.comp_index, v.read_index, facts.clock.bounds)
+    owners, total = _unread_changes(v.ok, v.ack_pos, v.comp_index, v.read_index, facts.clock.bounds)
     out: dict[int, dict[int, int]] = {}
     for c in np.flatnonzero(total).tolist():
         out.setdefault(int(owners[c // buckets]), {})[c % buckets] = int(total[c])
@@ -43,7 +44,7 @@ def unread(v: ByValue, facts: Facts) -> dict[int, dict[int, int]]:
 
 
 @compiled
-def _unread_changes(ok, partition, comp_index, read_index, bounds):
+def _unread_changes(ok, ack_pos, comp_index, read_index, bounds):
     """`unread`'s changes in one pass over the values, no temporaries: the
     partitions acknowledged (in the order first seen) and a grid of them by
     the clock's buckets (`bounds`), each cell the change there: +1 in the
@@ -52,15 +53,15 @@ def _unread_changes(ok, partition, comp_index, read_index, bounds):
     acknowledgement arrived never counts."""
     top = -1
     for i in range(len(ok)):
-        if ok[i] and comp_index[i] >= 0 and partition[i] > top:
-            top = partition[i]
+        if ok[i] and comp_index[i] >= 0 and _partition_at(ack_pos, i) > top:
+            top = _partition_at(ack_pos, i)
     row_of = np.full(top + 1, -1, np.int64)
     owners = np.empty(top + 1, np.int64)
     n = 0
     for i in range(len(ok)):
-        if ok[i] and comp_index[i] >= 0 and row_of[partition[i]] < 0:
-            row_of[partition[i]] = n
-            owners[n] = partition[i]
+        if ok[i] and comp_index[i] >= 0 and row_of[_partition_at(ack_pos, i)] < 0:
+            row_of[_partition_at(ack_pos, i)] = n
+            owners[n] = _partition_at(ack_pos, i)
             n += 1
     buckets = len(bounds)
     total = np.zeros(n * buckets, np.int64)
@@ -68,12 +69,18 @@ def _unread_changes(ok, partition, comp_index, read_index, bounds):
         ack, read = comp_index[i], read_index[i]
         if not ok[i] or ack < 0 or (0 <= read < ack):
             continue
-        row = row_of[partition[i]] * buckets
+        row = row_of[_partition_at(ack_pos, i)] * buckets
         b = first_not_below(bounds, ack + 1, 0, buckets) - 1  # SeriesClock.bucket of one index
         total[row + b] += 1
         if read >= 0:
             total[row + max(b, first_not_below(bounds, read + 1, 0, buckets) - 1)] -= 1
     return owners[:n], total
+
+
+@inlined
+def _partition_at(pos, i):
+    """The partition of position `pos[i]` (-1: none)."""
+    return pos[i] >> _POS_BITS if pos[i] >= 0 else -1
 
 
 def lag(runs: r.Rows, acks: r.Rows, facts: Facts) -> dict[int, dict[int, int]]:
