@@ -16,11 +16,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from checkers.anomaly import Lazy
+from checkers.compiled import compiled
 from checkers.kernel import rows as r
 from checkers.key_rows import key_rows
 from core.history.format import MAX_OFFSET
 
 NONE = r.NONE
+_POS_BITS = r.POS_BITS
 
 
 @dataclass
@@ -30,15 +33,18 @@ class ByPosition:
     pos: np.ndarray
     n_values: np.ndarray
     # Every (position, value) pair, in no order, with its position's row and
-    # the acknowledgement and the first read that show it (-1: none).
+    # the acknowledgement and the first read that show it (-1: none): the
+    # ACK rows' pairs, then the EXTRA rows'. Only the examples read the
+    # last three, at a few pairs (`Lazy`, taken from the rows).
     pair_row: np.ndarray
-    pair_value: np.ndarray
-    pair_ack_index: np.ndarray
-    pair_read_index: np.ndarray
+    pair_value: Lazy
+    pair_ack_index: Lazy
+    pair_read_index: Lazy
 
     def __post_init__(self) -> None:
-        self.partition = self.pos >> r.POS_BITS
-        self.offset = self.pos & MAX_OFFSET
+        pos = self.pos
+        self.partition = Lazy(len(pos), lambda at: pos[at] >> r.POS_BITS)
+        self.offset = Lazy(len(pos), lambda at: pos[at] & MAX_OFFSET)
 
     def __len__(self) -> int:
         return len(self.pos)
@@ -47,9 +53,11 @@ class ByPosition:
         """The values at rows `at` (at most `most` each, the least first),
         each with the events that show it there."""
         hit = np.flatnonzero(np.isin(self.pair_row, at))
-        hit = hit[np.lexsort((self.pair_value[hit], self.pair_row[hit]))]
+        value, row = self.pair_value[hit], self.pair_row[hit]
+        order = np.lexsort((value, row))
+        hit = hit[order]
         out: dict[int, list[dict]] = {int(row): [] for row in at.tolist()}
-        for row, value, ack, read in zip(self.pair_row[hit].tolist(), self.pair_value[hit].tolist(),
+        for row, value, ack, read in zip(row[order].tolist(), value[order].tolist(),
                                          self.pair_ack_index[hit].tolist(), self.pair_read_index[hit].tolist()):
             if len(out[row]) < most:
                 refs = {"value": value}
@@ -73,17 +81,58 @@ class ByPosition:
 def by_position(acks: r.Rows, extra: r.Rows) -> ByPosition:
     """The frame of a shard's ACK and EXTRA rows: each pair's position's row
     by `checkers.key_rows` (a partition's offsets are dense once packed
-    right above the highest offset's bits), no sort."""
-    pos = np.concatenate((acks.pos, extra.pos))
-    if not len(pos):
+    right above the highest offset's bits), no sort. Each kind's positions
+    are packed in a compiled pass of their own, not joined first."""
+    if not len(acks) + len(extra):
         empty = np.empty(0, np.int64)
         return ByPosition(empty, empty, empty, empty, empty, empty)
-    offset = pos & MAX_OFFSET
-    bits = int(offset.max()).bit_length()
-    packed = ((pos >> r.POS_BITS) << bits) | offset
-    known, row_of = key_rows([packed])
-    rows = row_of(packed)
-    known = ((known >> bits) << r.POS_BITS) | (known & ((1 << bits) - 1))
-    return ByPosition(known, np.bincount(rows, minlength=len(known)), rows, np.concatenate((acks.value, extra.value)),
-                      np.concatenate((acks.index, r.constant(NONE, len(extra)))),
-                      np.concatenate((acks.y, extra.index)))
+    bits = int(max(_highest_offset(acks.pos), _highest_offset(extra.pos))).bit_length()
+    packed = [_packed(p, bits, np.empty(len(p), np.int64)) for p in (acks.pos, extra.pos)]
+    known, row_of = key_rows(packed)
+    rows = np.concatenate([row_of(p) for p in packed])
+    del packed
+    return ByPosition(_unpacked(known, bits, np.empty(len(known), np.int64)), np.bincount(rows, minlength=len(known)),
+                      rows, _either(acks.value, extra.value), _either(acks.index, r.constant(NONE, len(extra))),
+                      _either(acks.y, extra.index))
+
+
+def _either(first: np.ndarray, second: np.ndarray) -> Lazy:
+    """`first` then `second` as one column, taken from them where asked for (not joined)."""
+    n = len(first)
+
+    def of(at: np.ndarray) -> np.ndarray:
+        at = np.asarray(at)
+        out = np.empty(len(at), np.int64)
+        low = at < n
+        out[low] = first[at[low]]
+        out[~low] = second[at[~low] - n]
+        return out
+
+    return Lazy(n + len(second), of)
+
+
+@compiled
+def _highest_offset(pos):
+    """The highest offset of positions `pos` (0 if none)."""
+    top = 0
+    for p in pos:
+        if p & MAX_OFFSET > top:
+            top = p & MAX_OFFSET
+    return top
+
+
+@compiled
+def _packed(pos, bits, out):
+    """Positions with their partition right above `bits` offset bits, into `out`."""
+    for i in range(len(pos)):
+        out[i] = ((pos[i] >> _POS_BITS) << bits) | (pos[i] & MAX_OFFSET)
+    return out
+
+
+@compiled
+def _unpacked(packed, bits, out):
+    """`_packed` undone, into `out`."""
+    mask = (1 << bits) - 1
+    for i in range(len(packed)):
+        out[i] = ((packed[i] >> bits) << _POS_BITS) | (packed[i] & mask)
+    return out
