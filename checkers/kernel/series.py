@@ -100,8 +100,7 @@ def lag(runs: r.Rows, acks: r.Rows, facts: Facts) -> dict[int, dict[int, int]]:
     first[where.reshape(-1)] = np.arange(len(where))
     process = process[first]
     index, partition = polls >> _PART_BITS, polls & MAX_PARTITION
-    head = np.maximum(offset, _known_before(acks.pos >> r.POS_BITS, acks.index, acks.pos & MAX_OFFSET, partition,
-                                             index))
+    head = np.maximum(offset, _known_before(acks.pos, acks.index, partition, index))
     for p, marks in facts.hw.items():
         if marks:
             at = np.flatnonzero(partition == p)
@@ -111,31 +110,31 @@ def lag(runs: r.Rows, acks: r.Rows, facts: Facts) -> dict[int, dict[int, int]]:
     return _worst(process, facts.clock.bucket(index), head - offset, len(facts.clock.bounds))
 
 
-def _known_before(partition: np.ndarray, index: np.ndarray, offset: np.ndarray, q_partition: np.ndarray,
-                  q_index: np.ndarray) -> np.ndarray:
-    """For each query (partition, index), the highest `offset` of that
-    partition at an index below it (-1: none): the rows and the queries
-    walked together in index order (the rows come nearly in it: a stable
-    sort merges their runs), each partition's highest so far kept."""
+def _known_before(pos: np.ndarray, index: np.ndarray, q_partition: np.ndarray, q_index: np.ndarray) -> np.ndarray:
+    """For each query (partition, index), the highest offset of that
+    partition among positions `pos` (each >= 0) at an index below it (-1:
+    none): the rows and the queries walked together in index order (the
+    rows come nearly in it: a stable sort merges their runs), each
+    partition's highest so far kept."""
     out = np.full(len(q_partition), -1, np.int64)
-    if not len(partition) or not len(q_partition):
+    if not len(pos) or not len(q_partition):
         return out
     queries = np.argsort(q_index, kind="stable")
-    highest = np.full(max(int(partition.max()), int(q_partition.max())) + 1, -1, np.int64)
-    return _highest_before(np.argsort(index, kind="stable"), partition, index, offset, queries, q_partition, q_index,
-                           highest, out)
+    highest = np.full(max(int(pos.max()) >> _POS_BITS, int(q_partition.max())) + 1, -1, np.int64)
+    return _highest_before(np.argsort(index, kind="stable"), pos, index, queries, q_partition, q_index, highest, out)
 
 
 @compiled
-def _highest_before(rows, partition, index, offset, queries, q_partition, q_index, highest, out):
+def _highest_before(rows, pos, index, queries, q_partition, q_index, highest, out):
     """`_known_before`'s walk: `rows` and `queries` in index order, each
     partition's highest offset so far in `highest`."""
     j = 0
     for q in queries:
         while j < len(rows) and index[rows[j]] < q_index[q]:
             i = rows[j]
-            if offset[i] > highest[partition[i]]:
-                highest[partition[i]] = offset[i]
+            partition, offset = pos[i] >> _POS_BITS, pos[i] & MAX_OFFSET
+            if offset > highest[partition]:
+                highest[partition] = offset
             j += 1
         out[q] = highest[q_partition[q]]
     return out
