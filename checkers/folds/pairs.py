@@ -41,7 +41,8 @@ class Pairs:
 
     def __init__(self) -> None:
         self.invokes: dict[str, int] = {}  # client invocations by f
-        self._histogram: dict[tuple, list[int]] = {}  # (f, type, second, bucket) -> [count, max]
+        # Each batch's latency cells: their keys (`_latency_keys`), counts and maxima.
+        self._cells: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._names: dict[int, str] = {}
         self._sends = SendPairs()
         # Other operations, by (process, f) group: invocations and completions so far,
@@ -129,23 +130,24 @@ class Pairs:
                               np.ceil(np.log(latency / BUCKET_FLOOR_NS) / np.log(BUCKET_GROWTH))).astype(np.int64)
         # One int64 per key: second (40 bits), bucket (12), f (8), type (2); a
         # batch's keys are few (its seconds times the buckets used): counted in
-        # a table of them.
+        # a table of them, kept as arrays till the histograms are asked for.
         rows, unique = seen_rows(_latency_keys(time, bucket, f, typ, np.empty(len(time), np.int64)))
         count = np.bincount(rows, minlength=len(unique))
         top = _greatest_at(np.full(len(unique), np.iinfo(np.int64).min), rows, latency)
-        for k, n, m in zip(unique.tolist(), count.tolist(), top.tolist()):
-            key = (k >> 2 & 0xFF, k & 3, k >> 22, k >> 10 & 0xFFF)  # f, type, second, bucket
-            entry = self._histogram.get(key)
-            if entry is None:
-                self._histogram[key] = [n, m]
-            else:
-                entry[0] += n
-                entry[1] = max(entry[1], m)
+        self._cells.append((unique, count, top))
 
     def histogram_rows(self) -> list[dict]:
-        """The latency histograms' rows (stats.HISTOGRAM_COLUMNS), for `stats.latency`."""
-        return [dict(zip(HISTOGRAM_COLUMNS, (self._names[f], TYPES[typ], second, bucket, n, m)))
-                for (f, typ, second, bucket), (n, m) in self._histogram.items()]
+        """The latency histograms' rows (stats.HISTOGRAM_COLUMNS), for
+        `stats.latency`: the batches' cells of each key added up, each key
+        once, in the order first seen."""
+        if not self._cells:
+            return []
+        keys, counts, tops = (np.concatenate(x) for x in zip(*self._cells))
+        rows, unique = seen_rows(keys)
+        count = _sum_at(np.zeros(len(unique), np.int64), rows, counts)
+        top = _greatest_at(np.full(len(unique), np.iinfo(np.int64).min), rows, tops)
+        return [dict(zip(HISTOGRAM_COLUMNS, (self._names[k >> 2 & 0xFF], TYPES[k & 3], k >> 22, k >> 10 & 0xFFF, n, m)))
+                for k, n, m in zip(unique.tolist(), count.tolist(), top.tolist())]
 
     def process_ended(self) -> tuple[np.ndarray, np.ndarray]:
         """The `process` invocations answered fail or info: their indexes and the types that answered them."""
@@ -196,6 +198,14 @@ def _greatest_at(out, rows, column):
     for i in range(len(rows)):
         if column[i] > out[rows[i]]:
             out[rows[i]] = column[i]
+    return out
+
+
+@compiled
+def _sum_at(out, rows, column):
+    """Each row's sum of `column` (`rows`: each element's), into `out`."""
+    for i in range(len(rows)):
+        out[rows[i]] += column[i]
     return out
 
 
