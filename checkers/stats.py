@@ -32,47 +32,118 @@ class Latency:
 HISTOGRAM_COLUMNS = ("f", "type", "second", "bucket", "n", "max")
 
 
+@dataclass
+class Histograms:
+    """The histograms' rows as columns: a row per (f, type, second, bucket)
+    seen (a key may come more than once), f and type as codes into `fs` and
+    `types` (their names), and each row's count `n` and largest latency."""
+
+    fs: list[str]
+    types: list[str]
+    f: np.ndarray
+    type: np.ndarray
+    second: np.ndarray
+    bucket: np.ndarray
+    n: np.ndarray
+    max: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.n)
+
+    @staticmethod
+    def of_rows(rows: list) -> "Histograms":
+        """Rows as dicts of HISTOGRAM_COLUMNS, as columns."""
+        fs, types = sorted({r["f"] for r in rows}), sorted({r["type"] for r in rows})
+        f_code, type_code = {f: i for i, f in enumerate(fs)}, {t: i for i, t in enumerate(types)}
+        size = len(rows)
+
+        def column(name: str, code=None) -> np.ndarray:
+            values = map(itemgetter(name), rows)
+            return np.fromiter(values if code is None else map(code.__getitem__, values), np.int64, size)
+
+        return Histograms(fs, types, column("f", f_code), column("type", type_code), column("second"),
+                          column("bucket"), column("n"), column("max"))
+
+    def take(self, at: np.ndarray) -> "Histograms":
+        return Histograms(self.fs, self.types, self.f[at], self.type[at], self.second[at], self.bucket[at],
+                          self.n[at], self.max[at])
+
+    def sort_key(self, name: str) -> np.ndarray:
+        """Column `name` as numbers in the order of its values (f and type by their names' order)."""
+        if name == "second":
+            return self.second
+        names = self.fs if name == "f" else self.types
+        rank = np.empty(len(names), np.int64)
+        rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
+        return rank[getattr(self, name)]
+
+    def values(self, name: str, at: np.ndarray) -> list:
+        """Column `name`'s values (f and type as names) at rows `at`."""
+        if name == "second":
+            return self.second[at].tolist()
+        names = self.fs if name == "f" else self.types
+        return [names[i] for i in getattr(self, name)[at].tolist()]
+
+
 def latency(rows: list) -> Latency:
+    """`latency_of` the histograms' rows as dicts (HISTOGRAM_COLUMNS; a key may come more than once)."""
+    return latency_of(Histograms.of_rows(rows))
+
+
+def latency_of(cells: Histograms) -> Latency:
     """Latency quantiles in ms by (f, outcome), overall and per second of
-    completion, and completions per second and in all, from the histograms'
-    rows (`reading.HistoryReader.histogram_rows`; a key may come more than
-    once): a row per (second, f, outcome, bucket) seen, so sized by the
-    run's length and the spread of its latencies, not by its events."""
-    if not rows:
+    completion, and completions per second and in all, from the histograms
+    (`Pairs.histograms`; a key may come more than once): a row per (second,
+    f, outcome, bucket) seen, so sized by the run's length and the spread of
+    its latencies, not by its events."""
+    if not len(cells):
         return Latency([], [], [], {})
-    overall = _quantiles(rows, ["f", "type"])
-    per_second = _quantiles([r for r in rows if r["f"] in ("send", "poll")], ["second", "f", "type"])
-    by_second: dict[tuple, int] = {}
-    for r in rows:
-        key = (r["second"], r["f"], r["type"])
-        by_second[key] = by_second.get(key, 0) + r["n"]
-    throughput = [{"second": second, "f": f, "type": t, "count": n} for (second, f, t), n in sorted(by_second.items())]
+    overall = _quantiles_of(cells, ["f", "type"])
+    of_second = np.isin(cells.f, [i for i, f in enumerate(cells.fs) if f in ("send", "poll")])
+    per_second = _quantiles_of(cells.take(np.flatnonzero(of_second)), ["second", "f", "type"])
+    order, starts = _groups(cells, ["second", "f", "type"])
+    count = np.add.reduceat(cells.n[order], starts).tolist()
+    first = order[starts]
+    throughput = [{"second": second, "f": f, "type": t, "count": n} for second, f, t, n in
+                  zip(cells.values("second", first), cells.values("f", first), cells.values("type", first), count)]
     completions: dict[str, dict[str, int]] = {}
     for row in overall:  # each (f, outcome)'s count, in order
         completions.setdefault(row["f"], {})[row["type"]] = row["count"]
     return Latency(overall, per_second, throughput, completions)
 
 
+def _groups(cells: Histograms, keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The rows in the order of `keys` then bucket (a stable sort: rows of
+    one key and bucket in their order), and where each key's rows start."""
+    sort = [cells.sort_key(k) for k in keys]
+    order = np.lexsort((cells.bucket, *reversed(sort)))
+    new = np.zeros(len(order), bool)
+    new[0] = True
+    for column in sort:
+        ordered = column[order]
+        new[1:] |= ordered[1:] != ordered[:-1]
+    return order, np.flatnonzero(new)
+
+
 def _quantiles(rows: list, keys: list[str]) -> list[dict]:
-    """Quantiles per group of `keys`, from histogram rows (keys, bucket, n,
-    max), sorted by `keys`. Vectorised with NumPy: thousands of per-second
-    groups would take long one by one (and pandas, which did this before,
-    was a costly import in every `harness` command: docs/decisions.md, "A
-    cold check's start")."""
+    """`_quantiles_of` histogram rows as dicts (keys, bucket, n, max)."""
     if not rows:
         return []
-    # Each row's group and fields taken by `itemgetter`, in C: a generator
-    # per row was where this spent its time.
-    of_row = list(map(itemgetter(*keys), rows)) if len(keys) > 1 else [(k,) for k in map(itemgetter(*keys), rows)]
-    groups = sorted(set(of_row))
-    size = len(rows)
-    group = np.fromiter(map(dict(zip(groups, range(len(groups)))).__getitem__, of_row), np.int64, size)
-    bucket, n, top = (np.fromiter(map(itemgetter(name), rows), np.int64, size) for name in ("bucket", "n", "max"))
-    order = np.lexsort((bucket, group))
+    filled = [{"f": "", "type": "", "second": 0, **r} for r in rows]
+    return _quantiles_of(Histograms.of_rows(filled), keys)
+
+
+def _quantiles_of(cells: Histograms, keys: list[str]) -> list[dict]:
+    """Quantiles per group of `keys`, from the histograms, sorted by `keys`.
+    Vectorised with NumPy: thousands of per-second groups would take long
+    one by one (and pandas, which did this before, was a costly import in
+    every `harness` command: docs/decisions.md, "A cold check's start")."""
+    if not len(cells):
+        return []
+    order, starts = _groups(cells, keys)
+    bucket, n, top = cells.bucket[order], cells.n[order], cells.max[order]
     # Each group's rows in bucket order (a bucket given twice is counted where it is).
-    group, bucket, n, top = group[order], bucket[order], n[order], top[order]
-    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
-    lengths = np.diff(np.r_[starts, len(group)])
+    lengths = np.diff(np.r_[starts, len(order)])
     count = np.add.reduceat(n, starts)
     tops = np.maximum.reduceat(top, starts).astype(float).tolist()
     cum = np.cumsum(n)
@@ -86,8 +157,9 @@ def _quantiles(rows: list, keys: list[str]) -> list[dict]:
         # The bucket's upper edge, never above the largest latency seen.
         columns[f"p{int(q * 100)}_ms"] = [round(min(BUCKET_FLOOR_NS * BUCKET_GROWTH ** b, top) / 1e6, 3)
                                           for b, top in zip(first, tops)]
+    key_values = [cells.values(k, order[starts]) for k in keys]
     out = []
-    for i, key in enumerate(groups):
+    for i, key in enumerate(zip(*key_values)):
         row = dict(zip(keys, key))
         row["count"] = int(count[i])
         for name, values in columns.items():

@@ -21,7 +21,7 @@ import numpy as np
 
 from checkers.compiled import compiled, first_not_below, nondecreasing
 from checkers.key_rows import seen_rows
-from checkers.stats import BUCKET_FLOOR_NS, BUCKET_GROWTH, HISTOGRAM_COLUMNS
+from checkers.stats import BUCKET_FLOOR_NS, BUCKET_GROWTH, Histograms
 from core.errors import HistoryError
 from core.history.batches import Events
 from core.history.format import TYPES
@@ -136,18 +136,18 @@ class Pairs:
         top = _greatest_at(np.full(len(unique), np.iinfo(np.int64).min), rows, latency)
         self._cells.append((unique, count, top))
 
-    def histogram_rows(self) -> list[dict]:
-        """The latency histograms' rows (stats.HISTOGRAM_COLUMNS), for
-        `stats.latency`: the batches' cells of each key added up, each key
-        once, in the order first seen."""
+    def histograms(self) -> Histograms:
+        """The latency histograms, for `stats.latency_of`: the batches' cells
+        of each key added up, each key once, in the order first seen."""
+        fs = [name for _, name in sorted(self._names.items())]  # by id: ids are 0, 1, ... as first seen
         if not self._cells:
-            return []
+            return Histograms(fs, list(TYPES), *(_EMPTY,) * 6)
         keys, counts, tops = (np.concatenate(x) for x in zip(*self._cells))
         rows, unique = seen_rows(keys)
         count = _sum_at(np.zeros(len(unique), np.int64), rows, counts)
         top = _greatest_at(np.full(len(unique), np.iinfo(np.int64).min), rows, tops)
-        return [dict(zip(HISTOGRAM_COLUMNS, (self._names[k >> 2 & 0xFF], TYPES[k & 3], k >> 22, k >> 10 & 0xFFF, n, m)))
-                for k, n, m in zip(unique.tolist(), count.tolist(), top.tolist())]
+        return Histograms(fs, list(TYPES), unique >> 2 & 0xFF, unique & 3, unique >> 22, unique >> 10 & 0xFFF, count,
+                          top)
 
     def process_ended(self) -> tuple[np.ndarray, np.ndarray]:
         """The `process` invocations answered fail or info: their indexes and the types that answered them."""
