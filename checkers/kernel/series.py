@@ -179,13 +179,16 @@ def as_results(series: dict, clock) -> dict:
     """results.json's `series`: per partition the unread count at each
     bucket it changes in, per process its worst lag in each bucket it
     polled in, as [seconds, number] pairs."""
+    # Each bucket's time made once: the points are many (a bucket's for each
+    # process that polled in it), the buckets at most POINTS.
+    time_of = {b: clock.time_of(b) for b in set().union(*series["unread"].values(), *series["lag"].values())}
     unread_ = {}
     for p, changes in sorted(series["unread"].items()):
         count, points = 0, []
         for b in sorted(changes):
             count += changes[b]
-            points.append([clock.time_of(b), count])
+            points.append([time_of[b], count])
         unread_[str(p)] = points
-    lag_ = {str(proc): [[clock.time_of(b), n] for b, n in sorted(buckets.items())]
+    lag_ = {str(proc): [[time_of[b], n] for b, n in sorted(buckets.items())]
             for proc, buckets in sorted(series["lag"].items())}
     return {"bucket_s": round(clock.bucket_ns / 1e9, 6), "unread": unread_, "lag": lag_}
