@@ -206,9 +206,16 @@ class Items:
         return Items(*(getattr(self, name)[at] for name in ("parent", "slot", "partition", "offset", "value")))
 
 
+# `flatten` of rows fewer than one in SPARSE of a batch's takes their lists first.
+SPARSE = 8
+
+
 def flatten(table, column: str, rows: np.ndarray | None = None) -> Items:
     """The items of list column `column` (structs of partition, offset and,
-    where it has one, value), of the rows where `rows` holds (default all)."""
+    where it has one, value), of the rows where `rows` holds (default all).
+    A few rows' (a batch's commits, its `process` completions) are taken
+    from the column first: the passes below then go over their lists, not
+    over the whole batch's."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -218,6 +225,12 @@ def flatten(table, column: str, rows: np.ndarray | None = None) -> Items:
     lists = table[column]
     if isinstance(lists, pa.ChunkedArray):
         lists = lists.combine_chunks() if lists.num_chunks != 1 else lists.chunk(0)
+    if rows is not None:
+        at = np.flatnonzero(rows)
+        if len(at) * SPARSE < len(rows):
+            items = flatten(pa.table({column: lists.take(pa.array(at))}), column)
+            items.parent = at[items.parent]
+            return items
     length = int64s(pc.list_value_length(lists), 0)
     if rows is not None:
         length = np.where(rows, length, 0)
