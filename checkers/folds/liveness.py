@@ -22,10 +22,10 @@ import numpy as np
 from checkers.compiled import compiled
 from checkers.folds.pairs import SendPairs
 from checkers.folds.reads import per_poll
-from checkers.key_rows import distinct_pairs, key_rows
+from checkers.key_rows import PARTITION_BITS, distinct_pairs, seen_keys, seen_rows
 from checkers.liveness import Chunk, Known
 from core.history.batches import Events, Names, decode, file_tables, flatten, int64s
-from core.history.format import FINAL_READS, TXN, TYPES
+from core.history.format import FINAL_READS, MAX_PARTITION, TXN, TYPES
 
 HOLD_EVENTS = 20_000_000  # histories up to this many events keep their chunks from the first read
 
@@ -50,20 +50,27 @@ class LivenessFacts:
 
     def add(self, ev: Events) -> None:
         process, time = ev.process, ev.time
-        client = process >= 0
         self._final.update(np.unique(process[ev.is_op(FINAL_READS)]).tolist())
-        procs, row_of = key_rows([process[client]])
+        # Each process's row (the nemesis's too, skipped), in one pass of a table of the few seen.
+        rows, procs = seen_rows(process)
         polls = ev.is_op("poll") & (ev.typ == _INVOKE)
-        last, n_polls = _last_and_polls(row_of(process[client]), time[client], polls[client],
-                                        np.full(len(procs), np.iinfo(np.int64).min), np.zeros(len(procs), np.int64))
+        last, n_polls = _last_and_polls(rows, process, time, polls, np.full(len(procs), np.iinfo(np.int64).min),
+                                        np.zeros(len(procs), np.int64))
         for proc, t_last, n in zip(procs.tolist(), last.tolist(), n_polls.tolist()):
-            self._last_time[proc] = max(self._last_time.get(proc, t_last), t_last)
-            self._poll_invokes[proc] = self._poll_invokes.get(proc, 0) + n
+            if proc >= 0:
+                self._last_time[proc] = max(self._last_time.get(proc, t_last), t_last)
+                self._poll_invokes[proc] = self._poll_invokes.get(proc, 0) + n
         raw = _raw(ev, ev.send_pairs[0], ev.poll_reads)
         _, _, comp_key, comp_ok, ack_partition, _ = raw[:6]
-        known = comp_ok & (comp_key >= 0) & (ack_partition >= 0)
-        if known.any():
-            found = np.stack(distinct_pairs(comp_key[known], ack_partition[known]))
+        packed = np.empty(len(comp_ok), np.int64)
+        k = _known_pairs(comp_ok, comp_key, ack_partition, packed)
+        if k:
+            if k > 0:  # each pair packed in one int64 (`distinct_pairs`' way), in one pass
+                pairs = np.sort(seen_keys(packed[:k]))
+                found = np.stack((pairs >> PARTITION_BITS, pairs & MAX_PARTITION))
+            else:
+                known = comp_ok & (comp_key >= 0) & (ack_partition >= 0)
+                found = np.stack(distinct_pairs(comp_key[known], ack_partition[known]))
             self._key_partition = np.stack(distinct_pairs(*np.concatenate((self._key_partition, found), axis=1)))
         if self.keep:
             self._kept.append(raw)
@@ -173,15 +180,32 @@ def _chunk(raw: tuple, known: Known) -> Chunk:
 
 
 @compiled
-def _last_and_polls(rows, time, poll_invoke, last, polls):
-    """Each process's (by its row) last time and poll invocations, into `last` and `polls`."""
+def _last_and_polls(rows, process, time, poll_invoke, last, polls):
+    """Each client process's (by its row) last time and poll invocations, into `last` and `polls`."""
     for i in range(len(rows)):
+        if process[i] < 0:
+            continue
         r = rows[i]
         if time[i] > last[r]:
             last[r] = time[i]
         if poll_invoke[i]:
             polls[r] += 1
     return last, polls
+
+
+@compiled
+def _known_pairs(ok, key, partition, out):
+    """The (key, partition) of each ok send completion with both, packed
+    (`key << PARTITION_BITS | partition`) into `out`: how many, or -1 where
+    a key does not fit above a partition's bits."""
+    k = 0
+    for i in range(len(ok)):
+        if ok[i] and key[i] >= 0 and partition[i] >= 0:
+            if key[i] >> (63 - PARTITION_BITS):
+                return -1
+            out[k] = (key[i] << PARTITION_BITS) | partition[i]
+            k += 1
+    return k
 
 
 @compiled
