@@ -68,11 +68,14 @@ class Pairs:
         for name, i in ev.names.ops.items():
             if n[i]:
                 self.invokes[name] = self.invokes.get(name, 0) + int(n[i])
-        comp = send & ~invoke
+        # Each send completion with its invocation: its type, time and latency.
+        at = np.flatnonzero(send & ~invoke)
         _, inv_time, _ = ev.send_pairs
         found = inv_time >= 0
-        self._add_latencies(np.full(int(found.sum()), ev.names.op("send")), ev.typ[comp][found],
-                            ev.time[comp][found], (ev.time[comp] - inv_time)[found])
+        if not found.all():
+            at, inv_time = at[found], inv_time[found]
+        time = ev.time[at]
+        self._add_latencies(np.full(len(at), ev.names.op("send")), ev.typ[at], time, time - inv_time)
 
     def _pair_others(self, process, f, typ, index, time, others, invoke) -> None:
         """Every operation but a client's send, by order within its (process,
