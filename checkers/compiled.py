@@ -12,8 +12,9 @@ steps a compiled loop calls per element: compiled into each loop that
 calls them, not called as functions (each call passed every array
 argument anew).
 
-`first_not_below` is the binary search the compiled passes share, and
-`nondecreasing` their test of sortedness.
+`first_not_below` is the binary search the compiled passes share,
+`nondecreasing` their test of sortedness, and `modulo` their shard of a
+number.
 """
 
 from __future__ import annotations
@@ -35,6 +36,14 @@ def first_not_below(a, x, lo, hi):
         else:
             hi = mid
     return lo
+
+
+@inlined
+def modulo(x, k):
+    """`x % k` for k > 0, as Python takes it (never negative): a mask where
+    `k` is a power of two (the shards of a machine's cores, mostly), with no
+    division; else the division."""
+    return x & (k - 1) if k & (k - 1) == 0 else x % k
 
 
 NONE = -1  # "nothing yet" in the columns the compiled reductions fill: every index, position and offset is >= 0

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from checkers.anomaly import Lazy
-from checkers.compiled import compiled, lower_at, raise_at
+from checkers.compiled import compiled, lower_at, modulo, raise_at
 from checkers.kernel import rows as r
 from checkers.kernel.facts import Facts, in_brackets, lookup
 from checkers.key_rows import key_rows
@@ -287,7 +287,7 @@ def _ack_counts(ack, ack_pos, count):
     cut = len(count)
     for i in range(len(ack)):
         if ack[i]:
-            count[(ack_pos[i] >> _POS_BITS) % cut] += 1
+            count[modulo(ack_pos[i] >> _POS_BITS, cut)] += 1
     return count
 
 
@@ -297,7 +297,7 @@ def _ack_fill(ack, ack_pos, sources, at, columns):
     cut = len(at)
     for i in range(len(ack)):
         if ack[i]:
-            part = (ack_pos[i] >> _POS_BITS) % cut
+            part = modulo(ack_pos[i] >> _POS_BITS, cut)
             j = at[part]
             at[part] += 1
             for c in range(len(sources)):

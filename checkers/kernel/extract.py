@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from checkers.compiled import compiled, inlined
+from checkers.compiled import compiled, inlined, modulo
 from checkers.kernel import rows as r
 from core.history.batches import Events, flatten
 from core.history.format import FOLD_ABOVE, TXN, TYPES
@@ -179,7 +179,7 @@ def _read_rows(parent, value, partition, offset, index, process, in_txn, shards)
 @inlined
 def _shard_of(value, shards):
     """A value's shard: `rows.shard_of_values` of one value."""
-    return (value >> VALUE_BLOCK_BITS) % shards
+    return modulo(value >> VALUE_BLOCK_BITS, shards)
 
 
 def _folded(offset: np.ndarray, fold: dict[int, int]) -> np.ndarray:

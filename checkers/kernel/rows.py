@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from checkers.compiled import compiled
+from checkers.compiled import compiled, modulo
 
 POS_BITS = 40
 NONE = -1
@@ -212,7 +212,7 @@ def _one_part(column, by_value, k):
     positions), or -1 where they go to more than one (or there are none)."""
     part = -1
     for x in column:
-        p = ((x >> VALUE_BLOCK_BITS) if by_value else (x >> POS_BITS)) % k
+        p = modulo((x >> VALUE_BLOCK_BITS) if by_value else (x >> POS_BITS), k)
         if part < 0:
             part = p
         elif p != part:
