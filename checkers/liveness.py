@@ -57,7 +57,7 @@ from typing import Iterable
 
 import numpy as np
 
-from checkers.compiled import compiled, inlined
+from checkers.compiled import bare, inlined
 from core.history.faults import fault_intervals
 
 HANG_S = 30.0  # no acknowledgement this long after the final heal: HANG
@@ -319,7 +319,7 @@ def _listed(parts: list[np.ndarray]) -> list[list]:
 # ---------------------------------------------------------------------------------
 
 
-@compiled
+@bare
 def _walk(inv_t, inv_p, comp_t, comp_p, comp_ok, ack_p, ack_o, read_t, read_p, read_o,
           g, rows, group_acks, group_reads, heal, queries, ack_after, read_after,
           fault_start, fault_end, fault_producers, fault_consumers, p_active, c_active, p_out, c_out):
@@ -496,7 +496,7 @@ def _emit(start, end, is_open, fault_start, fault_end, longest, active, g, next_
     return length
 
 
-@compiled
+@bare
 def _finish(end, g, rows, group_acks, group_reads, heal, queries, ack_after, read_after,
             fault_start, fault_end, fault_producers, fault_consumers, p_active, c_active, p_out, c_out):
     """The last group ended, and the waits open at the end: to the workload's
