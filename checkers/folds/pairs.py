@@ -137,7 +137,8 @@ class Pairs:
         rows, unique = seen_rows(_latency_keys(time, bucket, f, typ, np.empty(len(time), np.int64)))
         count = np.bincount(rows, minlength=len(unique))
         top = _greatest_at(np.full(len(unique), np.iinfo(np.int64).min), rows, latency)
-        self._cells.append((unique, count, top))
+        # A copy: `seen_rows` gives a view of an array as long as the batch.
+        self._cells.append((unique.copy(), count, top))
 
     def histograms(self) -> Histograms:
         """The latency histograms, for `stats.latency_of`: the batches' cells
