@@ -256,7 +256,7 @@ def _results(found: Found, read: HistoryRead, facts, faults: list[dict], promise
             entry["allowed"] = True
         anomalies[name] = entry
     sends = found.counts
-    lat = stats.latency_of(read.pairs.histograms())
+    lat = stats.latency(read.pairs.histograms())
     # Events by f and type: invocations counted while pairing (sends by value),
     # completions from the latency histograms.
     totals: dict[str, dict[str, int]] = {f: {"invoke": n} for f, n in read.pairs.invokes.items() if f != "send"}

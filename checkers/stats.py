@@ -85,12 +85,7 @@ class Histograms:
         return [names[i] for i in getattr(self, name)[at].tolist()]
 
 
-def latency(rows: list) -> Latency:
-    """`latency_of` the histograms' rows as dicts (HISTOGRAM_COLUMNS; a key may come more than once)."""
-    return latency_of(Histograms.of_rows(rows))
-
-
-def latency_of(cells: Histograms) -> Latency:
+def latency(cells: Histograms) -> Latency:
     """Latency quantiles in ms by (f, outcome), overall and per second of
     completion, and completions per second and in all, from the histograms
     (`Pairs.histograms`; a key may come more than once): a row per (second,
@@ -98,9 +93,9 @@ def latency_of(cells: Histograms) -> Latency:
     its latencies, not by its events."""
     if not len(cells):
         return Latency([], [], [], {})
-    overall = _quantiles_of(cells, ["f", "type"])
+    overall = _quantiles(cells, ["f", "type"])
     of_second = np.isin(cells.f, [i for i, f in enumerate(cells.fs) if f in ("send", "poll")])
-    per_second = _quantiles_of(cells.take(np.flatnonzero(of_second)), ["second", "f", "type"])
+    per_second = _quantiles(cells.take(np.flatnonzero(of_second)), ["second", "f", "type"])
     order, starts = _groups(cells, ["second", "f", "type"])
     count = np.add.reduceat(cells.n[order], starts).tolist()
     first = order[starts]
@@ -125,15 +120,7 @@ def _groups(cells: Histograms, keys: list[str]) -> tuple[np.ndarray, np.ndarray]
     return order, np.flatnonzero(new)
 
 
-def _quantiles(rows: list, keys: list[str]) -> list[dict]:
-    """`_quantiles_of` histogram rows as dicts (keys, bucket, n, max)."""
-    if not rows:
-        return []
-    filled = [{"f": "", "type": "", "second": 0, **r} for r in rows]
-    return _quantiles_of(Histograms.of_rows(filled), keys)
-
-
-def _quantiles_of(cells: Histograms, keys: list[str]) -> list[dict]:
+def _quantiles(cells: Histograms, keys: list[str]) -> list[dict]:
     """Quantiles per group of `keys`, from the histograms, sorted by `keys`.
     Vectorised with NumPy: thousands of per-second groups would take long
     one by one (and pandas, which did this before, was a costly import in

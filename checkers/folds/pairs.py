@@ -141,7 +141,7 @@ class Pairs:
         self._cells.append((unique.copy(), count, top))
 
     def histograms(self) -> Histograms:
-        """The latency histograms, for `stats.latency_of`: the batches' cells
+        """The latency histograms, for `stats.latency`: the batches' cells
         of each key added up, each key once, in the order first seen."""
         fs = [name for _, name in sorted(self._names.items())]  # by id: ids are 0, 1, ... as first seen
         if not self._cells:

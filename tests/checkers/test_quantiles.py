@@ -10,7 +10,8 @@ from checkers import stats
 
 
 def histogram(samples: dict[tuple, list[int]], keys: list[str]) -> list[dict]:
-    """The rows the driver's read counts: (keys..., bucket, n, max) per bucket."""
+    """The rows the driver's read counts: (keys..., bucket, n, max) per bucket
+    (as dicts of stats.HISTOGRAM_COLUMNS, the keys not given blank)."""
     rows: dict[tuple, list[int]] = {}
     for key, latencies in samples.items():
         for ns in latencies:
@@ -18,7 +19,12 @@ def histogram(samples: dict[tuple, list[int]], keys: list[str]) -> list[dict]:
                                                                           stats.BUCKET_GROWTH))
             n, top = rows.get((*key, b), [0, 0])
             rows[(*key, b)] = [n + 1, max(top, ns)]
-    return [dict(zip(keys + ["bucket", "n", "max"], (*k, n, top))) for k, (n, top) in rows.items()]
+    return [{"f": "", "type": "", "second": 0, **dict(zip(keys + ["bucket", "n", "max"], (*k, n, top)))}
+            for k, (n, top) in rows.items()]
+
+
+def cells(rows: list[dict]) -> stats.Histograms:
+    return stats.Histograms.of_rows(rows)
 
 
 def nearest_rank(values: list[int], q: float) -> int:
@@ -33,7 +39,7 @@ def test_quantiles_are_within_a_bucket_of_the_exact_ones_and_maxima_exact():
         ("send", "info"): [10_000_000_000] * 3 + [2_000_000],
         ("poll", "ok"): [rng.randrange(500, 50_000_000) for _ in range(777)],
     }
-    rows = stats._quantiles(histogram(samples, ["f", "type"]), ["f", "type"])
+    rows = stats._quantiles(cells(histogram(samples, ["f", "type"])), ["f", "type"])
     assert [(r["f"], r["type"]) for r in rows] == sorted(samples)
     for row in rows:
         values = samples[(row["f"], row["type"])]
@@ -48,7 +54,7 @@ def test_quantiles_are_within_a_bucket_of_the_exact_ones_and_maxima_exact():
 
 def test_per_second_groups_are_sorted_and_separate():
     samples = {(second, "send", "ok"): [(second + 1) * 1_000_000] * (second + 1) for second in (3, 0, 2)}
-    rows = stats._quantiles(histogram(samples, ["second", "f", "type"]), ["second", "f", "type"])
+    rows = stats._quantiles(cells(histogram(samples, ["second", "f", "type"])), ["second", "f", "type"])
     assert [r["second"] for r in rows] == [0, 2, 3]
     assert [r["count"] for r in rows] == [1, 3, 4]
     assert [r["max_ms"] for r in rows] == [1.0, 3.0, 4.0]
@@ -68,7 +74,7 @@ def test_latency_merges_a_key_given_twice_and_counts_every_completion():
         else:
             split.append(r)
     rng.shuffle(split)
-    whole, parts = stats.latency(rows), stats.latency(split)
+    whole, parts = stats.latency(cells(rows)), stats.latency(cells(split))
     assert parts == whole
     assert whole.completions == {"assign": {"ok": sum(len(v) for (_, f, _), v in samples.items() if f == "assign")},
                                  "poll": {"ok": sum(len(v) for (_, f, _), v in samples.items() if f == "poll")},
@@ -79,4 +85,4 @@ def test_latency_merges_a_key_given_twice_and_counts_every_completion():
     assert {r["f"] for r in whole.per_second} == {"send", "poll"}
     assert [(r["f"], r["type"]) for r in whole.overall] == [("assign", "ok"), ("poll", "ok"), ("send", "info"),
                                                             ("send", "ok")]
-    assert stats.latency([]) == stats.Latency([], [], [], {})
+    assert stats.latency(cells([])) == stats.Latency([], [], [], {})
