@@ -864,6 +864,8 @@ SYSTEM = SystemKind(
     summary="Apache Kafka from Maven Central's jars, in ZooKeeper or KRaft mode (the baseline)",
     make=lambda zookeeper_connect, settings, options: KafkaSystem(zookeeper_connect, settings, _options(options)),
     check=lambda options, broker_settings: check_spec(_options(options), broker_settings),
+    # KRaft keeps its metadata in its own quorum: nothing of a run's needs ZooKeeper then.
+    uses_zookeeper=lambda options: options.get("kafka_mode", "zk") == "zk",
     options=(
         SystemOption("kafka_version", "", f"the Kafka release (default {DEFAULT_VERSION}, from the jar cache)",
                      metavar="X.Y.Z"),

@@ -232,14 +232,17 @@ class SystemKind:
 
     `check(options, broker_settings)` raises UserError for anything wrong that
     can be known before a cluster exists; `make(zookeeper_connect,
-    broker_settings, options)` returns the BrokerSystem, not yet set up.
-    `options` hold exactly this system's `SystemOption`s, by name."""
+    broker_settings, options)` returns the BrokerSystem, not yet set up;
+    `uses_zookeeper(options)`: whether a run starts a ZooKeeper ensemble for
+    it (if not, `make` is given an empty connect string). `options` hold
+    exactly this system's `SystemOption`s, by name."""
 
     name: str
     summary: str
     make: Callable[[str, dict, dict], BrokerSystem]
     check: Callable[[dict, dict], None] = lambda options, broker_settings: None
     options: tuple[SystemOption, ...] = ()
+    uses_zookeeper: Callable[[dict], bool] = lambda options: True
 
 
 @runtime_checkable

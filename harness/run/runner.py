@@ -217,18 +217,22 @@ def _execute(r: Run) -> None:
     r.cluster = provision(s.provision_options())
     r.info["nodes"] = {n.name: n.address for n in r.cluster.nodes}
     r.info["cluster"] = r.cluster.cluster_id
-    _phase(f"starting ZooKeeper on {s.zk_nodes} node(s)")
-    r.zookeeper = ZooKeeper(ZooKeeperOptions(nodes=s.zk_nodes))
-    r.zookeeper.setup(r.cluster)
+    zk_connect = ""
+    if SYSTEMS[s.system].uses_zookeeper(s.system_options):
+        _phase(f"starting ZooKeeper on {s.zk_nodes} node(s)")
+        r.zookeeper = ZooKeeper(ZooKeeperOptions(nodes=s.zk_nodes))
+        r.zookeeper.setup(r.cluster)
+        zk_connect = r.zookeeper.connect_string()
     _phase(f"starting the {s.system} system")
-    r.system = _system(s, r.zookeeper.connect_string())
+    r.system = _system(s, zk_connect)
     if s.uses_faultfs:  # disk faults (issue 7): the faultfs under every data dir, before the system uses it
 
         _phase("mounting the fault-injecting filesystem under the data dirs")
         r.faultfs = faultfs.mount_system(r.cluster, r.system, s.disk)
         r.info["faultfs"] = r.faultfs.to_dict()
     r.system.setup(r.cluster)
-    r.info["versions"] = {"system": r.system.version(), "zookeeper": _zookeeper_version()}
+    r.info["versions"] = {"system": r.system.version(),
+                          **({"zookeeper": _zookeeper_version()} if r.zookeeper is not None else {})}
     bootstrap = r.system.bootstrap()
     create_topic(bootstrap, workload_config)
     r.info["topic"] = workload_config.topic

@@ -54,6 +54,17 @@ def test_the_spec_passes_the_chosen_systems_settings_to_its_record():
     assert own.debug_bugs == ("no-dedup",)
 
 
+def test_only_systems_that_keep_metadata_in_zookeeper_get_an_ensemble():
+    # A KRaft run starts no ZooKeeper: nothing of it would use one.
+    def uses(values: dict) -> bool:
+        spec = build({**values, "seed": 1})
+        return SYSTEMS[spec.system].uses_zookeeper(spec.system_options)
+    assert uses({"system": "kafka"}) and uses({"system": "kafka", "kafka_mode": "zk"})
+    assert not uses({"system": "kafka", "kafka_mode": "kraft"})
+    assert not uses({"system": "kafka", "kafka_mode": "kraft", "kafka_version": "4.4.0"})
+    assert uses({"system": "own"})
+
+
 @pytest.mark.integration
 def test_a_second_setup_on_the_same_nodes_starts_with_empty_logs(fresh_cluster):
     # A run's node logs hold that run only (the report's log scan counts what they say).
