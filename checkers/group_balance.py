@@ -12,6 +12,10 @@ The definition, on the history's clock, per group G:
   or more: moving one of them would leave both with some, so only an
   unfinished rebalance explains it. A stretch ends when the member is given
   a partition, when it ends, or when no other member holds two;
+- a member the nemesis paused (SIGSTOP: the nemesis's `pause` naming it
+  among its `clients`, until the `resume` or the heal that names it) is
+  not starved meanwhile: it could not have taken a partition, and it
+  records nothing, so its history's holdings say nothing of the group's;
 - the measure is each stretch's length; results.json `liveness` gets the
   longest (`starved_member_s`, None with no member of any group) and the
   stretches of at least `LIST_MIN_S` (`starved_members`), longest first.
@@ -30,20 +34,29 @@ them (checkers/folds/few.py) and this runs on the driver for every engine.
 
 from __future__ import annotations
 
+import orjson
+
+from core.history.format import NEMESIS_PROCESS_ID
+
 LIST_MIN_S = 1.0  # stretches at least this long are listed in results.json
 LIST_MAX = 100
 NS = 1e9
 CRASH, ASSIGN = "crash", "assign"
+# The nemesis's events that pause a client process or resume it (nemesis/clients.py).
+PAUSE, RESUME, HEAL = "pause", "resume", "heal"
+PAUSES = (PAUSE, RESUME, HEAL)
 
 
 def measure(few: list[dict], end: int | None) -> dict:
     """results.json `liveness`'s `starved_member_s` and `starved_members`
     from the few-events fold's rows (`assign` carrying a group, `crash`);
     `end`: the workload's end (ns), None for a history without client events."""
-    rows = sorted((r for r in few if r["process"] >= 0 and (r["f"] == CRASH or
-                                                           (r["f"] == ASSIGN and r["group"] is not None))),
+    rows = sorted((r for r in few if (r["process"] >= 0 and (r["f"] == CRASH or
+                                                            (r["f"] == ASSIGN and r["group"] is not None)))
+                   or (r["process"] == NEMESIS_PROCESS_ID and r["type"] == "ok" and r["f"] in PAUSES)),
                   key=lambda r: r["index"])
     group_of: dict[int, str] = {}
+    paused: set[int] = set()
     holds: dict[str, dict[int, frozenset]] = {}  # group -> member -> partitions, members not ended
     starved: dict[tuple[str, int], tuple[int, int, list[int]]] = {}  # (group, member) -> (start, holder, its partitions)
     stretches: list[dict] = []
@@ -59,7 +72,7 @@ def measure(few: list[dict], end: int | None) -> dict:
         for member, parts in members.items():
             crowded = [m for m, p in members.items() if m != member and len(p) >= 2]
             key = (group, member)
-            if not parts and crowded:
+            if not parts and crowded and member not in paused:
                 if key not in starved:
                     holder = max(crowded, key=lambda m: (len(members[m]), -m))
                     starved[key] = (at, holder, sorted(members[holder]))
@@ -68,6 +81,16 @@ def measure(few: list[dict], end: int | None) -> dict:
 
     for r in rows:
         t, process = int(r["time"]), int(r["process"])
+        if process == NEMESIS_PROCESS_ID:
+            value = (orjson.loads(r["extra"]) if r["extra"] else {}).get("value")
+            value = value if isinstance(value, dict) else {}
+            if r["f"] == PAUSE:
+                paused.update(_clients(value.get("clients")))
+            else:
+                paused.difference_update(_clients(value.get("clients_resumed" if r["f"] == HEAL else "clients")))
+            for group in holds:
+                settle(group, t)
+            continue
         if r["f"] == CRASH:
             group = group_of.get(process)
             if group is not None and process in holds[group]:
@@ -87,6 +110,11 @@ def measure(few: list[dict], end: int | None) -> dict:
     stretches.sort(key=lambda s: (-s["seconds"], s["start"], s["member"]))
     return {"starved_member_s": (stretches[0]["seconds"] if stretches else 0.0) if group_of else None,
             "starved_members": [s for s in stretches if s["seconds"] >= LIST_MIN_S][:LIST_MAX]}
+
+
+def _clients(named) -> list[int]:
+    """The client process ids a nemesis event names (none for a broker fault)."""
+    return [int(c) for c in named if isinstance(c, int) and not isinstance(c, bool)] if isinstance(named, list) else []
 
 
 def _s(ns: int) -> float:

@@ -78,6 +78,30 @@ def test_a_stretch_ends_when_its_holder_crashes_and_a_crashed_member_starves_no_
                                                                                        (5, 2.0, False)]
 
 
+def test_a_member_the_nemesis_paused_is_not_starved_until_it_is_resumed(check):
+    # kafka4-group-protocol-starved-member's first tries: a member paused past its
+    # session held nothing in its history while the other took every partition;
+    # it had not been starved, it had been stopped.
+    h = Timed()
+    h.at(1.0).assign(4, [0, 1], group="g", generation=2)
+    h.assign(3, [], group="g")
+    h.at(2.0).nemesis("pause", clients=[3], role="member", group="g")  # starved 1.0 to 2.0
+    h.at(3.0).nemesis("pause", nodes=["n1"])  # a broker's pause names no client
+    h.at(4.0).nemesis("resume", nodes=["n1"])
+    h.at(8.0).nemesis("resume", clients=[3], role="member", group="g")  # starved again from 8.0
+    h.at(11.0).assign(3, [1], group="g", generation=3)
+    h.assign(4, [0], group="g", generation=3)
+    h.at(12.0).assign(5, [], group="g")
+    h.at(13.0).nemesis("pause", clients=[5], role="member", group="g")  # 5 never starved: nobody holds two
+    h.at(14.0).assign(3, [0, 1], group="g", generation=4)
+    h.assign(4, [], group="g", generation=4)  # starved from 14.0 on
+    h.at(16.0).nemesis("heal", clients_resumed=[5])  # 5 starved from the heal on
+    _traffic(h, until=20.0, start=16.5)
+    out = live(check, h)
+    got = sorted((s["member"], s["start"], s["end"]) for s in out["starved_members"])
+    assert got == [(3, 1.0, 2.0), (3, 8.0, 11.0), (4, 14.0, 19.5), (5, 16.0, 19.5)]
+
+
 def test_fewer_partitions_than_members_starves_nobody(check):
     # One partition, two members: the idle one could not be given anything.
     h = Timed()
