@@ -32,7 +32,7 @@ import numpy as np
 from checkers import group_balance, liveness, node_logs, offsets, registry, stats
 from checkers.engines import local as local_engine
 from checkers.engines import spark as spark_engine
-from checkers.folds import Transactions
+from checkers.folds import Groups, Transactions
 from checkers.folds import liveness as liveness_facts
 from checkers.history_read import HistoryRead, give_back_read_memory
 from checkers.kernel import rows as r
@@ -154,7 +154,7 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
             raise HistoryError(problem)
         t = time.monotonic()
         results = _results(found, read, facts, faults, promised, opts, prepared.files)
-        results["liveness"] = {**live.result(), **group_balance.measure(read.few, known.end)}
+        results["liveness"] = {**live.result(), **group_balance.measure(read.few, known.end, read.fold(Groups).last)}
         seconds["results"] = round(time.monotonic() - t, 3)
         results = offsets.unfold(results, fold)
         if fold:

@@ -6,7 +6,9 @@ The definition, on the history's clock, per group G:
 
 - a process is a *member* of G from its first `assign` completed `ok`
   carrying G (a member that subscribed records one with no partitions)
-  until its `crash`, else the workload's end;
+  until its `crash`, else its last event (a member polls, records or none,
+  while it runs: the workload's members leave as it stops, revoking what
+  they held, which says nothing of a rebalance);
 - a member *holds* the partitions of its last `assign ok` carrying G;
 - a member is *starved* while it holds none and another member holds two
   or more: moving one of them would leave both with some, so only an
@@ -16,7 +18,8 @@ The definition, on the history's clock, per group G:
   among its `clients`, until the `resume` or the heal that names it) is
   not starved meanwhile: it could not have taken a partition, and it
   records nothing, so its history's holdings say nothing of the group's;
-- the measure is each stretch's length; results.json `liveness` gets the
+- the measure is each stretch's length (*open*: the member was still
+  starved when it stopped); results.json `liveness` gets the
   longest (`starved_member_s`, None with no member of any group) and the
   stretches of at least `LIST_MIN_S` (`starved_members`), longest first.
 
@@ -42,19 +45,24 @@ LIST_MIN_S = 1.0  # stretches at least this long are listed in results.json
 LIST_MAX = 100
 NS = 1e9
 CRASH, ASSIGN = "crash", "assign"
+LEAVE = "leave"  # not an operation: a member's last event, where it ends without a crash
 # The nemesis's events that pause a client process or resume it (nemesis/clients.py).
 PAUSE, RESUME, HEAL = "pause", "resume", "heal"
 PAUSES = (PAUSE, RESUME, HEAL)
 
 
-def measure(few: list[dict], end: int | None) -> dict:
+def measure(few: list[dict], end: int | None, last: dict[int, tuple[int, int]] | None = None) -> dict:
     """results.json `liveness`'s `starved_member_s` and `starved_members`
-    from the few-events fold's rows (`assign` carrying a group, `crash`);
-    `end`: the workload's end (ns), None for a history without client events."""
-    rows = sorted((r for r in few if (r["process"] >= 0 and (r["f"] == CRASH or
-                                                            (r["f"] == ASSIGN and r["group"] is not None)))
-                   or (r["process"] == NEMESIS_PROCESS_ID and r["type"] == "ok" and r["f"] in PAUSES)),
-                  key=lambda r: r["index"])
+    from the few-events fold's rows (`assign` carrying a group, `crash`, the
+    nemesis's pauses of clients); `end`: the workload's end (ns), None for a
+    history without client events; `last`: each client process's last
+    event, (index, time) (checkers/folds/groups.py)."""
+    rows = [r for r in few if (r["process"] >= 0 and (r["f"] == CRASH or (r["f"] == ASSIGN and r["group"] is not None)))
+            or (r["process"] == NEMESIS_PROCESS_ID and r["type"] == "ok" and r["f"] in PAUSES)]
+    members = {int(r["process"]) for r in rows if r["f"] == ASSIGN}
+    rows += [{"process": p, "f": LEAVE, "type": "ok", "index": i + 0.5, "time": t}
+             for p, (i, t) in (last or {}).items() if p in members]
+    rows.sort(key=lambda r: r["index"])
     group_of: dict[int, str] = {}
     paused: set[int] = set()
     holds: dict[str, dict[int, frozenset]] = {}  # group -> member -> partitions, members not ended
@@ -91,11 +99,11 @@ def measure(few: list[dict], end: int | None) -> dict:
             for group in holds:
                 settle(group, t)
             continue
-        if r["f"] == CRASH:
+        if r["f"] in (CRASH, LEAVE):
             group = group_of.get(process)
             if group is not None and process in holds[group]:
                 if (group, process) in starved:
-                    close(group, process, t, False)
+                    close(group, process, t, r["f"] == LEAVE)
                 del holds[group][process]
                 settle(group, t)
             continue
@@ -123,7 +131,7 @@ def _s(ns: int) -> float:
 
 def words(stretch: dict) -> str:
     """One listed stretch in a sentence (the report, `harness run`'s summary)."""
-    until = "the end of the run" if stretch["open"] else f"{stretch['end']:g} s"
+    until = f"{stretch['end']:g} s, when it stopped" if stretch["open"] else f"{stretch['end']:g} s"
     held = ", ".join(str(p) for p in stretch["holder_partitions"])
     return (f"Group {stretch['group']}: member {stretch['member']} held no partition for {stretch['seconds']:g} s "
             f"({stretch['start']:g} s to {until}) while member {stretch['holder']} held partitions {held}: "

@@ -4,7 +4,8 @@ or `txn` carrying G, and belongs to one group at most (a process in two
 refuses the history); the groups whose members record processing
 (`process` operations, or transactions carrying the group: a
 consume-transform-produce transaction handles what it read) are the ones
-whose handling is checked.
+whose handling is checked. It also keeps each client process's last
+event (starved members end there: checkers/group_balance.py).
 """
 
 from __future__ import annotations
@@ -21,13 +22,20 @@ GROUP_OPS = ("assign", "commit", "committed", TXN)
 class Groups:
     """The fold (checkers/folds/__init__.py): `member` (process -> group id,
     `Names.groups`' ids) and the processes that recorded a `process` or a
-    `txn` carrying a group."""
+    `txn` carrying a group; `last`: each client process's last event, (index, time)."""
 
     def __init__(self) -> None:
         self.member: dict[int, int] = {}
         self.processing: set[int] = set()  # processes
+        self.last: dict[int, tuple[int, int]] = {}
 
     def add(self, ev: Events) -> None:
+        clients = ev.process >= 0
+        if clients.any():
+            process = ev.process[clients][::-1]  # a batch is in index order: a process's first here is its last
+            seen, at = np.unique(process, return_index=True)
+            index, time = ev.index[clients][::-1][at], ev.time[clients][::-1][at]
+            self.last.update(zip(seen.tolist(), zip(index.tolist(), time.tolist())))
         ops = [i for i in (ev.names.op(name) for name in GROUP_OPS) if i >= 0]
         carrying = np.isin(ev.f, ops) & (ev.group >= 0) & (ev.process >= 0) if ops else None
         if carrying is not None and carrying.any():
