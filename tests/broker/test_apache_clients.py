@@ -4,7 +4,15 @@ drives: an idempotent acks=all VerifiableProducer with a broker killed and
 restarted mid-run, a VerifiableConsumer group committing by hand, and the
 first commands an operator types (`kafka-topics --describe`,
 `kafka-consumer-groups --describe`). Every acknowledged record is read
-back, and the group's offsets are described as committed."""
+back, and the group's offsets are described as committed.
+
+And the Java client's transactions: TransactionalMessageCopier, a
+consume-transform-produce loop that aborts a third of its transactions,
+copies a topic with its transaction coordinator killed and restarted
+mid-copy; the output's log, read raw, must hold every input record in
+exactly one committed transaction, a read_committed VerifiableConsumer
+must return exactly those records, and the copier's group must have
+committed the input's end."""
 
 from __future__ import annotations
 
@@ -14,11 +22,16 @@ import threading
 import time
 
 import pytest
+from kafka.protocol.consumer import FetchRequest
+from kafka.record import MemoryRecords
 
+from broker.client import SyncConnection
 from infra.kafka_dist import DEFAULT_VERSION, tools_classpath
+from tests.broker.helpers import wait_for
 
 TOPIC = "apache"
 MESSAGES = 20_000
+COPIED = 3000
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +42,14 @@ def classpath():
 def _tool(classpath: str, main: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(["java", "-Xmx256m", "-cp", classpath, main, *args], capture_output=True, text=True,
                           timeout=timeout)
+
+
+def _lines(proc: subprocess.Popen) -> tuple[list[str], threading.Thread]:
+    """A process's stdout lines, gathered by a thread as they come."""
+    out: list[str] = []
+    reader = threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)
+    reader.start()
+    return out, reader
 
 
 def _events(text: str) -> list[dict]:
@@ -59,9 +80,7 @@ def test_apache_s_producer_consumer_and_commands_against_the_own_broker(make_clu
         ["java", "-Xmx256m", "-cp", classpath, "org.apache.kafka.tools.VerifiableProducer", "--bootstrap-server",
          boot, "--topic", TOPIC, "--max-messages", str(MESSAGES), "--throughput", "4000", "--acks", "-1",
          "--producer.config", str(config)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    out: list[str] = []
-    reader = threading.Thread(target=lambda: out.extend(producer.stdout), daemon=True)
-    reader.start()
+    out, reader = _lines(producer)
     try:
         time.sleep(2.0)
         cluster.kill(2)  # kill -9 of a broker while the producer sends
@@ -115,3 +134,122 @@ def test_describe_configs_answers_topics_and_this_broker_and_refuses_the_rest(ma
     missing = next(iter(admin.describe_configs([ConfigResource("topic", "no-such-topic")]).values()))
     with pytest.raises(Exception, match="UNKNOWN_TOPIC|no topic"):
         missing.result(timeout=30)
+
+
+def _copied(lines: list[str]) -> int:
+    """The records TransactionalMessageCopier has committed so far, by its last status line."""
+    statuses = [e for e in _events("".join(lines)) if "totalProcessed" in e]
+    return statuses[-1]["totalProcessed"] if statuses else 0
+
+
+def _coordinator(classpath: str, boot: str, transactional_id: str) -> int:
+    """The broker coordinating `transactional_id`, as `kafka-transactions describe` finds it
+    (FindCoordinator, then DescribeTransactions there)."""
+    described = _tool(classpath, "org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", boot,
+                      "describe", "--transactional-id", transactional_id)
+    assert described.returncode == 0, described.stderr[-2000:]
+    header, row = [line.split() for line in described.stdout.splitlines()[:2]]
+    return int(row[header.index("CoordinatorId")])
+
+
+def _log_by_markers(cluster, topic: str, partition: int) -> tuple[dict, dict, dict]:
+    """(committed, aborted, open) records of a partition as its leader's log holds them,
+    offset -> value, each transactional batch sorted by its producer's next marker.
+
+    Read uncommitted and judged here from the batches and markers alone, so the
+    verdict does not lean on the broker's last stable offset or aborted index."""
+    F = FetchRequest
+    committed: dict[int, str] = {}
+    aborted: dict[int, str] = {}
+    pending: dict[int, dict[int, str]] = {}  # producer id -> its open transaction's records
+    offset, high_watermark = 0, 1
+    with SyncConnection("127.0.0.1", cluster.brokers[cluster.leader(topic, partition)].port) as conn:
+        while offset < high_watermark:
+            resp = conn.request(F(
+                replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                session_epoch=-1, topics=[F.FetchTopic(topic=topic, partitions=[F.FetchTopic.FetchPartition(
+                    partition=partition, current_leader_epoch=-1, fetch_offset=offset, log_start_offset=0,
+                    partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id=""), 11)
+            part = resp.responses[0].partitions[0]
+            assert part.error_code == 0, part
+            high_watermark = part.high_watermark
+            batches = MemoryRecords(part.records)
+            while (batch := batches.next_batch()) is not None:
+                if batch.is_control_batch:
+                    (marker,) = list(batch)
+                    (committed if marker.commit else aborted).update(pending.pop(batch.producer_id, {}))
+                else:
+                    held = pending.setdefault(batch.producer_id, {}) if batch.is_transactional else committed
+                    held.update({r.offset: r.value.decode() for r in batch})
+                offset = batch.next_offset
+    return committed, aborted, {pid: sorted(held) for pid, held in pending.items() if held}
+
+
+def test_apache_s_transactional_copier_commits_each_record_once_across_a_coordinator_kill(make_cluster, tmp_path,
+                                                                                          classpath):
+    cluster = make_cluster(3, settings={"min.insync.replicas": "2", "group.initial.rebalance.delay.ms": "0"})
+    boot = cluster.bootstrap
+    for topic in ("copy-in", "copy-out"):
+        created = _tool(classpath, "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", boot, "--create",
+                        "--topic", topic, "--partitions", "3", "--replication-factor", "3")
+        assert created.returncode == 0, created.stderr[-2000:]
+    # Thirty keys, so every partition gets records (unkeyed, the sticky partitioner may skip one).
+    produced = _tool(classpath, "org.apache.kafka.tools.VerifiableProducer", "--bootstrap-server", boot, "--topic",
+                     "copy-in", "--max-messages", str(COPIED), "--acks", "-1", "--repeating-keys", "30")
+    sent = [e for e in _events(produced.stdout) if e.get("name") == "producer_send_success"]
+    assert len({e["value"] for e in sent}) == COPIED, produced.stderr[-2000:]
+    partition_of = {e["value"]: e["partition"] for e in sent}
+    ends = {p: 1 + max((e["offset"] for e in sent if e["partition"] == p), default=-1) for p in range(3)}
+
+    # The copier aborts about one transaction in three (and resets its consumer to the
+    # group's offsets); its group's offsets go into each transaction (TxnOffsetCommit v3).
+    with open(tmp_path / "copier.err", "w") as err:
+        copier = subprocess.Popen(
+            ["java", "-Xmx256m", "-cp", classpath, "org.apache.kafka.tools.TransactionalMessageCopier",
+             "--broker-list", boot, "--input-topic", "copy-in", "--input-partition", "0", "--output-topic",
+             "copy-out", "--transactional-id", "copier", "--consumer-group", "copier-group", "--transaction-size",
+             "100", "--enable-random-aborts", "--group-mode", "--use-group-metadata"],
+            stdout=subprocess.PIPE, stderr=err, text=True)
+    lines, reader = _lines(copier)
+    try:
+        wait_for(lambda: _copied(lines) > 0, 60, 0.1, "the copier's first commit")
+        victim = _coordinator(classpath, boot, "copier")
+        cluster.kill(victim)  # kill -9 of the transaction coordinator while the copier runs
+        at_kill = _copied(lines)
+        time.sleep(2.0)
+        cluster.restart(victim)
+        copier.wait(timeout=120)
+    finally:
+        copier.kill()
+    reader.join(10)
+    assert copier.returncode == 0, (tmp_path / "copier.err").read_text()[-3000:]
+    assert at_kill < COPIED == _copied(lines), f"the kill came after the copy: {at_kill} of {COPIED} copied"
+
+    logs = {p: _log_by_markers(cluster, "copy-out", p) for p in range(3)}
+    committed = {(p, o): v for p, (c, _, _) in logs.items() for o, v in c.items()}
+    aborted = {(p, o): v for p, (_, a, _) in logs.items() for o, v in a.items()}
+    assert not any(still for _, _, still in logs.values()), {p: still for p, (_, _, still) in logs.items()}
+    # Every input record committed exactly once, to the partition it was read from.
+    assert sorted(committed.values(), key=int) == sorted(partition_of, key=int)
+    assert all(partition_of[v] == p for (p, _), v in committed.items())
+    assert aborted, "no transaction aborted: the copier's random aborts did not happen"
+
+    config = tmp_path / "read-committed.properties"
+    config.write_text("isolation.level=read_committed\n")
+    try:
+        out = _tool(classpath, "org.apache.kafka.tools.VerifiableConsumer", "--bootstrap-server", boot, "--topic",
+                    "copy-out", "--group-id", "committed-reader", "--max-messages", str(len(committed)),
+                    "--verbose", "--reset-policy", "earliest", "--consumer.config", str(config), timeout=60).stdout
+    except subprocess.TimeoutExpired as e:  # fewer records than committed: what it read says which
+        out = (e.stdout or b"").decode(errors="replace")
+    read = {(e["partition"], e["offset"]): e["value"] for e in _events(out) if e.get("name") == "record_data"}
+    shown = sorted(read.keys() & aborted.keys())
+    assert not shown, f"read_committed returned {len(shown)} aborted records: {shown[:10]}"
+    missing, extra = sorted(committed.keys() - read.keys()), sorted(read.keys() - committed.keys())
+    assert read == committed, f"read_committed: {len(missing)} missing {missing[:10]}, {len(extra)} extra {extra[:10]}"
+
+    groups = _tool(classpath, "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", "--bootstrap-server",
+                   boot, "--describe", "--group", "copier-group")
+    assert groups.returncode == 0, groups.stderr[-2000:]
+    rows = [line.split() for line in groups.stdout.splitlines() if line.startswith("copier-group")]
+    assert {int(r[2]): r[3] for r in rows} == {p: str(end) for p, end in ends.items()}, groups.stdout
