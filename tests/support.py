@@ -1,6 +1,7 @@
 """Helpers the test areas share: what a test needs of the machine, the
 installed `harness` command in a subprocess (as a user runs it), Python code
-in a fresh process, a run's history, and the clusters a process owns."""
+in a fresh process, a run's history, the clusters a process owns, and a
+partition's records as its leader stores them."""
 
 from __future__ import annotations
 
@@ -10,10 +11,14 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from kafka.protocol.consumer import FetchRequest
+from kafka.record import MemoryRecords
 
+from broker.client import SyncConnection
 from infra import state as st
 
 REPO = Path(__file__).resolve().parents[1]
@@ -126,3 +131,46 @@ def leave_nothing_of(run, cids: list[str]) -> None:
         run.wait(10)
     for cid in cids or clusters_owned_by(run.pid):
         harness("clean", "--cluster", cid, timeout=120)
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    """One record of a partition's log, with its batch's producer fields."""
+
+    offset: int
+    value: str | None  # None for a transaction marker
+    marker: str | None  # "COMMIT" or "ABORT" for a transaction marker, else None
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int  # the batch's
+    transactional: bool
+
+
+def stored_records(port: int, topic: str, partition: int) -> list[StoredRecord]:
+    """Every record of a partition below its high watermark, markers too, as
+    the leader at 127.0.0.1:`port` serves them read_uncommitted (Fetch v11,
+    which the own broker and Kafka 3 and 4 all answer): what the log holds,
+    not what a client makes of it."""
+    F = FetchRequest
+    out: list[StoredRecord] = []
+    offset, high_watermark = 0, 1
+    with SyncConnection("127.0.0.1", port) as conn:
+        while offset < high_watermark:
+            resp = conn.request(F(
+                replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                session_epoch=-1, topics=[F.FetchTopic(topic=topic, partitions=[F.FetchTopic.FetchPartition(
+                    partition=partition, current_leader_epoch=-1, fetch_offset=offset, log_start_offset=0,
+                    partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id=""), 11)
+            part = resp.responses[0].partitions[0]
+            assert part.error_code == 0, part
+            high_watermark = part.high_watermark
+            batches = MemoryRecords(part.records)
+            while (batch := batches.next_batch()) is not None:
+                for r in batch:
+                    control = batch.is_control_batch
+                    out.append(StoredRecord(r.offset, None if control else r.value.decode(),
+                                            ("COMMIT" if r.commit else "ABORT") if control else None,
+                                            batch.producer_id, batch.producer_epoch, batch.base_sequence,
+                                            batch.is_transactional))
+                offset = batch.next_offset
+    return out

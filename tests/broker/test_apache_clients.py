@@ -22,12 +22,10 @@ import threading
 import time
 
 import pytest
-from kafka.protocol.consumer import FetchRequest
-from kafka.record import MemoryRecords
 
-from broker.client import SyncConnection
 from infra.kafka_dist import DEFAULT_VERSION, tools_classpath
 from tests.broker.helpers import wait_for
+from tests.support import stored_records
 
 TOPIC = "apache"
 MESSAGES = 20_000
@@ -154,34 +152,20 @@ def _coordinator(classpath: str, boot: str, transactional_id: str) -> int:
 
 def _log_by_markers(cluster, topic: str, partition: int) -> tuple[dict, dict, dict]:
     """(committed, aborted, open) records of a partition as its leader's log holds them,
-    offset -> value, each transactional batch sorted by its producer's next marker.
+    offset -> value, each transactional record sorted by its producer's next marker.
 
     Read uncommitted and judged here from the batches and markers alone, so the
     verdict does not lean on the broker's last stable offset or aborted index."""
-    F = FetchRequest
     committed: dict[int, str] = {}
     aborted: dict[int, str] = {}
     pending: dict[int, dict[int, str]] = {}  # producer id -> its open transaction's records
-    offset, high_watermark = 0, 1
-    with SyncConnection("127.0.0.1", cluster.brokers[cluster.leader(topic, partition)].port) as conn:
-        while offset < high_watermark:
-            resp = conn.request(F(
-                replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
-                session_epoch=-1, topics=[F.FetchTopic(topic=topic, partitions=[F.FetchTopic.FetchPartition(
-                    partition=partition, current_leader_epoch=-1, fetch_offset=offset, log_start_offset=0,
-                    partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id=""), 11)
-            part = resp.responses[0].partitions[0]
-            assert part.error_code == 0, part
-            high_watermark = part.high_watermark
-            batches = MemoryRecords(part.records)
-            while (batch := batches.next_batch()) is not None:
-                if batch.is_control_batch:
-                    (marker,) = list(batch)
-                    (committed if marker.commit else aborted).update(pending.pop(batch.producer_id, {}))
-                else:
-                    held = pending.setdefault(batch.producer_id, {}) if batch.is_transactional else committed
-                    held.update({r.offset: r.value.decode() for r in batch})
-                offset = batch.next_offset
+    for r in stored_records(cluster.brokers[cluster.leader(topic, partition)].port, topic, partition):
+        if r.marker is not None:
+            (committed if r.marker == "COMMIT" else aborted).update(pending.pop(r.producer_id, {}))
+        elif r.transactional:
+            pending.setdefault(r.producer_id, {})[r.offset] = r.value
+        else:
+            committed[r.offset] = r.value
     return committed, aborted, {pid: sorted(held) for pid, held in pending.items() if held}
 
 
