@@ -2,13 +2,18 @@
 a run of them on a real Kafka cluster on loopback, with fencing, aborts, a
 consume-transform-produce client and a read_uncommitted reader, whose
 history must say exactly what the log holds; and a committed record that
-librdkafka loses after an abort, which the checker must report."""
+librdkafka loses after an abort, which the checker must report, beside
+what Apache's Java producer does in the same transactions."""
 
 from __future__ import annotations
 
 import itertools
 import os
+import queue
+import shutil
 import signal
+import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -21,12 +26,14 @@ from checkers.check import Options, check_history as check
 from core.errors import UserError
 from core.history.jsonl import read_jsonl
 from core.waiting import wait_for
+from infra.kafka_dist import kafka_classpath
 from lab.loopback_broker import ZK_JARS, LocalCluster, ZooKeeperServer
 from lab.loopback_kafka import LoopbackKafka
 from workloads.config import TxnConfig, WorkloadConfig
 from workloads.transactions import TxnPacer, TxnSlot
 from workloads.workload import Workload
 
+from tests.support import need, stored_records
 from tests.workloads.history_checks import check_history
 
 
@@ -197,14 +204,18 @@ class _ThreeBrokers:
     def bootstrap(self) -> str:
         return self.cluster.bootstrap
 
-    def spare(self, transactional_id: str) -> int:
-        """A broker the test may stop: neither the controller nor the id's transaction coordinator."""
+    def spare(self, *transactional_ids: str) -> int:
+        """A broker the test may stop: neither the controller nor the ids' transaction coordinator."""
         if self.system == "own":
-            busy = {self.cluster.controller(), coordinator_for(transactional_id, [1, 2, 3])}
+            busy = {self.cluster.controller(), *(coordinator_for(t, [1, 2, 3]) for t in transactional_ids)}
         else:
             meta = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics("__transaction_state", timeout=10)
             busy = {1, meta.topics["__transaction_state"].partitions[0].leader}
+        assert busy != {1, 2, 3}, f"no broker to stop: controller and coordinators {busy}"
         return max({1, 2, 3} - busy)
+
+    def port(self, node: int) -> int:
+        return self.cluster.brokers[node].port if self.system == "own" else self.cluster.node(node).port
 
     def signal(self, node: int, sig: int) -> None:
         if self.system == "own":
@@ -328,3 +339,176 @@ def test_an_abort_that_purges_a_timed_out_send_makes_the_next_commit_a_lost_writ
     assert (example["value"], example["partition"], example["offset"]) == (lost["value"], 0, lost["offset"])
     (skip,) = results["anomalies"]["poll-skip"]["examples"]
     assert skip["skipped_offset"] == lost["offset"], skip
+
+
+JAVA_CLIENTS = ("3.9.2", "4.4.0")
+# The abort (delivery.timeout.ms, ms from the send to abortTransaction()): while the
+# timed-out send waits for its retry, as in librdkafka's reproduction above; or
+# after the send expired, its outcome unknown.
+ABORTS = {"held": (60000, 3000), "expired": (5000, 7000)}
+
+
+@pytest.fixture(scope="module")
+def java_clients(tmp_path_factory) -> dict[str, str]:
+    """TxnAfterAbort.java compiled against each Java client's jars: version -> classpath."""
+    need(shutil.which("javac") is not None, "javac (Debian's default-jdk-headless)")
+    source = Path(__file__).with_name("TxnAfterAbort.java")
+    found, compiling = {}, []
+    for version in JAVA_CLIENTS:  # both at once: a javac takes seconds to start
+        jars, classes = kafka_classpath(version), tmp_path_factory.mktemp(f"java-{version}")
+        compiling.append(subprocess.Popen(["javac", "-cp", jars, "-d", str(classes), str(source)],
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        found[version] = f"{classes}:{jars}"
+    for javac in compiling:
+        out, _ = javac.communicate(timeout=120)
+        assert javac.returncode == 0, out
+    return found
+
+
+class _JavaProducers:
+    """TxnAfterAbort in a JVM of its own: one producer per run given, each line asked
+    a transaction of them all, their answers sorted by producer (TxnAfterAbort.java)."""
+
+    def __init__(self, classpath: str, bootstrap: str, runs: dict[str, tuple], log: Path):
+        """runs: name -> (topic, transactional id, delivery.timeout.ms, ms before an abort)."""
+        args = [str(a) for name, run in runs.items() for a in (name, *run)]
+        with open(log, "w") as err:
+            # The C1 compiler alone: the JVM starts sooner, and the producers are brief.
+            self.proc = subprocess.Popen(
+                ["java", "-Xmx192m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp", classpath,
+                 "TxnAfterAbort", bootstrap, *args],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
+        self.lines: dict[str, queue.Queue[str]] = {name: queue.Queue() for name in runs}
+        threading.Thread(target=self._sort, daemon=True).start()
+
+    def _sort(self) -> None:
+        for line in self.proc.stdout:
+            name, _, text = line.strip().partition(" ")
+            if name in self.lines:
+                self.lines[name].put(text)
+
+    def ask(self, line: str) -> None:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def answer(self, name: str, timeout: float = 60.0) -> str:
+        try:
+            return self.lines[name].get(timeout=timeout)
+        except queue.Empty:
+            return "no answer"
+
+
+def _one_coordinator(names: list[str]) -> list[str]:
+    """A transactional id per name (name-K, K the first that fits), all of them
+    coordinated by one of the own broker's three: with the controller, that
+    leaves a broker to stop. (Kafka's one transaction-log partition here
+    coordinates every id on one broker anyway.)"""
+    first = coordinator_for(f"{names[0]}-0", [1, 2, 3])
+    return [next(f"{n}-{k}" for k in itertools.count() if coordinator_for(f"{n}-{k}", [1, 2, 3]) == first)
+            for n in names]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("system", ["own", "3.9.2", "4.4.0"])
+def test_apache_s_java_producer_reuses_no_sequence_after_an_abort(tmp_path, java_clients, system):
+    """The transactions of the librdkafka reproduction above, by Apache's Java
+    producer (kafka-clients 3.9.2 and 4.4.0), on the own broker and Kafka
+    3.9.2 and 4.4.0: commit, abort, commit, commit, one record each, the
+    abort's send held past request.timeout.ms by a stopped follower. No
+    sequence is reused, and each committed record is where it was
+    acknowledged, by one of two means.
+
+    Aborted while its timed-out send waits for a retry, the Java producer
+    does not drop the send: abortTransaction() returns once the retry is
+    answered (after the follower goes on; the leader answers it as a
+    duplicate, with the offset it had appended it at), and the next
+    transaction's send takes the next sequence under the same epoch.
+    Aborted after the send expired (delivery.timeout.ms), it bumps its
+    epoch (KIP-360: InitProducerId with its own producer id and epoch) and
+    starts again at sequence 0. With transactions v2 (KIP-890: the 4.4.0
+    client on Kafka 4.4.0) every EndTxn bumps the epoch anyway."""
+    runs = [(client, abort) for client in JAVA_CLIENTS for abort in ABORTS]
+    names = {run: f"java-{run[0].replace('.', '-')}-{run[1]}" for run in runs}  # also its topic
+    ids = dict(zip(runs, _one_coordinator([names[run] for run in runs])))
+    cluster = _ThreeBrokers(system, tmp_path / "cluster")
+    jvms: dict[str, _JavaProducers] = {}
+    answers: dict[tuple, list[str]] = {run: [] for run in runs}
+
+    def each(line: str | None, timeout: float = 60.0) -> None:
+        """`line` asked of every producer (None: nothing asked), then an answer of each read."""
+        for jvm in jvms.values():
+            if line is not None:
+                jvm.ask(line)
+        for run in runs:
+            answers[run].append(jvms[run[0]].answer(names[run], timeout))
+    try:
+        cluster.start()
+        for client in JAVA_CLIENTS:
+            jvms[client] = _JavaProducers(java_clients[client], cluster.bootstrap, {
+                names[run]: (names[run], ids[run], *ABORTS[run[1]]) for run in runs if run[0] == client},
+                tmp_path / f"java-{client}.log")
+        each(None)  # initTransactions(): the transaction log exists, its coordinator is known
+        assert all(a == ["ready"] for a in answers.values()), answers
+        follower = cluster.spare(*ids.values())
+        leader = min({1, 2, 3} - {follower})
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        for topic in names.values():
+            admin.create_topics([NewTopic(topic, 1, replica_assignment=[[leader, follower, 6 - leader - follower]],
+                                          config={"min.insync.replicas": "2"})])[topic].result(30)
+
+        def in_sync() -> bool:
+            found = admin.list_topics(timeout=10).topics
+            return all(found[t].partitions[0].leader == leader and len(found[t].partitions[0].isrs) == 3
+                       for t in names.values())
+        wait_for(in_sync, 30, 0.2, "the topics' leader and ISR", retry_on=(Exception,))
+        each("commit 1")
+        # Each commit marker on every replica (read_committed passes it) before the follower stops.
+        wait_for(lambda: all(_read(cluster.bootstrap, t, "read_committed") for t in names.values()), 30, 0.2,
+                 "the first commits")
+        time.sleep(1.0)
+        cluster.signal(follower, signal.SIGSTOP)
+        try:
+            each("abort 2")  # each answers as its abort begins
+            time.sleep(2.0)
+            # An abort still waiting for its held send has returned nothing while the follower is stopped.
+            waiting = {run: jvms[run[0]].lines[names[run]].empty() for run in runs}
+        finally:
+            cluster.signal(follower, signal.SIGCONT)
+        each(None)  # the aborts return
+        each("commit 3")
+        each("commit 4")
+        logs = {run: stored_records(cluster.port(leader), names[run], 0) for run in runs}
+    finally:
+        for jvm in jvms.values():
+            jvm.proc.kill()
+        cluster.stop()
+
+    for client, abort in runs:
+        run = (client, abort)
+        says = f"Java client {client} on {system}, abort {abort}"
+        values = [r.value for r in logs[run] if r.value is not None]
+        records = {r.value: r for r in logs[run] if r.value is not None}
+        assert sorted(values) == ["1", "2", "3", "4"], (says, answers[run], logs[run])
+        aborted, committed = records["2"], records["3"]
+        # Each committed record where it was acknowledged (librdkafka's 3 is acknowledged at 2's offset).
+        acknowledged = [answers[run][i] for i in (1, 4, 5)]
+        assert acknowledged == [f"committed {v} {records[v].offset}" for v in ("1", "3", "4")], \
+            f"{says}: acknowledged {acknowledged}, the log holds {logs[run]}"
+        sequences = [(r.producer_id, r.producer_epoch, r.base_sequence) for r in logs[run] if r.value is not None]
+        assert len(set(sequences)) == len(sequences), f"{says}: a sequence used twice: {logs[run]}"
+        marker = next((r for r in logs[run] if r.marker is not None and r.offset > aborted.offset), None)
+        assert marker is not None and marker.marker == "ABORT", (says, logs[run])
+        # How: the abort waited for the held send (the leader then answered its retry with the
+        # offset it had appended it at), or the send had expired.
+        outcome = ["pending", str(aborted.offset)] if abort == "held" else ["TimeoutException"] * 2
+        assert answers[run][2:4] == [f"aborting 2 {outcome[0]}", f"aborted 2 {outcome[1]}"], (says, answers[run])
+        if abort == "held":
+            assert waiting[run], f"{says}: abortTransaction() returned while its send was held: {answers[run]}"
+        # A new epoch after an expired send (KIP-360), and after every EndTxn of transactions v2
+        # (KIP-890: a 4.x client on Kafka 4.x, whose new clusters finalize transaction.version 2).
+        bumped = abort == "expired" or (client.startswith("4.") and system.startswith("4."))
+        expected = (aborted.producer_epoch + 1, 0) if bumped else (aborted.producer_epoch, aborted.base_sequence + 1)
+        assert (committed.producer_epoch, committed.base_sequence) == expected, \
+            f"{says}: expected {'a new epoch' if bumped else 'the next sequence, same epoch'} after the abort: " \
+            f"aborted send at epoch {aborted.producer_epoch} sequence {aborted.base_sequence}, the next " \
+            f"transaction's at epoch {committed.producer_epoch} sequence {committed.base_sequence}"
