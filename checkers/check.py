@@ -39,7 +39,8 @@ from checkers.kernel import rows as r
 from checkers.kernel.extract import extract
 from checkers.kernel.facts import ranges
 from checkers.kernel import series
-from checkers.kernel.stages import Found, cycle_pass, merge, problem_message
+from checkers.kernel.stages import Found, merge, problem_message
+from checkers.kernel.transactions import Spans
 from checkers.load import events_ahead, prepare, scratch_for
 from checkers.spark import QUICK_START_JAVA, Beside, SessionStart, default_master
 from core.errors import HistoryError, UserError
@@ -135,19 +136,22 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
         live = Beside(measured, name="liveness", spark_jobs=False)  # no Spark job: a plain thread
         t = time.monotonic()
         extra = _unfinished_processing(read, prepared.files, fold)
+        spans = Spans.of(read.fold(Transactions).spans)
         if in_spark:
             if spark is None:
                 spark = starting.result()
             shards = spark_engine.shards_for(prepared.events, spark.sparkContext.defaultParallelism)
             with _sized(spark, opts.spark_conf):
-                partials = spark_engine.run(spark, prepared.files, facts, read.names, dumps, fold, extra, shards)
+                partials = spark_engine.run(spark, prepared.files, facts, read.names, dumps, fold, extra, shards,
+                                            spans)
         else:
             batches = read.rows if not fold else _rows_again(prepared.files, fold, local_engine.SHARDS)
             read.rows = None
-            partials = local_engine.run(batches + [extra.split(local_engine.SHARDS)], facts, dumps, fold)
+            partials = local_engine.run(batches + [extra.split(local_engine.SHARDS)], facts, dumps, fold, spans)
             del batches
         seconds["kernel"] = round(time.monotonic() - t, 3)
-        found = merge(partials + [cycle_pass(partials, read.fold(Transactions).spans)])
+        del spans
+        found = merge(partials)
         problem = problem_message(found.problems)
         if problem is not None:
             live.wait()
@@ -163,7 +167,12 @@ def check_history(path: str | Path, opts: Options | None = None, spark=None) -> 
     results["checker"] = {"engine": opts.engine, "master": master if not in_spark else spark.sparkContext.master,
                           "seconds": round(time.monotonic() - started, 3), "stages": seconds,
                           "history": str(source.files[0] if len(source.files) == 1 else source.root),
-                          "format": source.format, "events": prepared.events}
+                          "format": source.format, "events": prepared.events,
+                          # The transactions' dependency graph as its cycles were searched: its segments, and
+                          # the largest one's transactions and edges (checkers/kernel/txn_segments.py).
+                          "cycles": {"segments": found.graph.segments,
+                                     "largest_segment": {"transactions": found.graph.transactions,
+                                                         "edges": found.graph.edges}}}
     results["promises"] = promised
     if (source.root / "nodes").is_dir():
         # A run folder: its brokers' logs are part of the evidence (errors, unexpected exits).

@@ -9,9 +9,21 @@ for checkers/key_rows.py) to the first stage, whose tasks each run
 `first_stage` on their shard and give the rows it hands on, keyed by
 partition, with their partial results; those are shuffled by partition to
 the second stage, whose tasks run `second_stage` and give their partial
-results with the first stage's. Every row crosses between the JVM and
-Python as Arrow (`mapInArrow`). The driver collects only the partial
-results: counts and the first examples of each shard.
+results with the first stage's, and the transactions' dependency edges
+(the first stage's wr passed through the shuffle, each task's ww) as
+Arrow rows, kept by Spark (persisted, so that the stages run once).
+
+The cycles (checkers/kernel/txn_segments.py): each second-stage task also
+gives its edges' backward intervals, merged; the driver collects them (far
+fewer than the edges: two int64 arrays) with the partial results, merges
+them into the segments, and broadcasts the segments with the spans of the
+transactions whose completion or invocation a segment holds (a part of
+what it holds already). A third stage cuts the edges (those in no segment
+dropped in the executors), shuffles them by segment, and searches each
+task's segments (`cycle_stage`). Every row crosses between the JVM and
+Python as Arrow (`mapInArrow`). The driver collects only partial results
+(counts and the first examples of each shard) and the backward intervals:
+never the edges, nor the history's rows.
 
 The executors need Python with this project installed, as this process
 has it (on `local[*]` and a standalone cluster on this machine, the same
@@ -23,12 +35,15 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 import orjson
 
 from checkers.kernel import rows as r
 from checkers.kernel.extract import extract, replica_rows
 from checkers.kernel.facts import Facts
-from checkers.kernel.stages import first_stage, second_stage
+from checkers.kernel.stages import cycle_stage, first_stage, second_stage
+from checkers.kernel.transactions import Spans
+from checkers.kernel.txn_segments import WR, WW, Cut, backward, cut, edge_pairs, merged
 from core.history.batches import Names, decode, file_tables
 from core.history.dumps import columns, read_dump
 
@@ -38,6 +53,12 @@ COLUMNS = ("index", "time", "process", "type", "f", "key", "value", "partition",
 # Rows handed from one stage to the next at most in one Arrow batch.
 BATCH_ROWS = 1 << 20
 _HISTORY, _DUMP = 0, 1
+# What the second stage gives: edges (kind WW or WR: a -> b), its backward
+# intervals (INTERVAL: [a, b]) and partial results (RESULT); and what the
+# cut gives, by segment (txn_segments.Cut).
+STAGED = "kind byte, a long, b long, result binary"
+_INTERVAL, _RESULT = 8, 9
+CUT = "segment long, kind byte, a long, b long"
 
 
 def tasks(files: list[Path], dumps: dict[str, Path], replica_nodes: list[str]) -> list[tuple[int, str, int]]:
@@ -50,11 +71,14 @@ def tasks(files: list[Path], dumps: dict[str, Path], replica_nodes: list[str]) -
 
 
 def run(spark, files: list[Path], facts: Facts, names: Names, dumps: dict[str, Path], fold: dict[int, int],
-        extra: r.Rows, shards: int) -> list[dict]:
-    """The shards' partial results of one Spark job over the history's
+        extra: r.Rows, shards: int, spans: Spans) -> list[dict]:
+    """The shards' partial results of a Spark job over the history's
     Parquet `files`, the nodes' `dumps` and `extra` rows (the driver's,
-    few); `shards` partitions each shuffle."""
+    few), and of one over the cycles' segments where there are any;
+    `shards` partitions each shuffle; `spans`: the completed transactions'
+    (none: no edge, so no second job and nothing persisted)."""
     import pyarrow as pa
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     work = tasks(files, dumps, facts.replica_nodes)
@@ -67,8 +91,36 @@ def run(spark, files: list[Path], facts: Facts, names: Names, dumps: dict[str, P
                                                       r.SPARK_SCHEMA))
     handed = read.repartition(shards, F.shiftright("value", r.VALUE_BLOCK_BITS)).mapInArrow(
         partial(_first, facts=facts), r.SPARK_SCHEMA_KEYED)
-    results = handed.repartition(shards, "partition").mapInArrow(partial(_second, facts=facts), "result binary")
-    return [orjson.loads(row["result"]) for row in results.collect()]
+    staged = handed.repartition(shards, "partition").mapInArrow(partial(_second, facts=facts), STAGED)
+    if not len(spans):
+        return _partials(staged.toArrow())
+    staged = staged.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        head = staged.filter(F.col("kind") >= _INTERVAL).toArrow()
+        partials = _partials(head)
+        kind = head.column("kind").to_numpy()
+        at = np.flatnonzero(kind == _INTERVAL)
+        segments = merged(head.column("a").to_numpy()[at], head.column("b").to_numpy()[at])
+        del head, kind, at
+        if not len(segments):
+            return partials
+        inside = (segments.of(spans.done) >= 0) | (segments.of(spans.invoked) >= 0)
+        shared = spark.sparkContext.broadcast((segments, spans.take(np.flatnonzero(inside))))
+        del inside
+        try:
+            rows = staged.filter(F.col("kind") <= WR).mapInArrow(partial(_cut, shared=shared), CUT)
+            found = rows.repartition(shards, "segment").mapInArrow(partial(_search, shared=shared), "result binary")
+            return partials + [orjson.loads(row["result"]) for row in found.collect()]
+        finally:
+            shared.destroy()
+    finally:
+        staged.unpersist()
+
+
+def _partials(table) -> list[dict]:
+    """The partial results of a table of STAGED rows."""
+    kind = table.column("kind").to_numpy()
+    return [orjson.loads(b) for b in table.column("result").take(np.flatnonzero(kind == _RESULT)).to_pylist()]
 
 
 def _read(batches, names: Names, fold: dict[int, int]):
@@ -97,11 +149,57 @@ def _first(batches, facts: Facts):
 
 
 def _second(batches, facts: Facts):
+    shard, results = r.from_arrow(batches)
+    found, edges = second_stage(shard, facts)
+    del shard
+    results.append(orjson.dumps(found, option=orjson.OPT_NON_STR_KEYS))
+    intervals = backward(*edge_pairs(edges))
+    for start in range(0, len(edges), BATCH_ROWS):
+        part = edges.take(slice(start, start + BATCH_ROWS))
+        yield _staged(part.value.astype(np.int8), part.x, part.y)
+    yield _staged(np.full(len(intervals), _INTERVAL, np.int8), intervals.lo, intervals.hi)
+    yield _staged(np.full(len(results), _RESULT, np.int8), np.full(len(results), r.NONE), np.full(len(results), r.NONE),
+                  results)
+
+
+def _staged(kind: np.ndarray, a: np.ndarray, b: np.ndarray, results: list[bytes] = ()):
+    """STAGED rows as an Arrow record batch."""
     import pyarrow as pa
 
-    shard, results = r.from_arrow(batches)
-    results.append(orjson.dumps(second_stage(shard, facts), option=orjson.OPT_NON_STR_KEYS))
-    yield pa.RecordBatch.from_arrays([pa.array(results, pa.binary())], names=["result"])
+    result = pa.array(results, pa.binary()) if len(results) else pa.nulls(len(kind), pa.binary())
+    return pa.RecordBatch.from_arrays([pa.array(kind), pa.array(a), pa.array(b), result],
+                                      names=["kind", "a", "b", "result"])
+
+
+def _cut(batches, shared):
+    """A task's edges cut by segment (txn_segments.cut)."""
+    import pyarrow as pa
+
+    segments, spans = shared.value
+    ww, wr = [], []
+    for batch in batches:
+        kind, a, b = (batch.column(name).to_numpy(zero_copy_only=False) for name in ("kind", "a", "b"))
+        for kept, want in ((ww, WW), (wr, WR)):
+            at = kind == want
+            kept.append(np.stack((a[at], b[at]), axis=1))
+    joined = [np.concatenate(k) if k else np.empty((0, 2), np.int64) for k in (ww, wr)]
+    rows = cut(*joined, segments, spans)
+    del ww, wr, joined
+    for start in range(0, max(len(rows), 1), BATCH_ROWS):
+        part = rows.take(slice(start, start + BATCH_ROWS))
+        yield pa.RecordBatch.from_arrays([pa.array(part.segment), pa.array(part.kind), pa.array(part.a),
+                                          pa.array(part.b)], names=["segment", "kind", "a", "b"])
+
+
+def _search(batches, shared):
+    """A task's segments searched (`cycle_stage`): its partial result."""
+    import pyarrow as pa
+
+    _, spans = shared.value
+    rows = Cut.joined([Cut(*(batch.column(name).to_numpy(zero_copy_only=False)
+                             for name in ("segment", "kind", "a", "b"))) for batch in batches if batch.num_rows])
+    found = orjson.dumps(cycle_stage(rows, spans), option=orjson.OPT_NON_STR_KEYS)
+    yield pa.RecordBatch.from_arrays([pa.array([found], pa.binary())], names=["result"])
 
 
 def shards_for(events: int, cores: int) -> int:

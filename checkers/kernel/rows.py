@@ -54,15 +54,17 @@ FINAL = 17  # (stage 1 ->) a record of a final log: value, pos
 RESULT = 18  # a shard's partial results (Spark's engine: their bytes in a column of their own)
 TXN_ACK = 19  # (stage 1 ->) a committed transaction's send: value, pos, index (the transaction: its completion's
 #               index), process, x its place in its invocation's list of sends
+EDGE = 20  # (stage 1 ->, stage 2 ->) a dependency edge between transactions: value its graph (ww or wr,
+#            checkers/kernel/txn_segments.py), x the node it leaves, y the node it enters
 
 # The x of a transaction's send rows.
 TXN_SEND = 1
 
 # Rows of one family go together (a `Shard` holds each family's as one block).
-SENDS, READS, PROCESSED, RUNS, COMMITS, REPLICAS, ACKS, EXTRAS, FINALS, TXN_ACKS = range(10)
+SENDS, READS, PROCESSED, RUNS, COMMITS, REPLICAS, ACKS, EXTRAS, FINALS, TXN_ACKS, EDGES = range(11)
 FAMILY = np.array([SENDS] * 4 + [READS] + [PROCESSED] * 4 + [RUNS] + [COMMITS] * 4 + [REPLICAS, ACKS, EXTRAS, FINALS,
-                                                                                      -1, TXN_ACKS], np.int8)
-assert len(FAMILY) == TXN_ACK + 1
+                                                                                      -1, TXN_ACKS, EDGES], np.int8)
+assert len(FAMILY) == EDGE + 1
 # Passed through the first stage, to the second.
 PASSED = (RUNS, COMMITS, REPLICAS)
 # The families the first stage's shards take, all of a value's rows in one
@@ -246,7 +248,9 @@ def packed(partition: np.ndarray, offset: np.ndarray) -> np.ndarray:
 
 
 # Spark's and Arrow's layout of rows: the columns and, for the second stage's
-# shuffle, each row's partition (-1 for a result), and a result's bytes.
+# shuffle, each row's partition (-1 for a result; an edge's node it leaves,
+# which spreads the edges the second stage passes on over its shards), and a
+# result's bytes.
 SPARK_SCHEMA = "kind byte, value long, pos long, `index` long, process long, x long, y long"
 SPARK_SCHEMA_KEYED = SPARK_SCHEMA + ", partition long, result binary"
 
@@ -264,7 +268,8 @@ def to_arrow(rows: Rows, keyed: bool = False, results: list[bytes] = ()):
     for name in COLUMNS[1:]:
         columns.append(pa.array(np.concatenate((getattr(rows, name), np.full(len(results), NONE, np.int64)))))
     has_pos = rows.pos >= 0
-    columns.append(pa.array(np.concatenate((np.where(has_pos, rows.pos >> POS_BITS, NONE),
+    spread = np.where(rows.kind == EDGE, rows.x, NONE)
+    columns.append(pa.array(np.concatenate((np.where(has_pos, rows.pos >> POS_BITS, spread),
                                             np.full(len(results), NONE, np.int64)))))
     columns.append(pa.array([None] * len(rows) + list(results), pa.binary()) if results
                    else pa.nulls(n, pa.binary()))

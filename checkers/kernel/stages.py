@@ -9,7 +9,12 @@ and the history's facts (checkers/kernel/facts.py):
    the sends' counts and the contract's checks across a value's sends; it
    hands on the rows the second stage needs, with those it passes through;
 2. `second_stage`, over a shard of partitions: the by-position frame, read
-   order, send order, the replicas and the groups' commits.
+   order, send order, the replicas and the groups' commits; it gives the
+   transactions' dependency edges of both stages (wr by value, ww by
+   partition) as EDGE rows, never in its partial results;
+3. `cycle_stage`, over whole segments of the transactions' dependency
+   graph, cut from those edges (checkers/kernel/txn_segments.py): the
+   cycles' anomalies.
 
 Each frame's anomalies are the registry's records of that frame
 (checkers/registry.py): a record's condition is a mask over the frame's
@@ -21,7 +26,7 @@ stage on one shard, Spark's executors on many: the results are the same.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -36,7 +41,8 @@ from checkers.kernel.groups import commits, group_records, group_values
 from checkers.kernel.read_order import read_order
 from checkers.kernel.replicas import replicas
 from checkers.kernel.send_order import send_order
-from checkers.kernel.transactions import cycles, torn, txn_values
+from checkers.kernel.transactions import Spans, torn, txn_values
+from checkers.kernel.txn_segments import WR, WW, Cut, Sizes, edge_rows, search
 
 NONE = r.NONE
 # The sends' counts a shard keeps (checkers/kernel/by_value.py's `counts`).
@@ -55,7 +61,7 @@ class Partial:
     counts: dict[str, int] = field(default_factory=dict)
     problems: list[int] = field(default_factory=list)
     series: dict[str, dict] = field(default_factory=dict)  # checkers/kernel/series.py
-    edges: dict[str, list] = field(default_factory=dict)  # transactions' dependencies (checkers/kernel/transactions.py)
+    graph: dict[str, int] = field(default_factory=dict)  # the cycles' segments' sizes (txn_segments.Sizes)
 
     def decide(self, frame_name: str, frame, facts: Facts) -> None:
         """Every anomaly of `frame_name` over `frame`."""
@@ -79,7 +85,7 @@ class Partial:
 
     def as_dict(self) -> dict:
         return {"found": self.found, "missing": self.missing, "counts": self.counts, "problems": self.problems,
-                "series": self.series, "edges": self.edges}
+                "series": self.series, "graph": self.graph}
 
 
 def _ordered(frame, rows: np.ndarray, order: tuple[str, ...]) -> np.ndarray:
@@ -113,6 +119,8 @@ def first_frames(shard: r.Shard, facts: Facts, cut: int = 1) -> tuple[dict[str, 
     frames["txn-values"], txn_acks = txn_values(v, shard.parts(r.SENDS))
     if len(txn_acks):
         handed.blocks[r.TXN_ACKS] = [txn_acks]
+    if len(frames["txn-values"].wr):
+        handed.blocks[r.EDGES] = [edge_rows(WR, frames["txn-values"].wr)]
     processed = shard[r.PROCESSED]
     if facts.processing and len(processed):
         processed = processed.take(np.flatnonzero(_held(v.value, processed.value)))  # a value no poll delivered: none
@@ -126,9 +134,9 @@ def first_frames(shard: r.Shard, facts: Facts, cut: int = 1) -> tuple[dict[str, 
 
 def first_stage(shard: r.Shard, facts: Facts, cut: int = 1) -> tuple[r.Shard, dict]:
     """A shard of values: its frames' anomalies, and the rows for the second
-    stage; `cut`: the second stage's shards, if the rows are cut for them
-    (the in-process engine's: `Shard.split` then copies none of the
-    acknowledgements)."""
+    stage (its wr edges among them, passed on by it); `cut`: the second
+    stage's shards, if the rows are cut for them (the in-process engine's:
+    `Shard.split` then copies none of the acknowledgements)."""
     partial = Partial()
     frames, handed = first_frames(shard, facts, cut)
     for name, frame in frames.items():
@@ -137,8 +145,6 @@ def first_stage(shard: r.Shard, facts: Facts, cut: int = 1) -> tuple[r.Shard, di
     partial.counts = counts(v)
     partial.problems = send_problems(v)
     partial.series["unread"] = series.unread(v, facts)
-    if len(frames["txn-values"].wr):
-        partial.edges["wr"] = frames["txn-values"].wr.tolist()
     return handed, partial.as_dict()
 
 
@@ -168,16 +174,15 @@ def second_frames(shard: r.Shard, facts: Facts) -> dict[str, object]:
             "commits": commits(commit_rows, facts, partitions) if facts.committed else ()}
 
 
-def second_stage(shard: r.Shard, facts: Facts) -> dict:
-    """A shard of partitions: its frames' anomalies."""
+def second_stage(shard: r.Shard, facts: Facts) -> tuple[dict, r.Rows]:
+    """A shard of partitions: its frames' anomalies, and the dependency
+    edges, its ww and the wr the first stage handed it, as EDGE rows."""
     partial = Partial()
     frames = second_frames(shard, facts)
     for name, frame in frames.items():
         partial.decide(name, frame, facts)
     partial.series["lag"] = series.lag(shard[r.RUNS], shard[r.ACKS], facts)
-    if len(frames["torn"].ww):
-        partial.edges["ww"] = frames["torn"].ww.tolist()
-    return partial.as_dict()
+    return partial.as_dict(), r.Rows.joined([shard[r.EDGES], edge_rows(WW, frames["torn"].ww)])
 
 
 @dataclass
@@ -190,17 +195,19 @@ class Found:
     counts: dict[str, int]
     problems: list[int]
     series: dict
+    graph: Sizes  # the cycles' segments
 
 
-def cycle_pass(partials: list[dict], spans: dict[int, int]) -> dict:
-    """The second pass over the shards' results: the transactions' dependency
-    graphs made of every shard's edges, and their cycles' anomalies, as one
-    more partial result for `merge` (checkers/kernel/transactions.py);
-    `spans`: each completed transaction's completion -> its invocation
-    (checkers/folds/transactions.py)."""
-    edges = {kind: [e for p in partials for e in p.get("edges", {}).get(kind, ())] for kind in ("ww", "wr")}
+def cycle_stage(rows: Cut, spans: Spans) -> dict:
+    """Whole segments of the transactions' dependency graph (every row
+    `cut` gave of each, checkers/kernel/txn_segments.py): their cycles'
+    anomalies and their sizes, as a partial result for `merge`; `spans`:
+    at least those of the transactions whose completion or invocation a
+    segment holds."""
     partial = Partial()
-    partial.decide("cycles", cycles(np.array(edges["ww"], np.int64), np.array(edges["wr"], np.int64), spans), None)
+    found, sizes = search(rows, spans)
+    partial.decide("cycles", found, None)
+    partial.graph = asdict(sizes)
     return partial.as_dict()
 
 
@@ -227,7 +234,11 @@ def merge(partials: list[dict]) -> Found:
         for i, at in enumerate(p["problems"]):
             if at != NONE and (problems[i] == NONE or at < problems[i]):
                 problems[i] = at
-    return Found(anomalies, missing, totals, problems, series.merged([p["series"] for p in partials]))
+    graph = Sizes()
+    for p in partials:
+        if p.get("graph"):
+            graph = graph.larger(Sizes(**p["graph"]))
+    return Found(anomalies, missing, totals, problems, series.merged([p["series"] for p in partials]), graph)
 
 
 def problem_message(problems: list[int]) -> str | None:

@@ -18,9 +18,10 @@ anomaly of a send holds of them; its reads are READ rows naming it.
   another record there; the shard's write-write edges (each committed
   transactional record -> the next one of another transaction in its
   partition's log);
-- `Cycles` (the driver, once every shard's edges are in: the second pass):
-  a row per strongly connected component of two or more transactions of
-  each graph: ww, ww+wr, and those with realtime edges (T1 -> T2 where T1
+- `Cycles` (the cycles' stage, once every shard's edges are in, over the
+  segments the graph is cut into: checkers/kernel/txn_segments.py): a row
+  per strongly connected component of two or more transactions of each
+  graph: ww, ww+wr, and those with realtime edges (T1 -> T2 where T1
   completed before T2 was invoked), and wr with realtime edges. Within a
   component every edge lies on a cycle, so a component holding an edge of
   a kind holds a cycle through it: the example is one, found by a search
@@ -217,6 +218,39 @@ _HAS_RT = (False, False, True, True, True)
 
 
 @dataclass
+class Spans:
+    """The completed transactions' spans: each one's completion index
+    (`done`, sorted) and the invocation index it answers (`invoked`)."""
+
+    done: np.ndarray
+    invoked: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.done)
+
+    @staticmethod
+    def of(spans: dict[int, int]) -> "Spans":
+        """The spans of a completion -> invocation dict (checkers/folds/transactions.py)."""
+        done = np.fromiter(spans.keys(), np.int64, len(spans))
+        invoked = np.fromiter(spans.values(), np.int64, len(spans))
+        order = np.argsort(done, kind="stable")
+        return Spans(done[order], invoked[order])
+
+    def at(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each node's invocation index and completion index (-1: a node
+        with no span never completed: it is its invocation)."""
+        nodes = np.asarray(nodes, np.int64)
+        if not len(self.done):
+            return nodes.copy(), np.full(len(nodes), NONE, np.int64)
+        k = np.minimum(np.searchsorted(self.done, nodes), len(self.done) - 1)
+        hit = self.done[k] == nodes
+        return np.where(hit, self.invoked[k], nodes), np.where(hit, nodes, NONE)
+
+    def take(self, at: np.ndarray) -> "Spans":
+        return Spans(self.done[at], self.invoked[at])
+
+
+@dataclass
 class Cycles:
     """A row per strongly connected component of two or more transactions of each graph."""
 
@@ -231,23 +265,31 @@ class Cycles:
         return len(self.graph)
 
 
-def cycles(ww: np.ndarray, wr: np.ndarray, spans: dict[int, int]) -> Cycles:
+def cycles(ww: np.ndarray, wr: np.ndarray, spans: Spans, nodes: np.ndarray | None = None,
+           marks: np.ndarray | None = None) -> Cycles:
     """The components of every graph of the transactions joined by `ww` and
-    `wr` edges ((k, 2) arrays of nodes); `spans`: each completed
-    transaction's node (its completion's index) -> its invocation's index
-    (a node not in it never completed: its node is its invocation)."""
-    ww, wr = ww.reshape(-1, 2).astype(np.int64), wr.reshape(-1, 2).astype(np.int64)
-    nodes = np.unique(np.concatenate((ww.ravel(), wr.ravel())))
+    `wr` edges ((k, 2) arrays of nodes, taken as distinct pairs in order,
+    so that neither their order nor repeats change an example); `spans`:
+    the completed transactions' (a node not in it never completed: its node
+    is its invocation). A graph cut out of a larger one
+    (checkers/kernel/txn_segments.py) names what the cut left out but the
+    search must see: `nodes`, transactions of the graph besides the edges'
+    ends (those whose ww and wr edges were all cut away: realtime edges
+    still join them), and `marks`, the invocation indexes, inside the cut,
+    of transactions outside it (realtime's chain of index nodes runs through
+    them in the whole graph, and the examples' search walks that chain)."""
+    ww, wr = _pairs(ww.astype(np.int64)), _pairs(wr.astype(np.int64))
+    none = np.empty(0, np.int64)
+    nodes = np.unique(np.concatenate((ww.ravel(), wr.ravel(), none if nodes is None else nodes)))
     out: list[list] = [[] for _ in range(5)]
     found: list = []
     if len(nodes) < 2:
         return Cycles(*(np.array(c, np.int64) for c in out[:3]), np.array(out[3], bool), np.array(out[4], bool))
     n = len(nodes)
     ww_i, wr_i = np.searchsorted(nodes, ww), np.searchsorted(nodes, wr)
-    invoked = np.array([spans.get(int(t), int(t)) for t in nodes.tolist()], np.int64)
-    completed = np.array([int(t) if int(t) in spans else NONE for t in nodes.tolist()], np.int64)
+    invoked, completed = spans.at(nodes)
     # The index nodes of realtime: each invocation's and completion's index, chained upward.
-    marks = np.unique(np.concatenate((invoked, completed[completed >= 0])))
+    marks = np.unique(np.concatenate((invoked, completed[completed >= 0], none if marks is None else marks)))
     m = len(marks)
     done = np.flatnonzero(completed >= 0)
     rt = np.concatenate((

@@ -1,7 +1,9 @@
 """How the checker runs, not what it finds: the same results.json whichever
 engine runs the kernel and however many shards Spark's engine cuts the
-history into; a small check is one Spark job that leaves the session's
-settings as they were; the priming history takes every path."""
+history into (the transactions' cycles too, found segment by segment, as
+one search of the whole graph finds them); a small check is one Spark job
+that leaves the session's settings as they were; the priming history takes
+every path."""
 
 from __future__ import annotations
 
@@ -27,6 +29,12 @@ PLAN = Plan(events=8_000, seed=11, partitions=4, producers=3, consumers=3, batch
             nonmonotonic_sends=2, unseen=2, hole_rate=0.01)
 
 
+# Transactions of four producers with every transactional plant.
+TXN_PLAN = Plan(events=20_000, seed=5, partitions=3, producers=2, consumers=2, transactions=0.9, txn_producers=4,
+                txn_partitions=3, ww_cycles=2, wr_cycles=2, precommitted=1, torn=2, ww_realtime_cycles=2,
+                ww_wr_realtime_cycles=2)
+
+
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
     syn = generate(PLAN)
@@ -47,6 +55,32 @@ def test_any_number_of_shards_gives_the_results_of_one_process(spark, planted, m
     assert counts == {name: reference[name] for name in counts}
     assert counts == {name: syn.expected.get(name, 0) for name in counts}
     assert in_spark["checker"]["engine"] == "spark" and local["checker"]["engine"] == "local"
+
+
+def test_a_generated_transactional_history_s_cycles_are_alike_in_process_in_spark_and_in_the_whole_graph(
+        spark, tmp_path, monkeypatch):
+    from checkers.engines import local as local_engine
+    from tests.checkers.conftest import Hist
+    from tests.checkers.test_transactions import CYCLES, whole_graph
+
+    syn = generate(TXN_PLAN)
+    path = tmp_path / "history.parquet"
+    write_parquet(syn.events, path, batch_rows=2_000)
+    monkeypatch.setattr(spark_engine, "shards_for", lambda events, cores: 3)
+    monkeypatch.setattr(local_engine, "SHARDS", 3)
+    in_spark = check_history(path, Options(), spark=spark)
+    local = check_history(path, Options(engine="local"))
+    assert without_timing(in_spark) == without_timing(local)
+    assert {name: a["count"] for name, a in local["anomalies"].items()} == {
+        name: syn.expected.get(name, 0) for name in registry.NAMES}
+    hist = Hist()
+    hist.events = syn.events
+    assert {name: {k: local["anomalies"][name][k] for k in ("count", "examples")} for name in CYCLES} == \
+        whole_graph(hist)
+    # A segment per planted cycle of two or three transactions (the generator's others run one at a time).
+    assert in_spark["checker"]["cycles"] == local["checker"]["cycles"]
+    assert local["checker"]["cycles"]["segments"] >= 8
+    assert local["checker"]["cycles"]["largest_segment"]["transactions"] in (2, 3)
 
 
 def test_polls_that_interleave_partitions_are_read_record_by_record(check, hist):

@@ -95,7 +95,7 @@ def planted_frames(tmp_path_factory) -> dict:
     from core.history.parquet import write_parquet
     from checkers.kernel.extract import replica_rows
     from checkers.folds import Transactions
-    from checkers.kernel.transactions import cycles
+    from checkers.kernel.transactions import Spans, cycles
 
     folder = tmp_path_factory.mktemp("prime")
     write_parquet(_prime_events(), folder / "history.parquet")
@@ -109,6 +109,6 @@ def planted_frames(tmp_path_factory) -> dict:
     on_disk = [replica_rows(k, *columns(chunk)) for k, node in enumerate(sorted(nodes))
                for chunk in read_dump(nodes[node])]
     frames.update(second_frames(r.Shard.joined([handed, r.Shard({r.REPLICAS: on_disk})]), facts))
-    frames["cycles"] = cycles(frames["torn"].ww, frames["txn-values"].wr, read.fold(Transactions).spans)
+    frames["cycles"] = cycles(frames["torn"].ww, frames["txn-values"].wr, Spans.of(read.fold(Transactions).spans))
     assert all(len(frame) for frame in frames.values())
     return frames

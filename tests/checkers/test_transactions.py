@@ -5,12 +5,19 @@ the cycles of the dependency graph (G0, G1c, their realtime variants, and
 wr-cycle), consume-transform-produce transactions as their group's handling
 (consumer-loss, redelivery: exactly-once processing), with histories where
 nothing is wrong. Every check also compares
-the reference checker and the in-process engine."""
+the reference checker and the in-process engine; the cycles found segment
+by segment (checkers/kernel/txn_segments.py) are also compared with one
+search of the whole graph."""
 
 from __future__ import annotations
 
+import random
+import tempfile
+from pathlib import Path
+
 import pytest
 
+from checkers import registry
 from tests.checkers.test_anomalies import ZERO, only
 
 pytestmark = pytest.mark.spark
@@ -290,3 +297,155 @@ def test_a_transaction_s_sends_to_a_partition_are_in_the_order_it_lists_them(his
     assert r["counts_by_anomaly"] == only(nonmonotonic_send=1)
     (e,) = r["anomalies"]["nonmonotonic-send"]["examples"]
     assert (e["prev_value"], e["prev_offset"], e["value"], e["offset"]) == (first, 1, second, 0)
+
+
+# --------------------------------------------------------------------------
+# The cycles searched segment by segment, against the whole graph searched at once
+
+CYCLES = tuple(name for name, a in registry.ANOMALIES.items() if a.frame == "cycles")
+
+
+def whole_graph(hist) -> dict[str, dict]:
+    """Each cycle anomaly's count and examples as one search of the whole
+    dependency graph gives them, every edge of the history at once (as the
+    checker searched before it cut the graph into segments)."""
+    from checkers.folds import Transactions
+    from checkers.history_read import HistoryRead
+    from checkers.kernel import rows as r
+    from checkers.kernel.stages import Partial, first_frames, merge, second_frames
+    from checkers.kernel.transactions import Spans, cycles
+    from core.history.batches import tables
+    from core.history.files import resolve
+
+    with tempfile.TemporaryDirectory() as tmp:
+        hist.write(Path(tmp), parquet=True)
+        read = HistoryRead(keep_rows=True)
+        for table in tables(resolve(Path(tmp))):
+            read.add(table)
+    facts = read.facts({}, [])
+    frames, handed = first_frames(r.Shard.joined([b[0] for b in read.rows]), facts)
+    ww = second_frames(handed, facts)["torn"].ww
+    partial = Partial()
+    partial.decide("cycles", cycles(ww, frames["txn-values"].wr, Spans.of(read.fold(Transactions).spans)), None)
+    found = merge([partial.as_dict()])
+    return {name: {"count": found.anomalies[name][0], "examples": found.anomalies[name][1]} for name in CYCLES}
+
+
+def _cycles_of(results: dict) -> dict[str, dict]:
+    return {name: {k: results["anomalies"][name][k] for k in ("count", "examples")} for name in CYCLES}
+
+
+def test_a_transaction_whose_edges_leave_the_segment_is_on_its_cycle_by_realtime_edges(hist, check):
+    # B read A's record before A was invoked (A -wr-> B, backward: the segment from B's completion to
+    # A's). X ran between them: B -rt-> X -rt-> A, a cycle of three, though X's only edge, to Y, which
+    # read X's record, leaves the segment. N, invoked in it, never completed (its node is its
+    # invocation); Y read its record too: an edge out of the segment, and no cycle through N.
+    b_inv = hist.add(0, "invoke", "txn", sends=[])
+    b = hist.add(0, "ok", "txn", sends=[], records=[{"partition": 0, "offset": 0, "key": 0, "value": 10}])
+    hist.add(4, "invoke", "txn", sends=[{"key": 0, "value": 30}])
+    x_inv, x = txn(hist, 1, [(20, 1, 0)])
+    a_inv, a = txn(hist, 2, [(10, 0, 0)])
+    txn(hist, 3, [], records=[(1, 0, 20), (2, 0, 30)])
+    r = check(hist)
+    assert r["counts_by_anomaly"] == only(G1c_realtime=1, wr_cycle=1)
+    (e,) = r["anomalies"]["wr-cycle"]["examples"]
+    assert e["first"] == b and e["size"] == 3  # B, X and A
+    assert r["checker"]["cycles"] == {"segments": 1, "largest_segment": {"transactions": 4, "edges": 1}}
+    assert _cycles_of(r) == whole_graph(hist)
+    assert (b_inv, x_inv, a_inv, x, a) == (0, 3, 5, 4, 6)
+
+
+def test_the_example_cycle_walks_realtime_past_a_transaction_outside_the_segment(hist, check):
+    # A -wr-> B (B read A's record before A was invoked), Z -ww-> A (partition 1), B -rt-> Z: a
+    # G1c-realtime of three, and a wr-cycle of A and B. W was invoked between Z and A and completed
+    # after the segment [B, A]: its invocation lies in realtime's chain from B to A, which makes the
+    # example's way back from B to A go by Z (without it, straight to A is as short, and comes first).
+    hist.add(0, "invoke", "txn", sends=[])
+    b = hist.add(0, "ok", "txn", sends=[], records=[{"partition": 1, "offset": 1, "key": 0, "value": 3}])
+    z_inv = hist.add(1, "invoke", "txn", sends=[{"key": 0, "value": 2}])
+    hist.add(2, "invoke", "txn", sends=[{"key": 0, "value": 4}])
+    a_inv = hist.add(3, "invoke", "txn", sends=[{"key": 0, "value": 3}])
+    z = hist.add(1, "ok", "txn", sends=[{"key": 0, "value": 2, "partition": 1, "offset": 0}], records=[])
+    a = hist.add(3, "ok", "txn", sends=[{"key": 0, "value": 3, "partition": 1, "offset": 1}], records=[])
+    hist.add(2, "ok", "txn", sends=[{"key": 0, "value": 4, "partition": 2, "offset": 0}], records=[])
+    txn(hist, 4, [], records=[(2, 0, 4)])
+    r = check(hist)
+    assert r["counts_by_anomaly"] == only(G1c_realtime=1, wr_cycle=1, lost_write=1)  # Z's record: B read past it
+    (e,) = r["anomalies"]["G1c-realtime"]["examples"]
+    ta, tb, tz = ({"invoke_index": i, "complete_index": c} for i, c in ((a_inv, a), (b - 1, b), (z_inv, z)))
+    assert e["steps"] == [{"from": ta, "to": tb, "kind": "wr"}, {"from": tb, "to": tz, "kind": "rt"},
+                          {"from": tz, "to": ta, "kind": "ww"}]
+    assert _cycles_of(r) == whole_graph(hist)
+
+
+def _overlapping(hist, seed: int, bursts: int = 30) -> None:
+    """Bursts of transactions that overlap at random on three partitions,
+    each burst drained before the next (so that the graph falls into
+    segments): a transaction's record takes its offset when the
+    transaction is invoked or when it completes, so that two of them may
+    cross in two logs; when it completes, it reads records others sent,
+    mostly its own burst's, committed yet or not (a later transaction's:
+    a realtime edge's wrong way), sometimes an earlier burst's (a long edge
+    forward); one in ten aborts, and a few are never completed (their
+    process is not used again)."""
+    rng = random.Random(seed)
+    logs: list[list[int]] = [[], [], []]
+    appended: list[tuple[int, int, int]] = []  # every record, in the order it took its offset
+    value, process = 0, 0
+
+    def append(v: int, q: int) -> tuple[int, int, int]:
+        logs[q].append(v)
+        appended.append((q, len(logs[q]) - 1, v))
+        return v, q, len(logs[q]) - 1
+
+    for _ in range(bursts):
+        open_: dict[int, tuple[list, list]] = {}
+        for _ in range(rng.randint(6, 16)):
+            if open_ and rng.random() < 0.5:
+                p = rng.choice(sorted(open_))
+                placed, later = open_.pop(p)
+                if rng.random() < 0.08:
+                    continue  # never completed
+                sends = placed + [append(v, q) for v, q in later]
+                mine = {v for v, _, _ in sends}
+                readable = [rec for rec in appended[-12:] if rec[2] not in mine]
+                records = rng.sample(readable, min(len(readable), rng.randint(0, 2)))
+                if rng.random() < 0.2:
+                    records.append(rng.choice(appended))
+                records = [rec for rec in dict.fromkeys(records) if rec[2] not in mine]
+                _completed(hist, p, sends, records, "fail" if rng.random() < 0.1 else "ok")
+            else:
+                placed, later = [], []
+                for q in rng.sample(range(3), rng.randint(1, 2)):
+                    value += 1
+                    if rng.random() < 0.5:
+                        placed.append(append(value, q))
+                    else:
+                        later.append((value, q))
+                hist.add(process, "invoke", "txn",
+                         sends=[{"key": 0, "value": v} for v, *_ in placed + later])
+                open_[process] = (placed, later)
+                process += 1
+        for p, (placed, later) in sorted(open_.items()):
+            _completed(hist, p, placed + [append(v, q) for v, q in later], [], "ok")
+
+
+def _completed(hist, process, sends, records, outcome) -> None:
+    """The completion of a transaction `txn` would make, its invocation made already."""
+    hist.add(process, outcome, "txn",
+             sends=[{"key": 0, "value": v, **({"partition": p, "offset": o} if outcome == "ok" else {})}
+                    for v, p, o in sends],
+             records=[{"partition": p, "offset": o, "key": 0, "value": v} for p, o, v in records],
+             **({"error": "ABORTED"} if outcome != "ok" else {}))
+
+
+@pytest.mark.parametrize("seed", [1, 8])
+def test_overlapping_transactions_cycles_found_segment_by_segment_are_the_whole_graph_s(hist, check, seed):
+    # Many segments, cycles of every kind in several of them, long forward edges from a burst to later
+    # ones cut away, transactions aborted and never completed.
+    _overlapping(hist, seed)
+    r = check(hist)
+    assert r["checker"]["cycles"]["segments"] >= 10
+    assert all(r["counts_by_anomaly"][name] for name in CYCLES)
+    assert len({e["first"] for name in CYCLES for e in r["anomalies"][name]["examples"]}) >= 5
+    assert _cycles_of(r) == whole_graph(hist)
