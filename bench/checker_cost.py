@@ -31,7 +31,9 @@ TXN_PLANTED in each part besides PLANTED; unless `--no-txn`), and its
 cost reported per million transactions: the whole check's seconds
 (`s_per_million_txn`), and what it took beyond the plain history's check
 of the same size (`txn_extra_s_per_million_txn`: the transactions'
-frames, their dependency graph and its cycles, and the events they add).
+frames, their dependency graph and its cycles, and the events they add),
+with the segments the graph was cut into for the cycles' search and the
+largest one's transactions and edges (results.json's `checker.cycles`).
 
 The result is recorded (bench/record.py), its figures named engine, size
 and measure (`spark.10M.cold_ratio`), against TARGETS.
@@ -54,6 +56,7 @@ from bench.cold_check import scan
 from checkers.check import Options, check_history
 from checkers.spark import conf_pairs, get_session
 from lab.spark_cluster import standalone
+from lab.synthetic import ANOMALY_OF
 from core.errors import UserError
 from core.history.files import resolve
 from core.processes import descendants
@@ -61,7 +64,7 @@ from core.processes import descendants
 PLANTED = dict(lost=5, duplicates=5, inconsistent=5, aborted=5, nonmonotonic_polls=5, skips=5,
                nonmonotonic_sends=5, unseen=5)  # in each part
 # A transactional history's plants (lab/synthetic.py), in each part, and how it makes transactions.
-TXN_PLANTED = dict(ww_cycles=5, wr_cycles=5, precommitted=5)
+TXN_PLANTED = dict(ww_cycles=5, wr_cycles=5, precommitted=5, torn=5, ww_realtime_cycles=5, ww_wr_realtime_cycles=5)
 TXN_FLAGS = ("--transactions", "0.9", "--txn-producers", "4", "--txn-partitions", "4")
 PART_EVENTS = 1_000_000
 # Issue 46's goals for the checker whose anomalies one kernel decides, run by
@@ -123,18 +126,20 @@ def ensure_history(size: int, cache: Path, txn: bool = False) -> Path:
     with PLANTED in each part (and, `txn`, transactions: TXN_FLAGS and
     TXN_PLANTED): made once by `harness gen-history --parts`, then reused. A
     folder not of that making (the earlier one-file layout, a generation cut
-    short) is made again."""
+    short, fewer plants than these) is made again."""
     folder = cache / (f"check-txn-{size}" if txn else f"check-{size}")
     parts = max(1, round(size / PART_EVENTS))
     expected = folder / "expected.json"
+    plants = {**PLANTED, **(TXN_PLANTED if txn else {})}
     if (folder / "history.parquet").is_dir() and expected.is_file():
-        if orjson.loads(expected.read_bytes()).get("parts") == parts:
+        made = orjson.loads(expected.read_bytes())
+        if made.get("parts") == parts and all(made["anomalies"].get(ANOMALY_OF[name], 0) >= n * parts
+                                              for name, n in plants.items()):
             return folder
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "results.json").unlink(missing_ok=True)  # a check of what was there before
     print(f"generating a {size}-event history in {parts} part(s) into {folder} ...", file=sys.stderr, flush=True)
-    planted = [f"--{name.replace('_', '-')}={n * parts}"
-               for name, n in {**PLANTED, **(TXN_PLANTED if txn else {})}.items()]
+    planted = [f"--{name.replace('_', '-')}={n * parts}" for name, n in plants.items()]
     proc = subprocess.run([sys.executable, "-m", "harness.cli", "gen-history", "--events", str(size),
                            "--parts", str(parts), "--seed", "0", "--partitions", "6", *planted,
                            *(TXN_FLAGS if txn else ()), "--out", str(folder)], stdout=subprocess.PIPE, text=True)
@@ -340,15 +345,21 @@ def txn_cost(spark, folder: Path, args, plain_check_s: float, plain_events: int)
         if differ:
             raise UserError(f"{folder}: the checker's counts differ from the planted ones: {differ}")
     transactions = sum(results["counts"]["other_ops"].get("txn", {}).values())
+    graph = results["checker"]["cycles"]
     seconds, events = min(tries), expected["events"]
     millions = transactions / 1e6
     plain = plain_check_s * events / plain_events
     print(f"{events} events with {transactions} transactions: check {seconds:.2f} s, "
           f"{seconds / millions:.1f} s per million transactions, {(seconds - plain) / millions:.1f} s of them beyond "
-          f"a plain history's check (counts as planted)", file=sys.stderr, flush=True)
+          f"a plain history's check (counts as planted); the cycles searched in {graph['segments']} segments, "
+          f"the largest of {graph['largest_segment']['transactions']} transactions and "
+          f"{graph['largest_segment']['edges']} edges", file=sys.stderr, flush=True)
     return {"txn_events": events, "transactions": transactions, "txn_check_s": round(seconds, 2),
             "s_per_million_txn": round(seconds / millions, 2),
-            "txn_extra_s_per_million_txn": round((seconds - plain) / millions, 2)}
+            "txn_extra_s_per_million_txn": round((seconds - plain) / millions, 2),
+            "txn_stages": results["checker"]["stages"], "segments": graph["segments"],
+            "largest_segment_txns": graph["largest_segment"]["transactions"],
+            "largest_segment_edges": graph["largest_segment"]["edges"]}
 
 
 def figures(report: dict, sizes: list[int]) -> dict:
@@ -365,7 +376,9 @@ def figures(report: dict, sizes: list[int]) -> dict:
                         name + "peak_rss_mib": row["peak_rss_mb"],
                         name + "python_peak_rss_mib": row["python_peak_rss_mb"]})
             out.update({name + key: row[key] for key in ("transactions", "txn_check_s", "s_per_million_txn",
-                                                          "txn_extra_s_per_million_txn") if key in row})
+                                                          "txn_extra_s_per_million_txn", "segments",
+                                                          "largest_segment_txns", "largest_segment_edges")
+                        if key in row})
         if "cold_cli_s" in part:
             name = f"{prefix}{part.get('engine', 'spark')}.{record.size_label(sizes[-1])}."
             out.update({name + "cold_s": part["cold_cli_s"], name + "cold_bare_scan_s": part["cold_bare_scan_s"],
