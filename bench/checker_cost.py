@@ -333,30 +333,34 @@ def txn_cost(spark, folder: Path, args, plain_check_s: float, plain_events: int)
     """The best of `args.repeat` checks of the transactional history in
     `folder`, its counts as planted, and its cost per million transactions:
     whole, and beyond `plain_check_s` (the plain history's check of
-    `plain_events`, scaled to this one's events)."""
+    `plain_events`, scaled to this one's events), with the best check's
+    CPU seconds and peak RSS (where the transactions' graph would show)."""
     expected = expected_of(folder)
     tries = []
     for _ in range(args.repeat):
-        t0 = time.monotonic()
-        results = check_history(folder, Options(engine=args.engine), spark=spark)
-        tries.append(time.monotonic() - t0)
+        with PeakRSS() as mem, CPUTime() as cpu:
+            t0 = time.monotonic()
+            results = check_history(folder, Options(engine=args.engine), spark=spark)
+            tries.append((time.monotonic() - t0, cpu, mem))
         counts = {k: v["count"] for k, v in results["anomalies"].items()}
         differ = differences(counts, expected["anomalies"])
         if differ:
             raise UserError(f"{folder}: the checker's counts differ from the planted ones: {differ}")
     transactions = sum(results["counts"]["other_ops"].get("txn", {}).values())
     graph = results["checker"]["cycles"]
-    seconds, events = min(tries), expected["events"]
+    (seconds, cpu, mem), events = min(tries, key=lambda t: t[0]), expected["events"]
     millions = transactions / 1e6
     plain = plain_check_s * events / plain_events
     print(f"{events} events with {transactions} transactions: check {seconds:.2f} s, "
           f"{seconds / millions:.1f} s per million transactions, {(seconds - plain) / millions:.1f} s of them beyond "
           f"a plain history's check (counts as planted); the cycles searched in {graph['segments']} segments, "
           f"the largest of {graph['largest_segment']['transactions']} transactions and "
-          f"{graph['largest_segment']['edges']} edges", file=sys.stderr, flush=True)
+          f"{graph['largest_segment']['edges']} edges; CPU {cpu.total:.1f} s, peak RSS {round(mem.peak / 2**20)} MiB, "
+          f"of Python alone {round(mem.own_peak / 2**20)} MiB", file=sys.stderr, flush=True)
     return {"txn_events": events, "transactions": transactions, "txn_check_s": round(seconds, 2),
             "s_per_million_txn": round(seconds / millions, 2),
-            "txn_extra_s_per_million_txn": round((seconds - plain) / millions, 2),
+            "txn_extra_s_per_million_txn": round((seconds - plain) / millions, 2), "txn_cpu_s": round(cpu.total, 2),
+            "txn_peak_rss_mb": round(mem.peak / 2**20), "txn_python_peak_rss_mb": round(mem.own_peak / 2**20),
             "txn_stages": results["checker"]["stages"], "segments": graph["segments"],
             "largest_segment_txns": graph["largest_segment"]["transactions"],
             "largest_segment_edges": graph["largest_segment"]["edges"]}
@@ -376,9 +380,11 @@ def figures(report: dict, sizes: list[int]) -> dict:
                         name + "peak_rss_mib": row["peak_rss_mb"],
                         name + "python_peak_rss_mib": row["python_peak_rss_mb"]})
             out.update({name + key: row[key] for key in ("transactions", "txn_check_s", "s_per_million_txn",
-                                                          "txn_extra_s_per_million_txn", "segments",
+                                                          "txn_extra_s_per_million_txn", "txn_cpu_s", "segments",
                                                           "largest_segment_txns", "largest_segment_edges")
                         if key in row})
+            out.update({name + key.replace("_mb", "_mib"): row[key] for key in ("txn_peak_rss_mb",
+                                                                               "txn_python_peak_rss_mb") if key in row})
         if "cold_cli_s" in part:
             name = f"{prefix}{part.get('engine', 'spark')}.{record.size_label(sizes[-1])}."
             out.update({name + "cold_s": part["cold_cli_s"], name + "cold_bare_scan_s": part["cold_bare_scan_s"],

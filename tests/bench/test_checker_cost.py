@@ -164,6 +164,7 @@ def test_the_bench_prints_its_table_and_fails_on_counts_not_planted(tmp_path):
     # The transactional history's cycles: a segment per planted cycle (of two or three transactions).
     assert result["figures"]["spark.20K.segments"] >= sum(TXN_PLANTED[name] for name in TXN_PLANTED if "cycles" in name)
     assert result["figures"]["spark.20K.largest_segment_txns"] in (2, 3)
+    assert result["figures"]["spark.20K.txn_peak_rss_mib"] > result["figures"]["spark.20K.txn_python_peak_rss_mib"] > 0
     assert [t["figure"] for t in result["targets"]] == [t.figure for t in TARGETS]
     assert all(t["met"] is None for t in result["targets"])
     # A planted count the checker does not find: one line, exit 2.
