@@ -43,7 +43,7 @@ from checkers.kernel.extract import extract, replica_rows
 from checkers.kernel.facts import Facts
 from checkers.kernel.stages import cycle_stage, first_stage, second_stage
 from checkers.kernel.transactions import Spans
-from checkers.kernel.txn_segments import WR, WW, Cut, backward, cut, edge_pairs, merged
+from checkers.kernel.txn_segments import WR, Cut, backward, by_graph, cut, edge_pairs, merged
 from core.history.batches import Names, decode, file_tables
 from core.history.dumps import columns, read_dump
 
@@ -176,15 +176,11 @@ def _cut(batches, shared):
     import pyarrow as pa
 
     segments, spans = shared.value
-    ww, wr = [], []
-    for batch in batches:
-        kind, a, b = (batch.column(name).to_numpy(zero_copy_only=False) for name in ("kind", "a", "b"))
-        for kept, want in ((ww, WW), (wr, WR)):
-            at = kind == want
-            kept.append(np.stack((a[at], b[at]), axis=1))
-    joined = [np.concatenate(k) if k else np.empty((0, 2), np.int64) for k in (ww, wr)]
-    rows = cut(*joined, segments, spans)
-    del ww, wr, joined
+    parts = [by_graph(*(batch.column(name).to_numpy(zero_copy_only=False) for name in ("kind", "a", "b")))
+             for batch in batches]
+    ww, wr = (np.concatenate([p[i] for p in parts] or [np.empty((0, 2), np.int64)]) for i in (0, 1))
+    rows = cut(ww, wr, segments, spans)
+    del parts, ww, wr
     for start in range(0, max(len(rows), 1), BATCH_ROWS):
         part = rows.take(slice(start, start + BATCH_ROWS))
         yield pa.RecordBatch.from_arrays([pa.array(part.segment), pa.array(part.kind), pa.array(part.a),

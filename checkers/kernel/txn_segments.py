@@ -69,9 +69,13 @@ def edge_rows(kind: int, pairs: np.ndarray) -> r.Rows:
 
 def edge_pairs(edges: r.Rows) -> tuple[np.ndarray, np.ndarray]:
     """EDGE rows as the (k, 2) arrays of their ww and wr edges."""
-    ww, wr = edges.value == WW, edges.value == WR
-    return (np.stack((edges.x[ww], edges.y[ww]), axis=1).astype(np.int64),
-            np.stack((edges.x[wr], edges.y[wr]), axis=1).astype(np.int64))
+    return by_graph(edges.value, edges.x, edges.y)
+
+
+def by_graph(kind: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Edges a -> b of graph `kind` (WW, WR; other kinds left out) as the
+    (k, 2) int64 arrays of the ww and the wr edges."""
+    return tuple(np.stack((a[kind == want], b[kind == want]), axis=1).astype(np.int64) for want in (WW, WR))
 
 
 @dataclass
@@ -207,8 +211,8 @@ def search(rows: Cut, spans: Spans) -> tuple[Cycles, Sizes]:
     searched as one graph (module docstring), and their sizes."""
     rows = rows.distinct()
     is_edge = rows.kind <= WR
-    pairs = {kind: np.stack((rows.a[rows.kind == kind], rows.b[rows.kind == kind]), axis=1) for kind in (WW, WR)}
-    found = cycles(pairs[WW], pairs[WR], spans, nodes=rows.a[rows.kind == NODE], marks=rows.a[rows.kind == MARK])
+    ww, wr = by_graph(rows.kind, rows.a, rows.b)
+    found = cycles(ww, wr, spans, nodes=rows.a[rows.kind == NODE], marks=rows.a[rows.kind == MARK])
     if not len(rows):
         return found, Sizes()
     # Each segment's transactions: its NODE rows and its edges' ends, distinct.
