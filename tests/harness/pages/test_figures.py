@@ -263,7 +263,7 @@ def test_the_liveness_section_tells_starved_members_escaped():
             "consumers": {"unavailable_s": 0.5}, "starved_member_s": 18.2,
             "starved_members": [stretch] + [{**stretch, "member": 10 + i, "open": False} for i in range(SHOW_STARVED)]}
     html = liveness_html(live, {})
-    assert ("Group &lt;b&gt;g&lt;/b&gt;: member 3 held no partition for 18.2 s (1.3 s to the end of the run) "
+    assert ("Group &lt;b&gt;g&lt;/b&gt;: member 3 held no partition for 18.2 s (1.3 s to 19.5 s, when it stopped) "
             "while member 4 held partitions 0, 1: a rebalance that never finished.") in html
     assert "<b>g</b>" not in html
     assert html.count("held no partition") == SHOW_STARVED
