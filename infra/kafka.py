@@ -68,6 +68,7 @@ DAEMON = "kafka"
 CHROOT = "/kafka"
 PORT = 9092
 CONTROLLER_PORT = 9093
+OFFSETS_TOPIC = "__consumer_offsets"  # where a group's coordinator keeps its commits (its leader is the coordinator)
 MODES = ("zk", "kraft")
 DEFAULT_VERSION = kafka_dist.DEFAULT_VERSION
 CACHE_ENV = "HARNESS_KAFKA_CACHE"  # another jar cache than .cache/kafka (shared machines, tests)
@@ -272,6 +273,23 @@ def new_cluster_id() -> str:
         text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not text.startswith("-"):
             return text
+
+
+def java_string_hash(text: str) -> int:
+    """Java's `String.hashCode()`: 31-fold over the UTF-16 code units, in a signed 32-bit int."""
+    h = 0
+    units = text.encode("utf-16-be")
+    for i in range(0, len(units), 2):
+        h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def offsets_partition_of(group: str, partitions: int) -> int:
+    """The `__consumer_offsets` partition holding `group`'s commits, as Kafka
+    places it: `Utils.abs(group.hashCode()) % partitions`, where Utils.abs
+    takes Integer.MIN_VALUE to 0."""
+    h = java_string_hash(group)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
 
 
 def _properties_text(props: dict[str, str]) -> bytes:
@@ -794,6 +812,20 @@ class KafkaSystem(BrokerBase):
         if info is None:
             raise RemoteError("control node", "metadata", f"no broker answered a metadata request for {topic}")
         return self.named_states({p: (pm.leader, None, list(pm.isrs)) for p, pm in info.partitions.items()})
+
+    def group_offsets_state(self, group: str) -> tuple[int, str | None, list[str], list[str]]:
+        """(partition, leader, replicas, ISR) of the `__consumer_offsets`
+        partition holding `group`'s commits, from a metadata request (both
+        modes): its leader is the group's coordinator, its followers are
+        what the coordinator's commits wait for (infra.system.GroupOffsets)."""
+        meta = self.metadata(OFFSETS_TOPIC, timeout=2.0)
+        info = meta.topics.get(OFFSETS_TOPIC) if meta is not None else None
+        if info is None or not info.partitions:
+            raise RemoteError("control node", "metadata", f"no broker answered a metadata request for {OFFSETS_TOPIC}")
+        partition = offsets_partition_of(group, len(info.partitions))
+        pm = info.partitions[partition]
+        names = self.named_replicas({0: list(pm.replicas), 1: list(pm.isrs)})
+        return partition, self.node_of(pm.leader), names[0], names[1]
 
     @staticmethod
     def parse_truncations(text: str) -> list[dict]:

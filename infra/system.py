@@ -17,6 +17,9 @@ it fills, and callers ask with `isinstance(system, Proto)`, never getattr:
                   its decisions about the topic's partitions (leader, ISR, eligible
                   leader replicas) and the brokers (registered, fenced), in order,
                   with `wall` seconds (Kafka's KRaft metadata log; states.jsonl)
+    GroupOffsets  group_offsets_state(group) -> (partition, leader, replicas, ISR) of
+                  where the group's commits are replicated (Kafka's `__consumer_offsets`
+                  partition for the group; its leader is the coordinator)
     ControllerProcesses  controller_processes() -> the quorum's own processes
                   (start, kill, pause, resume, process_state by node) where they
                   are not the brokers' (Kafka's separate KRaft layout), else None
@@ -113,6 +116,14 @@ class GroupCoordinators(Protocol):
     """Which node coordinates a consumer group, for faults aimed at it."""
 
     def group_coordinator(self, group: str) -> str | None: ...
+
+
+@runtime_checkable
+class GroupOffsets(Protocol):
+    """Where a consumer group's commits are replicated, for faults aimed at the
+    replicas its coordinator's commits wait for (Kafka's `__consumer_offsets`)."""
+
+    def group_offsets_state(self, group: str) -> tuple[int, str | None, list[str], list[str]]: ...
 
 
 @runtime_checkable

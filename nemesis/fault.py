@@ -122,6 +122,10 @@ def how_words(value: dict) -> str:
         return "the controller"
     if "coordinator_of" in value:
         return f"the coordinator of group {value['coordinator_of']}"
+    if "group_follower_of" in value:
+        led = f", led by the coordinator {value['leader']}" if value.get("leader") else ""
+        return (f"a follower of __consumer_offsets partition {value.get('offsets_partition')} (the commits of group "
+                f"{value['group_follower_of']}{led})")
     if "txn_coordinator_of" in value:
         return f"the transaction coordinator of {value['txn_coordinator_of']}"
     if value.get("kraft_controllers") is True:

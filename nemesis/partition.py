@@ -11,11 +11,13 @@ it with iptables on the nodes and heals it. The schedule draws a shape
   it would cut nothing, and the draw gives isolate-one instead);
 - bridge: two halves that only one node, the bridge, hears both of;
 - isolate-leader, isolate-replicas, isolate-followers, isolate-out-of-sync,
-  isolate-controller, isolate-group-coordinator, isolate-txn-coordinator:
-  the leader, the replicas, the followers or the out-of-sync replicas of a
-  topic partition, the controller, the coordinator of the run's consumer
-  group, or of its first transactional producer, as the system names them
-  when the fault starts, cut off from every other node.
+  isolate-controller, isolate-group-coordinator, isolate-group-follower,
+  isolate-txn-coordinator: the leader, the replicas, the followers or the
+  out-of-sync replicas of a topic partition, the controller, the
+  coordinator of the run's consumer group or one in-sync follower of the
+  `__consumer_offsets` partition holding its commits, or the coordinator
+  of its first transactional producer, as the system names them when the
+  fault starts, cut off from every other node.
 
 Three shapes cut one port, not whole nodes (infra.net.cut_ports), because
 what they cut shares its node with what must stay connected:
@@ -53,9 +55,9 @@ from infra.nodes import parallel
 from infra.system import ControllerQuorum
 from nemesis import clients
 from nemesis.fault import NETWORK, Context, Fault, FaultError, Step, how_words, natural, node_words, verdict
-from nemesis.targets import (PARTITION_TARGETS, controller, followers_of, group_coordinator, kraft_controllers,
-                             leader_of, out_of_sync_of, replicas_of, txn_coordinator, watched_group,
-                             watched_transactional_id, zookeeper)
+from nemesis.targets import (PARTITION_TARGETS, controller, followers_of, group_coordinator, group_follower,
+                             kraft_controllers, leader_of, out_of_sync_of, replicas_of, txn_coordinator,
+                             watched_group, watched_transactional_id, zookeeper)
 
 MAX_PROBES = 12  # cut pairs probed per partition (all of them on small clusters)
 PROBE_PORT = 22  # sshd answers on every node, whatever the system is doing
@@ -64,6 +66,7 @@ PARTITION_MODES = ("isolate-one", "halves", "majorities-ring", "bridge")  # draw
 MODE_OF_TARGET = {"one": "isolate-one", "leaders": "isolate-leader", "replicas": "isolate-replicas",
                   "followers": "isolate-followers", "out-of-sync": "isolate-out-of-sync",
                   "controller": "isolate-controller", "group-coordinator": "isolate-group-coordinator",
+                  "group-follower": "isolate-group-follower",
                   "txn-coordinator": "isolate-txn-coordinator",
                   "kraft-controllers": "split-kraft-controllers",
                   "zookeeper": "isolate-zookeeper", "clients": "cut-clients", "minority": "isolate-minority",
@@ -71,8 +74,8 @@ MODE_OF_TARGET = {"one": "isolate-one", "leaders": "isolate-leader", "replicas":
                   **{target: shape for shape, target in clients.CUT_SHAPES.items()}}
 # Shapes whose nodes are looked up when the fault starts (the seed's shuffle goes unused).
 ROLE_SHAPES = ("isolate-leader", "isolate-replicas", "isolate-followers", "isolate-out-of-sync",
-               "isolate-controller", "isolate-group-coordinator", "isolate-txn-coordinator", "split-kraft-controllers",
-               "isolate-zookeeper", "cut-clients", *clients.CUT_SHAPES)
+               "isolate-controller", "isolate-group-coordinator", "isolate-group-follower", "isolate-txn-coordinator",
+               "split-kraft-controllers", "isolate-zookeeper", "cut-clients", *clients.CUT_SHAPES)
 CONTROL = "control"  # the control node, in a port cut's probes
 PORT_SHAPES = ("isolate-zookeeper", "split-kraft-controllers", "cut-clients")  # cut a port, not whole nodes
 
@@ -228,6 +231,10 @@ def start(ctx: Context, step: Step) -> tuple[dict, dict]:
         node = group_coordinator(ctx, group)
         grudge = net.isolate(ctx.cluster, [node])
         value = {"mode": mode, "coordinator_of": group, "isolated": node}
+    elif mode == "isolate-group-follower":
+        nodes, how = group_follower(ctx, watched_group(ctx), step.picks[0] if step.picks else 0)
+        grudge = net.isolate(ctx.cluster, nodes)
+        value = {"mode": mode, **how, "isolated": nodes[0]}
     elif mode == "isolate-txn-coordinator":
         transactional_id = watched_transactional_id(ctx)
         node = txn_coordinator(ctx, transactional_id)

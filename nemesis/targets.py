@@ -18,6 +18,11 @@ out-of-sync replicas, the controller, the KRaft quorum, the ZooKeeper nodes).
 - group-coordinator: the node coordinating the run's first consumer group
   (its `[[groups]]`, else the consumers' own group in subscribe mode) when
   the fault starts, as the brokers answer DescribeGroups;
+- group-follower: one follower in the ISR of the `__consumer_offsets`
+  partition holding that group's commits (Kafka only: its leader is the
+  coordinator, and the coordinator's commits wait for these followers until
+  they leave the ISR), the step's first pick choosing which, when the fault
+  starts (a metadata request);
 - txn-coordinator: the node coordinating the transactions of the run's
   first transactional producer (`[transactions]`) when the fault starts, as
   the brokers answer DescribeTransactions;
@@ -40,7 +45,9 @@ out-of-sync replicas, the controller, the KRaft quorum, the ZooKeeper nodes).
 
 How a step chose its nodes goes into the history's event value
 (`leader_of`, `replicas_of`, `followers_of`, `out_of_sync_of` with the ISR
-seen, `controller`, `kraft_controllers`, `zookeeper`, `clients_of`), and
+seen, `controller`, `coordinator_of`, `group_follower_of` with the
+`offsets_partition` and its `leader`, `txn_coordinator_of`,
+`kraft_controllers`, `zookeeper`, `clients_of`), and
 into words in the report (nemesis.fault.how_words).
 """
 
@@ -48,18 +55,18 @@ from __future__ import annotations
 
 import random
 
-from infra.system import ControllerQuorum, GroupCoordinators, PartitionStates, Primaries, TxnCoordinators
+from infra.system import ControllerQuorum, GroupCoordinators, GroupOffsets, PartitionStates, Primaries, TxnCoordinators
 from infra.zookeeper import ZooKeeper
-from nemesis.fault import Context, FaultError, Step
+from nemesis.fault import Context, FaultError, Step, natural, node_words
 
 TARGETS = ("random", "one", "minority", "majority", "leaders", "replicas", "followers", "out-of-sync",
-           "controller", "group-coordinator", "txn-coordinator", "kraft-controllers", "zookeeper", "clients", "consumers", "producers",
-           "all")
+           "controller", "group-coordinator", "group-follower", "txn-coordinator", "kraft-controllers", "zookeeper",
+           "clients", "consumers", "producers", "all")
 # Targets that name a topic partition, drawn by the schedule.
 PER_TOPIC_PARTITION = ("leaders", "replicas", "followers", "out-of-sync", "clients")
 # Targets looked up when the step runs (the seed's picks go unused).
-ROLE_TARGETS = ("leaders", "replicas", "followers", "out-of-sync", "controller", "group-coordinator", "txn-coordinator",
-                "kraft-controllers", "zookeeper", "clients")
+ROLE_TARGETS = ("leaders", "replicas", "followers", "out-of-sync", "controller", "group-coordinator", "group-follower",
+                "txn-coordinator", "kraft-controllers", "zookeeper", "clients")
 # Every fault on a node list but partition (clients is the partition's alone, consumers
 # the process faults' alone).
 NODE_TARGETS = tuple(t for t in TARGETS if t not in ("clients", "consumers", "producers"))
@@ -99,6 +106,9 @@ def refusal(target: str, system: str, options: dict) -> str | None:
         return f"kraft-controllers: {where} has no KRaft controller quorum (use --system kafka --kafka-mode kraft)"
     if target == "zookeeper" and kraft:
         return "zookeeper: Kafka in KRaft mode does not use ZooKeeper"
+    if target == "group-follower" and system != "kafka":
+        return (f"group-follower: the {system} system keeps no replicated partition of a group's commits "
+                "(Kafka's __consumer_offsets); use --system kafka")
     return None
 
 
@@ -118,6 +128,8 @@ def resolve(ctx: Context, step: Step) -> tuple[list[str], dict]:
     if step.mode == "group-coordinator":
         group = watched_group(ctx)
         return [group_coordinator(ctx, group)], {"coordinator_of": group}
+    if step.mode == "group-follower":
+        return group_follower(ctx, watched_group(ctx), step.picks[0] if step.picks else 0)
     if step.mode == "txn-coordinator":
         transactional_id = watched_transactional_id(ctx)
         return [txn_coordinator(ctx, transactional_id)], {"txn_coordinator_of": transactional_id}
@@ -213,6 +225,26 @@ def group_coordinator(ctx: Context, group: str) -> str:
     if not node:
         raise FaultError(f"group-coordinator: no coordinator known for group {group}")
     return node
+
+
+def group_follower(ctx: Context, group: str, pick: int) -> tuple[list[str], dict]:
+    """One in-sync follower of the `__consumer_offsets` partition holding
+    `group`'s commits now (the `pick`-th of them, sorted, modulo their
+    number), and how it was chosen."""
+    if not isinstance(ctx.system, GroupOffsets):
+        raise FaultError(f"group-follower: the {ctx.system.name} system keeps no replicated partition "
+                         "of a group's commits")
+    try:
+        partition, leader, replicas, isr = ctx.system.group_offsets_state(group)
+    except Exception as e:  # no broker answered: the fault cannot know whom to hit
+        raise FaultError(f"group-follower: no state known for the commits of group {group}: {e}") from None
+    followers = sorted((r for r in replicas if r != leader and r in isr), key=natural)
+    if leader is None or not followers:
+        raise FaultError(f"group-follower: partition {partition} of the commits of group {group} has "
+                         f"{'no leader' if leader is None else 'no follower in its ISR'} now "
+                         f"(replicas {node_words(replicas)}, ISR {node_words(isr)}): fault not applied")
+    return [followers[pick % len(followers)]], {"group_follower_of": group, "offsets_partition": partition,
+                                                "leader": leader}
 
 
 def watched_transactional_id(ctx: Context) -> str:

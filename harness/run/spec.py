@@ -394,8 +394,9 @@ def validate(s: TestSpec) -> None:
         why = refusal(str(target), s.system, s.system_options)
         if why:
             bad(why)
-    if "group-coordinator" in used and not (s.groups or s.consumer_mode == "subscribe"):
-        bad("group-coordinator: the target needs a consumer group ([[groups]] or --consumer-mode subscribe)")
+    for target in ("group-coordinator", "group-follower"):
+        if target in used and not (s.groups or s.consumer_mode == "subscribe"):
+            bad(f"{target}: the target needs a consumer group ([[groups]] or --consumer-mode subscribe)")
     if "txn-coordinator" in used and not s.transactions:
         bad("txn-coordinator: the target needs transactions ([transactions])")
     if "consumers" in used and not (s.groups and s.client_processes):

@@ -140,3 +140,16 @@ def test_a_dist_folder_gives_the_version(tmp_path):
     with pytest.raises(UserError) as e:
         build({"system": "kafka", "kafka_dist": str(libs.parent), "kafka_version": "3.9.2"})
     assert "holds Kafka 3.8.1" in str(e.value)
+
+
+def test_a_group_s_offsets_partition_is_placed_as_kafka_places_it():
+    from infra.kafka import java_string_hash, offsets_partition_of
+
+    # String.hashCode() as Java computes it (jshell): ASCII, overflow, a surrogate pair, the empty string.
+    assert java_string_hash("hello") == 99162322
+    assert java_string_hash("billing") == -109829509
+    assert java_string_hash("polygenelubricants") == -2147483648  # Integer.MIN_VALUE: Utils.abs makes it 0
+    assert java_string_hash("ab\U0001F600") == 4756804
+    assert java_string_hash("") == 0
+    assert offsets_partition_of("billing", 50) == 109829509 % 50
+    assert offsets_partition_of("polygenelubricants", 50) == 0

@@ -192,3 +192,67 @@ def test_port_cuts_in_words():
                  "verified": {"ok": True, "probes": {"n1->n2": "cut"}}}
     assert partition.describe(followers, False)[0] == \
         "n1 | n2 n3 (isolate-followers, isolated n2 n3, the followers of partition 0, led by n1)"
+
+
+class GroupAnswers:
+    """A Kafka-like system's answer about where a group's commits are replicated
+    (the GroupOffsets seam): the input of the group-follower look-up."""
+
+    name = "answers"
+
+    def __init__(self, leader, replicas, isr):
+        self.state = (7, leader, list(replicas), list(isr))
+
+    def group_offsets_state(self, group):
+        assert group == "billing"
+        return self.state
+
+
+class GroupRun:
+    """The workload's clients as the look-up reads them: the run's first group."""
+
+    class config:
+        groups = [type("G", (), {"name": "billing"})]
+
+
+def _group_ctx(system) -> Context:
+    return Context(cluster=None, system=system, topic="t", names=["n1", "n2", "n3"], clients=GroupRun())
+
+
+def test_a_group_follower_is_an_in_sync_follower_of_the_group_s_offsets_partition_chosen_by_the_pick():
+    ctx = _group_ctx(GroupAnswers("n2", ["n3", "n2", "n1", "n4"], ["n2", "n3", "n1"]))
+    chosen = [resolve(ctx, Step(0, "start", "kill", "group-follower", (pick,)))[0] for pick in range(4)]
+    # n4 is out of the ISR (the coordinator's commits no longer wait for it): never picked.
+    assert chosen == [["n1"], ["n3"], ["n1"], ["n3"]]
+    nodes, how = resolve(ctx, Step(0, "start", "kill", "group-follower", (1,)))
+    assert how == {"group_follower_of": "billing", "offsets_partition": 7, "leader": "n2"}
+    assert describe_nodes({"nodes": nodes, **how}, False)[0] == \
+        "n3 (a follower of __consumer_offsets partition 7 (the commits of group billing, led by the coordinator n2))"
+    # A partition isolates the same follower.
+    step = [s for s in from_records([{"delay": 1, "action": "start", "fault": "partition",
+                                      "mode": "isolate-group-follower", "picks": [1]}], 3, 1)][0]
+    assert partition.ROLE_SHAPES and "isolate-group-follower" in partition.ROLE_SHAPES
+    assert partition.MODE_OF_TARGET["group-follower"] == step.mode
+
+
+@pytest.mark.parametrize("answers,words", [
+    (GroupAnswers("n2", ["n2"], ["n2"]), "partition 7 of the commits of group billing has no follower in its ISR now "
+                                         "(replicas n2, ISR n2): fault not applied"),
+    (GroupAnswers("n2", ["n1", "n2"], ["n2"]), "has no follower in its ISR now (replicas n1 n2, ISR n2)"),
+    (GroupAnswers(None, ["n1", "n2"], []), "has no leader now"),
+])
+def test_a_group_without_an_in_sync_follower_is_a_fault_error_saying_why(answers, words):
+    with pytest.raises(FaultError) as e:
+        resolve(_group_ctx(answers), Step(0, "start", "pause", "group-follower", (0,)))
+    assert words in str(e.value)
+
+
+def test_the_group_follower_target_is_kafka_s_and_needs_a_group():
+    with pytest.raises(UserError, match="group-follower: the own system keeps no replicated partition"):
+        build({"nemesis": "kill", "nemesis_targets": "group-follower", "consumer_mode": "subscribe"})
+    with pytest.raises(UserError, match="group-follower: the target needs a consumer group"):
+        build({"system": "kafka", "nemesis": "kill", "nemesis_targets": "group-follower"})
+    assert build({"system": "kafka", "nemesis": "kill,pause,partition", "nemesis_targets": "group-follower",
+                  "consumer_mode": "subscribe"}).nemesis_targets == "group-follower"
+    with pytest.raises(FaultError, match="keeps no replicated partition"):
+        resolve(_group_ctx(Answers(["n1"], "n1", ["n1"])), Step(0, "start", "kill", "group-follower", (0,)))

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from checkers.check import Options, check_history as check
+from infra.kafka import OFFSETS_TOPIC, offsets_partition_of
 from lab.loopback_kafka import LoopbackKafka
 from workloads.config import GroupConfig, WorkloadConfig
 from workloads.topic import create_topic
@@ -50,6 +51,10 @@ def test_the_workload_on_kafka_4_with_a_broker_killed(tmp_path, history, workloa
         # new assignment: the member keeps every partition and the other
         # stays idle until the membership changes (docs/scenarios.md).
         wait_until_assigned(history, "g", members=2, timeout_s=30.0)
+        # The group-follower target's placement of the group's commits: the
+        # leader of the __consumer_offsets partition it computes is the
+        # coordinator the brokers name.
+        assert _offsets_leader(cluster.bootstrap, "g") == _coordinator(cluster.bootstrap, "g")
         time.sleep(1.0)
         cluster.kill(2)
         time.sleep(3.0)
@@ -72,3 +77,18 @@ def test_the_workload_on_kafka_4_with_a_broker_killed(tmp_path, history, workloa
     results = check(history.path, Options(engine="local"))
     found = {k: a["count"] for k, a in results["anomalies"].items() if a["count"]}
     assert results["valid"], found
+
+
+def _offsets_leader(bootstrap: str, group: str) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    partitions = AdminClient({"bootstrap.servers": bootstrap}).list_topics(OFFSETS_TOPIC, timeout=10).topics[
+        OFFSETS_TOPIC].partitions
+    return partitions[offsets_partition_of(group, len(partitions))].leader
+
+
+def _coordinator(bootstrap: str, group: str) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return admin.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=10).coordinator.id
