@@ -13,7 +13,8 @@ one JSON line to its standard output, each burst in one `write` as it
 happens: what it recorded before a `kill -9` is in the pipe, and the
 parent records it in the history with the time it reads it. Its own log
 (librdkafka's too) goes to its standard error, which the parent passes to
-its log.
+its log (the client library's lines under the library's logger, so that
+a run asking for librdkafka's `debug` keeps them in its clients.log).
 
 A producer whose instance must be replaced (an indeterminate send, a
 fatal error) stops sending, lets what it has in flight complete for
@@ -35,7 +36,7 @@ import threading
 import time
 from typing import Any
 
-from workloads.clients import ClientContext
+from workloads.clients import ClientContext, client_log
 from workloads.config import WorkloadConfig
 from workloads.consumer import CLOSE_BOUND_S, Reader, read_on
 from workloads.group import GroupReader
@@ -125,6 +126,9 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
     order = json.loads(sys.stdin.readline())
     config = WorkloadConfig.from_mapping(order["config"])
+    if config.producer_settings.get("debug") or config.consumer_settings.get("debug"):
+        # librdkafka's debug lines asked for: to the parent, which keeps them in the run's clients.log.
+        client_log.setLevel(logging.DEBUG)
     pid = int(order["pid"])
     pipe = EventPipe(sys.stdout.fileno())
     clients = ClientContext(config, order["bootstrap"], PipeHistory(pipe), pipe, Stats(), ProcessIds(pid + 1))

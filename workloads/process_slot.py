@@ -43,12 +43,14 @@ from typing import Iterator
 
 from core.processes import die_with_parent
 from infra.client_net import client_gid
-from workloads.clients import ClientContext
+from workloads.clients import ClientContext, client_log as library_log
 from workloads.config import GroupConfig
 from workloads.consumer import CLOSE_BOUND_S, REPLACE_BACKOFF_S
 
 log = logging.getLogger(__name__)
 child_log = logging.getLogger("workloads.client_process")
+client_log = logging.getLogger(library_log.name + ".process")  # a child's client-library lines, here
+_LEVELS = {name: logging.getLevelName(name) for name in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")}
 
 MEMBER, PRODUCER, CONSUMER = "member", "producer", "consumer"
 VALUE_BLOCK = 1 << 32  # values a producer process may send, from the first of its block
@@ -220,5 +222,14 @@ class ProcessSlot(threading.Thread):
 
 
 def _pass_log(stream, pid: int) -> None:
-    for line in stream:
-        child_log.info("process %d: %s", pid, line.decode(errors="replace").rstrip())
+    """The child's log lines into this process's log: the client library's
+    at their own level under its logger (so a run's clients.log keeps its
+    debug lines, and harness.log counts its warnings), the rest at INFO."""
+    for raw in stream:
+        line = raw.decode(errors="replace").rstrip()
+        name, _, rest = line.partition(" ")
+        level, _, message = rest.partition(" ")
+        if name == library_log.name and level in _LEVELS:
+            client_log.log(_LEVELS[level], "process %d: %s", pid, message)
+        else:
+            child_log.info("process %d: %s", pid, line)

@@ -94,7 +94,7 @@ class Run:
 def run(args) -> int:
     spec = specs.from_args(args)
     rd = store.create(spec.results, spec.test_name)
-    handler = _log_to(rd.path / "harness.log")
+    handler = _log_to(rd.path / "harness.log", client_debug_to=rd.path / CLIENT_LOG if client_debug(spec) else None)
     r = Run(spec, rd, info={"name": spec.test_name, "spec": spec.to_dict(), "seed": spec.seed,
                              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                              "command": " ".join(sys.argv), "outcome": "running"})
@@ -132,6 +132,11 @@ def run(args) -> int:
             signal.signal(sig, was)
         logging.getLogger().removeHandler(handler)
         handler.close()
+        if handler.clients is not None:
+            library = logging.getLogger("workloads.librdkafka")
+            library.removeHandler(handler.clients)
+            library.setLevel(logging.WARNING)
+            handler.clients.close()
 
 
 def _raise_interrupt(signum, frame):
@@ -145,6 +150,7 @@ class _RunLog(logging.FileHandler):
     def __init__(self, path):
         super().__init__(path)
         self.client_warnings = 0
+        self.clients: logging.Handler | None = None  # clients.log, when the run keeps the client's debug log
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.levelno >= logging.WARNING and not _not_client_log(record):
@@ -152,7 +158,19 @@ class _RunLog(logging.FileHandler):
         super().emit(record)
 
 
-def _log_to(path) -> logging.Handler:
+CLIENT_LOG = "clients.log"  # librdkafka's debug log, when the run's client settings ask for one
+
+
+def client_debug(spec) -> bool:
+    """Whether the run's client settings turn on librdkafka's debug log (`debug` in [producer] or [consumer])."""
+    return any((settings or {}).get("debug") for settings in (spec.producer, spec.consumer))
+
+
+def _log_to(path, client_debug_to=None) -> logging.Handler:
+    """harness.log (INFO and up); and, with `client_debug_to`, every line
+    the client library logs, its debug lines included, in a file of its own:
+    the clients' side of a finding is then in the run's own evidence, and
+    harness.log stays readable."""
     handler = _RunLog(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.INFO)
@@ -165,6 +183,14 @@ def _log_to(path) -> logging.Handler:
                 h.setLevel(logging.WARNING)
     for noisy in ("kazoo", "paramiko", "py4j", "workloads.librdkafka"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if client_debug_to is not None:
+        clients = logging.FileHandler(client_debug_to)
+        clients.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        clients.setLevel(logging.DEBUG)
+        library = logging.getLogger("workloads.librdkafka")
+        library.setLevel(logging.DEBUG)
+        library.addHandler(clients)
+        handler.clients = clients
     # The clients' own complaints during faults (connection refused, REQTMOUT,
     # a thousand times in a power loss) go to harness.log only; the terminal
     # keeps the progress line, which counts their outcomes, and the end of the

@@ -213,3 +213,36 @@ def test_a_plain_consumer_killed_mid_run_is_resumed_where_its_reads_stopped(hist
 def report_process(facts) -> int:
     """The process of the final reads."""
     return next(e["process"] for e in facts.events if e["f"] == "final-reads")
+
+
+def test_the_client_library_s_debug_lines_reach_the_run_s_clients_log_from_threads_and_processes(
+        tmp_path, history, started, topic_name):
+    """`debug` in the consumer settings: librdkafka's debug lines, a group
+    member's in its own process and a plain consumer's in a thread, land in
+    the file the run keeps for them (harness/run/runner.py's _log_to), and
+    not in harness.log."""
+    import logging
+
+    from harness.run.runner import _log_to
+
+    handler = _log_to(tmp_path / "harness.log", client_debug_to=tmp_path / "clients.log")
+    library = logging.getLogger("workloads.librdkafka")
+    try:
+        cfg = WorkloadConfig(topic=topic_name, partitions=2, replication_factor=2, rate=100, producers=1,
+                             consumers=1, groups=(GroupConfig("g-debug", consumers=1),), client_processes=True,
+                             consumer_settings={"debug": "cgrp"})
+        wl = started(cfg)
+        (member,) = [s for s in wl.client_processes() if s.role == "member"]
+        _wait_for(lambda: wl.stats()["ops"].get("poll", {}).get("ok", 0) >= 20)
+        _stop_and_read_back(wl, history)
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+        library.removeHandler(handler.clients)
+        library.setLevel(logging.WARNING)
+        handler.clients.close()
+    kept = (tmp_path / "clients.log").read_text().splitlines()
+    # The member's process, its lines under its history process id; the in-thread consumer's too.
+    assert any(f"DEBUG workloads.librdkafka.process: process {member.pid}: CGRP" in line for line in kept), kept[:5]
+    assert any(" DEBUG workloads.librdkafka: CGRP" in line for line in kept), kept[:5]
+    assert " DEBUG " not in (tmp_path / "harness.log").read_text()
