@@ -16,6 +16,7 @@ from pathlib import Path
 import orjson
 
 from core.history.elections import controller_lines, election_sentence, elections
+from core.history.features import finalized
 from core.history.states import read_states
 
 VERDICTS = ("VALID", "INVALID", "no results")
@@ -73,12 +74,17 @@ class RunEntry:
         return (self.path / "report.html").is_file()
 
     def settings(self) -> dict[str, object]:
-        """The run's settings as dotted keys: its spec and the versions it ran."""
+        """The run's settings as dotted keys: its spec, the versions it ran and
+        the feature levels its KRaft controller finalized (`features.NAME`)."""
         flat = dict(dotted(self.spec)) if self.spec else {}
         flat.pop("results", None)  # where a run was written says nothing about it
         versions = self.run.get("versions")
         if isinstance(versions, dict) and versions:
             flat.update(dotted(versions, "versions"))
+        # The KRaft controller's finalized feature levels (transactions v2, ELR, ...): what the run ran with.
+        features = finalized(read_states(self.path / "states.jsonl"))
+        if features:
+            flat.update(dotted(features, "features"))
         return flat
 
 

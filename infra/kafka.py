@@ -773,8 +773,8 @@ class KafkaSystem(BrokerBase):
         return self.node_of(kraft_controllers.broker_of(leader)) if epoch >= 0 else None
 
     def controller_records(self, topic: str) -> list[dict]:
-        """The KRaft controller's decisions about `topic` and the brokers
-        (infra.system.ControllerRecords; infra/kraft_metadata.py), read from
+        """The KRaft controller's decisions about `topic`, the brokers and the
+        finalized features (infra.system.ControllerRecords; infra/kraft_metadata.py), read from
         the first voter whose metadata log the dump tool reads, node names for
         broker ids, `wall` seconds for the records' CreateTime. [] in
         ZooKeeper mode or where no voter's log can be read."""
@@ -798,6 +798,8 @@ class KafkaSystem(BrokerBase):
         out = {"wall": r["wall_ms"] / 1000, "kind": r["kind"]}
         if r["kind"] == "broker":
             return {**out, "node": self.node_of(r["broker"]), "event": r["event"], "epoch": r["epoch"]}
+        if r["kind"] == "feature":
+            return {**out, "name": r["name"], "level": r["level"]}
         names = {k: [self.node_of(b) for b in r[k]] for k in ("isr", "elr", "last_known_elr")}
         return {**out, "partition": r["partition"], "leader": self.node_of(r["leader"]) if r["leader"] >= 0 else None,
                 **names}

@@ -5,7 +5,11 @@ Kafka's `DumpLogSegments --cluster-metadata-decoder` prints each record of
 {json}`. `records(lines, topic)` keeps what explains a partition's
 elections: the topic's partition state as the controller decided it
 (leader, ISR, eligible leader replicas and last known ELR, KIP-966), after
-each record, and each broker's registrations and fencing.
+each record, each broker's registrations and fencing, and the feature
+levels the controller finalized (FeatureLevelRecord: `metadata.version`,
+`transaction.version` of KIP-890, `group.version` of KIP-848,
+`eligible.leader.replicas.version` of KIP-966), read rather than inferred
+from the version or from what the brokers did.
 A change record names only what changed; the state carried from record to
 record fills in the rest; it never names the leader epoch, so neither does
 this. Broker ids stay ids here: the system names their nodes.
@@ -20,7 +24,7 @@ from typing import Iterable
 RECORD_RE = re.compile(r"^\| offset: \d+ CreateTime: (?P<ms>-?\d+) .*?payload: (?P<json>\{.*\})\s*$")
 # The record types worth keeping, for a grep on the node before the lines travel.
 KEPT = ("TOPIC_RECORD", "PARTITION_RECORD", "PARTITION_CHANGE_RECORD", "REGISTER_BROKER_RECORD",
-        "BROKER_REGISTRATION_CHANGE_RECORD", "FENCE_BROKER_RECORD", "UNFENCE_BROKER_RECORD")
+        "BROKER_REGISTRATION_CHANGE_RECORD", "FENCE_BROKER_RECORD", "UNFENCE_BROKER_RECORD", "FEATURE_LEVEL_RECORD")
 GREP = "payload: \\{\"type\":\"(" + "|".join(KEPT) + ")\""
 STATE_FIELDS = {"leader": "leader", "isr": "isr", "eligibleLeaderReplicas": "elr", "lastKnownElr": "last_known_elr"}
 
@@ -30,7 +34,8 @@ def records(lines: Iterable[str], topic: str) -> list[dict]:
     `{"wall_ms", "kind": "partition", "partition", "leader" (-1: none),
     "isr", "elr", "last_known_elr"}` (the whole state after the
     record) and `{"wall_ms", "kind": "broker", "broker", "epoch", "event":
-    "registered" | "fenced" | "unfenced"}`."""
+    "registered" | "fenced" | "unfenced"}` and `{"wall_ms", "kind": "feature",
+    "name", "level"}` (a level of 0 turns the feature off)."""
     topic_ids: set[str] = set()
     state: dict[int, dict] = {}
     out: list[dict] = []
@@ -52,6 +57,9 @@ def records(lines: Iterable[str], topic: str) -> list[dict]:
                 if field in data:
                     now[name] = list(data[field]) if isinstance(data[field], list) else data[field]
             out.append({"wall_ms": ms, "kind": "partition", "partition": p, **now})
+        elif kind == "FEATURE_LEVEL_RECORD" and isinstance(data.get("name"), str):
+            out.append({"wall_ms": ms, "kind": "feature", "name": data["name"],
+                        "level": int(data.get("featureLevel", 0))})
         elif kind == "REGISTER_BROKER_RECORD":
             out.append({"wall_ms": ms, "kind": "broker", "broker": data.get("brokerId"),
                         "epoch": data.get("brokerEpoch"), "event": "registered"})

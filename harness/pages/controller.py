@@ -1,20 +1,23 @@
 """The report's section on the KRaft controller's own records (states.jsonl
-`kraft-partition` and `kraft-broker` lines, docs/history.md): one sentence
-per election (core/history/elections.py: which set the leader came from)
-and the records behind them. All data is escaped.
+`kraft-partition`, `kraft-broker` and `kraft-feature` lines,
+docs/history.md): the feature levels it finalized
+(core/history/features.py), one sentence per election
+(core/history/elections.py: which set the leader came from) and the
+records behind them. All data is escaped.
 """
 
 from __future__ import annotations
 
 from core.history.elections import BROKER, election_sentence, elections, names
+from core.history.features import features_words
 from harness.pages.html import esc, table
 
 SHOWN = 200  # records in the table at most (all of them are in states.jsonl)
 
 
-def controller_html(lines: list[dict]) -> str:
+def controller_html(lines: list[dict], features: dict[str, int] | None = None) -> str:
     """The section, or "" for a run without controller records (ZooKeeper mode, the own broker)."""
-    if not lines:
+    if not lines and not features:
         return ""
     said = elections(lines)
     rows = []
@@ -33,7 +36,9 @@ def controller_html(lines: list[dict]) -> str:
     return ("<h2>The KRaft controller's records</h2>"
             "<p class='muted'>From the controller's metadata log, read after the run: the workload topic's "
             "partition state as the controller decided it, and the brokers' registrations and fencing.</p>"
-            f"<ul>{items}</ul>"
+            + (f"<p>Features finalized (its FeatureLevelRecords): {esc(features_words(features))}.</p>"
+               if features else "")
+            + f"<ul>{items}</ul>"
             + table(("s", "what", "leader / event", "ISR", "eligible leader replicas", "last known ELR"), rows,
                     cls="wide")
             + more)

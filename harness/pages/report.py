@@ -101,7 +101,7 @@ def report_page(results: dict, ev, images: dict[str, str]) -> str:
     parts.append(_latency_table(results))
     parts.append(figures_html(images))
     parts.append(_faults_html(faults))
-    parts.append(controller_html(ev.controller))
+    parts.append(controller_html(ev.controller, ev.features))
     parts.append(_node_logs_html(results.get("node_logs")))
     parts.append(_settings_html(run))
     parts.append(_excerpt_html(ev.excerpt))

@@ -18,6 +18,7 @@ from pathlib import Path
 from core.errors import HistoryError
 from core.history.faults import fault_intervals as paired_intervals
 from core.history.elections import controller_lines
+from core.history.features import finalized
 from core.history.files import HistorySource, iter_source_jsonl, load_run_json, resolve
 from core.history.format import COMMITTED, NEMESIS_PROCESS_ID
 from core.history.jsonl import ReadReport
@@ -58,6 +59,7 @@ class Evidence:
     nodes: dict = field(default_factory=dict)  # per node, its state's segments
     truncations: list[dict] = field(default_factory=list)
     controller: list[dict] = field(default_factory=list)  # the KRaft controller's records (kraft-* lines)
+    features: dict = field(default_factory=dict)  # the feature levels the controller finalized, by name
     marks: list[dict] = field(default_factory=list)  # the examples' events, at their partition and time
     excerpt: list[dict] = field(default_factory=list)  # the history events the page cites, with context
     timeline: tuple | None = None  # (operations to draw, how they were chosen)
@@ -100,6 +102,7 @@ def gather(run_dir: Path, results: dict) -> Evidence:
                 log.warning("no consumer group figure: %s", e)
     states = read_states(ev.folder)
     ev.controller = controller_lines(states)
+    ev.features = finalized(states)
     until = max([ev.history_end] + [s["time"] for s in states])
     try:
         ev.lanes = partition_lanes(states, until)

@@ -66,6 +66,19 @@ def test_the_controller_s_elections_say_which_set_each_leader_came_from(tmp_path
     assert "from the ISR [n3], its only member" in values[1] and "registered again at 27.0 s" in values[1]
 
 
+def test_the_features_the_controller_finalized_are_settings_that_differ(tmp_path):
+    folders = [_run(tmp_path, "on", "kafka", "4.4.0", 0, 1.0), _run(tmp_path, "off", "kafka", "4.4.0", 1977, 1.0),
+               _run(tmp_path, "zk", "kafka", "3.9.2", 2468, 1.0)]
+    for folder, elr in zip(folders, (1, 0)):
+        lines = [{"time": -5, "kind": "kraft-feature", "name": "eligible.leader.replicas.version", "level": elr},
+                 {"time": -5, "kind": "kraft-feature", "name": "transaction.version", "level": 2}]
+        (folder / "states.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    rows = _rows(side_by_side([run_at(f) for f in folders]))["settings"]
+    assert rows["features.eligible.leader.replicas.version"] == ((1, 0, None), True)
+    assert rows["features.transaction.version"] == ((2, 2, None), True)  # ZooKeeper mode: none read
+    assert "features" not in rows
+
+
 def test_the_page_marks_the_differences_and_escapes_what_runs_say(tmp_path):
     evil = "<script>alert(1)</script>"
     runs = [run_at(_run(tmp_path, name, "kafka", version, lost, 1.0, evil))

@@ -87,3 +87,30 @@ def test_timeline_lines_are_on_the_history_s_clock():
          "elr": ["n2"], "last_known_elr": ["n3"]},
         {"time": 2_250_000_000, "kind": "kraft-broker", "node": "n3", "event": "registered", "epoch": 144},
     ]
+
+
+def test_the_finalized_feature_levels_are_read_from_the_controller_s_records():
+    from core.history.features import features_words, finalized
+
+    dump = DUMP + [
+        rec(20, 900, '{"type":"FEATURE_LEVEL_RECORD","version":0,"data":{"name":"metadata.version","featureLevel":27}}'),
+        rec(21, 900, '{"type":"FEATURE_LEVEL_RECORD","version":0,"data":{"name":"transaction.version",'
+                     '"featureLevel":2}}'),
+        rec(22, 4000, '{"type":"FEATURE_LEVEL_RECORD","version":0,"data":{"name":"transaction.version",'
+                      '"featureLevel":0}}'),  # an operator turned it off later
+    ]
+    import re
+    kept = [line for line in dump if re.search(kraft_metadata.GREP, line)]
+    got = [r for r in kraft_metadata.records(kept, "harness") if r["kind"] == "feature"]
+    assert got == [{"wall_ms": 900, "kind": "feature", "name": "metadata.version", "level": 27},
+                   {"wall_ms": 900, "kind": "feature", "name": "transaction.version", "level": 2},
+                   {"wall_ms": 4000, "kind": "feature", "name": "transaction.version", "level": 0}]
+    lines = controller_lines([{"wall": r["wall_ms"] / 1000, **{k: v for k, v in r.items() if k != "wall_ms"}}
+                              for r in got], origin_wall=1.0)
+    assert lines[0] == {"time": -100_000_000, "kind": "kraft-feature", "name": "metadata.version", "level": 27}
+    # The last level of each, whatever the file's order; nothing from other lines.
+    levels = finalized(list(reversed(lines)) + [{"time": 0, "kind": "kraft-broker", "node": "n1"},
+                                                {"time": 5, "kind": "kraft-feature", "name": "x"}])
+    assert levels == {"metadata.version": 27, "transaction.version": 0}
+    assert features_words(levels) == "metadata.version 27, transaction.version 0"
+    assert finalized(None) == {} and finalized([]) == {}

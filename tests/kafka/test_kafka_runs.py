@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from core.history.features import finalized
 from tests.kafka.conftest import left_behind
 from tests.support import harness_run, history_events
 
@@ -114,7 +115,11 @@ def test_kafka4_without_eligible_leader_replicas_loses_and_the_controller_says_w
     kraft = [s for s in states if s["kind"] == "kraft-partition"]
     assert kraft and all(s["elr"] == [] for s in kraft)  # the feature is off: nobody is ever eligible
     assert any(s["kind"] == "kraft-broker" and s["event"] == "fenced" for s in states)
+    # The feature levels as the controller finalized them, read from its records:
+    # ELR off as formatted, transactions v2 as 4.4.0 finalizes on a new cluster.
+    features = finalized(states)
+    assert features.get("eligible.leader.replicas.version", 0) == 0 and features["transaction.version"] == 2
     page = (run_dir / "report.html").read_text()
-    assert "The KRaft controller's records" in page
+    assert "The KRaft controller's records" in page and "transaction.version 2" in page
     assert "its only member (no eligible leader replicas); it had been fenced and registered again" in page
     assert left_behind(run_dir) == {"processes": [], "namespaces": []}

@@ -19,3 +19,11 @@ def test_the_section_escapes_what_it_shows_and_is_absent_without_records():
     html = controller_html(hostile)
     assert "<b>" not in html and "<i>" not in html and "<script>" not in html
     assert "&lt;i&gt;x&lt;/i&gt; elected leader of partition 0 as the last known eligible leader" in html
+
+
+def test_the_section_names_the_finalized_features_escaped():
+    html = controller_html(WITH_ELR, {"eligible.leader.replicas.version": 1, "transaction.version": 2})
+    assert "Features finalized (its FeatureLevelRecords): eligible.leader.replicas.version 1, " \
+           "transaction.version 2." in html
+    assert "&lt;b&gt;" in controller_html([], {"<b>x</b>": 1}) and "<b>x" not in controller_html([], {"<b>x</b>": 1})
+    assert "Features finalized" not in controller_html(WITH_ELR)
