@@ -14,7 +14,8 @@ happens: what it recorded before a `kill -9` is in the pipe, and the
 parent records it in the history with the time it reads it. Its own log
 (librdkafka's too) goes to its standard error, which the parent passes to
 its log (the client library's lines under the library's logger, so that
-a run asking for librdkafka's `debug` keeps them in its clients.log).
+a run asking for librdkafka's `debug` keeps them in its clients.log; then
+librdkafka prints its lines itself, each with the time it logged it).
 
 A producer whose instance must be replaced (an indeterminate send, a
 fatal error) stops sending, lets what it has in flight complete for
@@ -36,7 +37,7 @@ import threading
 import time
 from typing import Any
 
-from workloads.clients import ClientContext, client_log
+from workloads.clients import ClientContext
 from workloads.config import WorkloadConfig
 from workloads.consumer import CLOSE_BOUND_S, Reader, read_on
 from workloads.group import GroupReader
@@ -126,12 +127,14 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
     order = json.loads(sys.stdin.readline())
     config = WorkloadConfig.from_mapping(order["config"])
-    if config.producer_settings.get("debug") or config.consumer_settings.get("debug"):
-        # librdkafka's debug lines asked for: to the parent, which keeps them in the run's clients.log.
-        client_log.setLevel(logging.DEBUG)
     pid = int(order["pid"])
     pipe = EventPipe(sys.stdout.fileno())
     clients = ClientContext(config, order["bootstrap"], PipeHistory(pipe), pipe, Stats(), ProcessIds(pid + 1))
+    if config.producer_settings.get("debug") or config.consumer_settings.get("debug"):
+        # librdkafka's debug log asked for: printed by librdkafka itself on stderr, when
+        # and where it logs, with its own timestamp (not served late by a poll after a
+        # blocking commit); the parent keeps the lines in the run's clients.log.
+        clients.logger = None
     threading.Thread(target=_stop_when_told, args=(clients,), name="stdin", daemon=True).start()
     if order.get("role") == "producer":
         slot = _OneInstance(clients, 0, itertools.count(int(order["first_value"])), ProducerClient(clients, pid))

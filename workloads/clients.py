@@ -73,6 +73,14 @@ class ClientContext:
     process_ids: ProcessIds = field(default_factory=ProcessIds)
     stopping: threading.Event = field(default_factory=threading.Event)
     stop_deadline: float = float("inf")
+    # Where librdkafka's log lines go: `client_log`, served on the client's
+    # poll (so a line logged during a blocking commit is served when it
+    # returns), or None: librdkafka prints them to stderr itself, from the
+    # thread that logs, with its own timestamp (a client process's debug log).
+    logger: Any = client_log
+
+    def _log_settings(self) -> dict[str, Any]:
+        return {"logger": self.logger} if self.logger is not None else {}
 
     # -- client settings
 
@@ -98,7 +106,7 @@ class ClientContext:
     def make_producer(self, pid: int, on_delivery: Callable, on_error: Callable) -> Producer:
         """A confluent-kafka Producer for process `pid`; rejected settings are a UserError."""
         conf = {**self.producer_settings(), "client.id": f"harness-p{pid}", "on_delivery": on_delivery,
-                "error_cb": on_error, "logger": client_log}
+                "error_cb": on_error, **self._log_settings()}
         try:
             return Producer(conf)
         except (KafkaException, ValueError, TypeError) as e:
@@ -111,7 +119,7 @@ class ClientContext:
         transactions require."""
         conf = {**self.producer_settings(), "acks": "all", "enable.idempotence": True,
                 "transactional.id": transactional_id, "client.id": f"harness-t{pid}",
-                "on_delivery": on_delivery, "error_cb": on_error, "logger": client_log}
+                "on_delivery": on_delivery, "error_cb": on_error, **self._log_settings()}
         conf.setdefault("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
         # librdkafka refuses a message time-out above the transaction's (a
         # plain producer's [producer] may set one): the transaction's bounds both.
@@ -132,7 +140,7 @@ class ClientContext:
         `extra` settings over the user's (a group's commit mode); rejected
         settings are a UserError."""
         conf = {**self.consumer_settings(group_id, eof), **(extra or {}), "client.id": f"harness-c{pid}",
-                "error_cb": on_error, "logger": client_log}
+                "error_cb": on_error, **self._log_settings()}
         if conf.get("group.protocol") == "consumer":
             # KIP-848: the broker sets the session and heartbeat times and assigns;
             # librdkafka refuses these (the workload's defaults among them).

@@ -33,6 +33,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,6 +52,10 @@ log = logging.getLogger(__name__)
 child_log = logging.getLogger("workloads.client_process")
 client_log = logging.getLogger(library_log.name + ".process")  # a child's client-library lines, here
 _LEVELS = {name: logging.getLevelName(name) for name in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")}
+# librdkafka's own printing (rd_kafka_log_print): `%7|1796010020.123|CGRP|rdkafka#consumer-1| text`.
+_LIBRDKAFKA_LINE = re.compile(r"^%(?P<level>\d)\|(?P<at>\d+\.\d{3})\|(?P<facility>[^|]*)\|(?P<name>[^|]*)\| ?(?P<text>.*)$")
+_SYSLOG_LEVELS = {"0": logging.CRITICAL, "1": logging.CRITICAL, "2": logging.CRITICAL, "3": logging.ERROR,
+                  "4": logging.WARNING, "5": logging.INFO, "6": logging.INFO, "7": logging.DEBUG}
 
 MEMBER, PRODUCER, CONSUMER = "member", "producer", "consumer"
 VALUE_BLOCK = 1 << 32  # values a producer process may send, from the first of its block
@@ -224,9 +229,18 @@ class ProcessSlot(threading.Thread):
 def _pass_log(stream, pid: int) -> None:
     """The child's log lines into this process's log: the client library's
     at their own level under its logger (so a run's clients.log keeps its
-    debug lines, and harness.log counts its warnings), the rest at INFO."""
+    debug lines, and harness.log counts its warnings), the rest at INFO.
+    The library's lines come through Python's logging (`NAME LEVEL text`),
+    or as librdkafka prints them itself (`%LEVEL|EPOCH.MS|FACILITY|NAME| text`),
+    which keeps the time it logged them."""
     for raw in stream:
         line = raw.decode(errors="replace").rstrip()
+        printed = _LIBRDKAFKA_LINE.match(line)
+        if printed:
+            logged = time.strftime("%H:%M:%S", time.gmtime(float(printed["at"]))) + printed["at"][-4:]
+            client_log.log(_SYSLOG_LEVELS.get(printed["level"], logging.INFO), "process %d: logged %s UTC: %s [%s] %s",
+                           pid, logged, printed["facility"], printed["name"], printed["text"])
+            continue
         name, _, rest = line.partition(" ")
         level, _, message = rest.partition(" ")
         if name == library_log.name and level in _LEVELS:
