@@ -474,11 +474,12 @@ def check_expect(table: str, expect: dict, bad) -> None:
             bad(f"{table}.{key}: expected \"present\" or \"absent\", not {want!r}")
 
 
-# [expect] liveness limits, seconds -> the results.json `liveness` number each bounds.
+# [expect] liveness limits, seconds -> the results.json `liveness` number each bounds:
+# from above (`max-`), or from below (`min-`: a scenario pinning a stall it reproduces).
 LIVENESS_LIMITS = {"max-recovery-s": "recovery_s", "max-unavailable-s": "unavailable_s",
-                   "max-starved-member-s": "starved_member_s"}
+                   "max-starved-member-s": "starved_member_s", "min-starved-member-s": "starved_member_s"}
 _LIMITED = {"max-recovery-s": "recovery", "max-unavailable-s": "unavailability",
-            "max-starved-member-s": "a group member starved"}
+            "max-starved-member-s": "a group member starved", "min-starved-member-s": "a group member starved"}
 LIVENESS_KEYS = (*LIVENESS_LIMITS, "hang", "hung-transaction")
 
 
@@ -550,6 +551,10 @@ def _liveness_miss(key: str, want, live: dict | None) -> str | None:
         if live.get("heal") is None or live.get("verdict") != "hang":
             return None  # no heal, or nothing attempted after it: no recovery to bound
         return f"expected recovery within {want:g} s, got none in the {_secs(live.get('unrecovered_s'))} watched"
+    if key.startswith("min-"):
+        if measured is None or measured < want:
+            return f"expected {_LIMITED[key]} at least {want:g} s, measured {_secs(measured)}"
+        return None
     if measured is not None and measured > want:
         return f"expected {_LIMITED[key]} at most {want:g} s, measured {measured:g} s"
     return None

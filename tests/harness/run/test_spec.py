@@ -296,3 +296,22 @@ def test_a_hung_transaction_fails_the_run_and_is_an_expectation():
         with pytest.raises(UserError, match="hung-transaction: expected"):
             build({table: {"hung-transaction": "yes"}})
     assert build({"expect": {"max-starved-member-s": 10}})
+
+
+def test_a_scenario_pinning_a_stall_expects_a_starved_member_at_least_that_long():
+    from harness.run.spec import liveness_failed
+
+    def results(starved):
+        return {"valid": True, "anomalies": {}, "liveness": {"verdict": "ok", "starved_member_s": starved}}
+
+    pin = {"min-starved-member-s": 10}
+    assert expectation(pin, results(66.4)) == (True, []) and liveness_failed(pin, results(66.4)) == []
+    assert expectation(pin, results(10)) == (True, [])
+    assert expectation(pin, results(8.5)) == (False, ["expected a group member starved at least 10 s, measured 8.5 s"])
+    assert expectation(pin, results(None))[1] == ["expected a group member starved at least 10 s, measured none"]
+    assert liveness_failed(pin, results(8.5)) == ["expected a group member starved at least 10 s, measured 8.5 s"]
+    # The bound from above is unchanged.
+    assert expectation({"max-starved-member-s": 10}, results(66.4))[0] is False
+    assert build({"expect": pin})
+    with pytest.raises(UserError, match="min-starved-member-s: expected a number of seconds"):
+        build({"expect": {"min-starved-member-s": "long"}})
