@@ -4,8 +4,10 @@
 - `unread`: per partition, how many acknowledged values no poll (final reads
   included) had returned yet, Jepsen's unseen count: a value counts from
   its acknowledgement until the first poll that returned it (one read before
-  its acknowledgement arrived never counts). From the by-value frame: each
-  shard gives each (partition, bucket)'s change, the merge adds them;
+  its acknowledgement arrived never counts); a point at each bucket the
+  count changes in. From the by-value frame: each shard gives each
+  (partition, bucket)'s change, the merge adds them and keeps the buckets
+  whose sum is not zero;
 - `lag`: per consumer process, its polls' realtime lag, the highest offset
   known to exist in a partition when a poll returned records of it (an
   acknowledgement before the poll, a high watermark the leader reported
@@ -34,7 +36,9 @@ _POS_BITS = r.POS_BITS
 
 
 def unread(v: ByValue, facts: Facts) -> dict[int, dict[int, int]]:
-    """partition -> bucket -> the change of its count of acknowledged values not yet read."""
+    """partition -> bucket -> the change of its count of acknowledged values
+    not yet read (a change of nothing left out: it adds nothing to `merged`'s
+    sums, which decide the points)."""
     buckets = len(facts.clock.bounds)
     owners, total = _unread_changes(v.ok, v.ack_pos, v.comp_index, v.read_index, facts.clock.bounds)
     out: dict[int, dict[int, int]] = {}
@@ -160,7 +164,12 @@ def _worst(owner: np.ndarray, bucket: np.ndarray, amount: np.ndarray, buckets: i
 
 
 def merged(partials: list[dict]) -> dict:
-    """The shards' series as one: changes added, lags maxed."""
+    """The shards' series as one: changes added, lags maxed. A bucket whose
+    changes add up to nothing is no change of its partition's count, so no
+    point, and is dropped once every shard's are added: a shard gives none
+    where its own changes cancel, but changes that cancel across shards
+    (one value's acknowledgement, another's first read) each come in, and
+    which do depends only on how the values were cut into shards."""
     unread_: dict[int, dict[int, int]] = {}
     lag_: dict[int, dict[int, int]] = {}
     for p in partials:
@@ -172,6 +181,8 @@ def merged(partials: list[dict]) -> dict:
             into = lag_.setdefault(int(key), {})
             for b, n in buckets.items():
                 into[int(b)] = max(into.get(int(b), n), n)
+    unread_ = {key: changed for key, buckets in unread_.items()
+               if (changed := {b: n for b, n in buckets.items() if n})}
     return {"unread": unread_, "lag": lag_}
 
 

@@ -63,3 +63,27 @@ def test_lag_is_the_head_minus_the_offset_each_poll_returned(spark, history):
                "hw": None}]
     (history / "states.jsonl").write_text("".join(json.dumps(s) + "\n" for s in states))
     assert _both(spark, history)["lag"]["2"] == [[0.025, 1], [0.05, 4]]
+
+
+@pytest.mark.parametrize("local_shards, spark_shards", [(1, 3), (2, 1)])
+def test_unread_has_no_point_where_changes_in_different_shards_cancel(spark, tmp_path, monkeypatch, local_shards,
+                                                                      spark_shards):
+    # Values 0 and 65536 are in different blocks of values (rows.VALUE_BLOCK_BITS):
+    # in different first-stage shards in process with two shards, through Spark
+    # with three, in one shard with one. At 3 ms 65536's acknowledgement (+1) and
+    # 0's first read (-1) fall in one bucket: the count does not change there, so
+    # no point, however the shards split them.
+    from checkers.engines import local as local_engine
+    from checkers.engines import spark as spark_engine
+    from tests.checkers.conftest import Hist
+
+    hist = Hist()
+    hist.send(0, 0, 0, 0)  # acknowledged at 1 ms
+    hist.send(0, 65536, 0, 1)  # acknowledged at index 3
+    hist.poll(1, (0, 0, 0))  # returns 0 at index 5
+    hist.poll(1, (0, 1, 65536))  # at 7 ms
+    for e in hist.events[3:6]:
+        e["time"] = 3 * MS
+    monkeypatch.setattr(local_engine, "SHARDS", local_shards)
+    monkeypatch.setattr(spark_engine, "shards_for", lambda events, cores: spark_shards)
+    assert _both(spark, hist.write(tmp_path))["unread"] == {"0": [[0.001, 1], [0.007, 0]]}
