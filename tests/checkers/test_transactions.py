@@ -309,24 +309,38 @@ def whole_graph(hist) -> dict[str, dict]:
     """Each cycle anomaly's count and examples as one search of the whole
     dependency graph gives them, every edge of the history at once (as the
     checker searched before it cut the graph into segments)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        hist.write(Path(tmp), parquet=True)
+        return whole_graph_of(Path(tmp))
+
+
+def graph_of(history: Path):
+    """The ww and wr edges ((k, 2) arrays) and the spans of the history at
+    `history` (a file or folder `harness check` takes), made by the kernel's
+    stages in one shard."""
     from checkers.folds import Transactions
     from checkers.history_read import HistoryRead
     from checkers.kernel import rows as r
-    from checkers.kernel.stages import Partial, first_frames, merge, second_frames
-    from checkers.kernel.transactions import Spans, cycles
+    from checkers.kernel.stages import first_frames, second_frames
+    from checkers.kernel.transactions import Spans
     from core.history.batches import tables
     from core.history.files import resolve
 
-    with tempfile.TemporaryDirectory() as tmp:
-        hist.write(Path(tmp), parquet=True)
-        read = HistoryRead(keep_rows=True)
-        for table in tables(resolve(Path(tmp))):
-            read.add(table)
+    read = HistoryRead(keep_rows=True)
+    for table in tables(resolve(history)):
+        read.add(table)
     facts = read.facts({}, [])
     frames, handed = first_frames(r.Shard.joined([b[0] for b in read.rows]), facts)
-    ww = second_frames(handed, facts)["torn"].ww
+    return second_frames(handed, facts)["torn"].ww, frames["txn-values"].wr, Spans.of(read.fold(Transactions).spans)
+
+
+def whole_graph_of(history: Path) -> dict[str, dict]:
+    """whole_graph of the history at `history`."""
+    from checkers.kernel.stages import Partial, merge
+    from checkers.kernel.transactions import cycles
+
     partial = Partial()
-    partial.decide("cycles", cycles(ww, frames["txn-values"].wr, Spans.of(read.fold(Transactions).spans)), None)
+    partial.decide("cycles", cycles(*graph_of(history)), None)
     found = merge([partial.as_dict()])
     return {name: {"count": found.anomalies[name][0], "examples": found.anomalies[name][1]} for name in CYCLES}
 
