@@ -44,6 +44,41 @@ needs all three (`--ww-wr-realtime-cycles`: a G1c-realtime, and neither a
 G0, G1c, G0-realtime nor wr-cycle). The final reads read the
 transactions' partitions to their end.
 
+Serial transactions leave the cycles' search
+(checkers/kernel/txn_segments.py) nothing to do but the plants: a
+transaction's node is its completion's index, and an edge goes backward (to
+a lower node), making a segment, only where transactions overlap.
+`--txn-overlap K` (K >= 2; 1, the default, is the serial transactions above,
+the same history for a seed) makes them overlap as concurrent Kafka
+transactions do, without a cycle: each transactional producer is a set of K
+processes (transactional ids, one open transaction each), which at each
+tick, with chance R, invokes a transaction on its longest idle process; the
+transaction reaches its commit point 1 to K ticks later and completes 1 to K
+ticks after that, so up to K of a set's transactions are open at once, their
+sends and reads interleaved across the partitions, and they complete in
+another order than they commit. At its commit point a transaction reads,
+then its records take their offsets (aborted: offsets no read returns), so
+every partition's records lie in the order of their transactions' commit
+points (a broker admitting a partition's transactional records in commit
+order) and a read returns only records committed before it. Each of the
+transactions' partitions has a reader, one of the sets' processes, that at
+each of its commit points reads everything new in it, as a stream task
+consumes its input partition (a record a transaction, at a process's own
+place, falls ever further behind the partition's end), so it reads records
+of transactions committed and not yet completed; the other processes read as
+serial ones do. Every ww, wr and realtime edge then runs from an earlier
+commit point to a later one: the commit points are a serial order of the
+graph, which has no cycle but the planted ones. Yet an edge to a transaction
+that committed later but completed sooner runs backward, and such edges are
+many (at K = 8, over a third of the ww edges and one wr edge in fifteen). A
+segment spans only stretches where some transaction has committed and not
+completed, so segments grow quickly with K: with 4 producers at R = 0.9 on 4
+partitions, 1M events (about 215,000 transactions) fall into about 1,900
+segments at K = 8 (the largest of about 900 transactions), 400 at K = 10
+(2,400), 90 at K = 12 (13,000), and at K = 16 into 4, one of nine in ten
+transactions. The fault phase's end lets every open transaction commit and
+complete, before the plants.
+
 A history in parts (`--parts K`, Parquet only): K independent simulations
 of events/K events each, made by worker processes (`--jobs`) and written in
 order as DIR/history.parquet/part-00000.parquet, ... (a folder of parts, as
@@ -126,6 +161,7 @@ class Plan:
     transactions: float = 0.0  # each transactional producer's chance of a transaction at each tick
     txn_producers: int = 2
     txn_partitions: int = 2  # the transactions' own partitions (where there are transactions)
+    txn_overlap: int = 1  # transactions of a transactional producer open at once (1: one after another)
     fail_rate: float = 0.01
     info_rate: float = 0.01
     hole_rate: float = 0.002  # offsets taken by records the history does not know
@@ -378,6 +414,10 @@ def check_plan(plan: Plan) -> None:
         raise UserError("--transactions must be between 0 and 1")
     if txn_partitions(plan) and (plan.txn_partitions < 2 or plan.txn_producers < 1):
         raise UserError("transactions need --txn-partitions at least 2 and --txn-producers at least 1")
+    if plan.txn_overlap < 1:
+        raise UserError("--txn-overlap must be at least 1")
+    if plan.txn_overlap > 1 and not plan.transactions > 0:
+        raise UserError("--txn-overlap goes with --transactions")
 
 
 def txn_partitions(plan: Plan) -> int:
@@ -389,7 +429,10 @@ def _simulate(plan: Plan) -> Synthetic:
     sim = _Sim(plan)
     rng = sim.rng
     producers = [sim.process_id() for _ in range(plan.producers)]
-    txn_producers = [sim.process_id() for _ in range(plan.txn_producers)] if plan.transactions > 0 else []
+    txn_producers = [sim.process_id() for _ in range(plan.txn_producers)] \
+        if plan.transactions > 0 and plan.txn_overlap == 1 else []
+    overlap = _Overlap(sim, [[sim.process_id() for _ in range(plan.txn_overlap)] for _ in range(plan.txn_producers)]) \
+        if plan.transactions > 0 and plan.txn_overlap > 1 else None
     parts = sim.parts
     consumers = [_Consumer(sim, parts[i::plan.consumers]) for i in range(min(plan.consumers, plan.partitions))]
     read_plants = ["skip"] * plan.skips + ["rewind"] * plan.nonmonotonic_polls
@@ -411,6 +454,8 @@ def _simulate(plan: Plan) -> Synthetic:
         for pid in txn_producers:
             if random_() < plan.transactions:
                 _transaction(sim, pid)
+        if overlap is not None:
+            overlap.tick(tick)
         if tick % 3 == 0:
             c = consumers[sim.below(len(consumers))]
             if read_plants and tick > 30 and random_() < 0.25 and not (c.skip_next or c.rewind_next):
@@ -440,6 +485,8 @@ def _simulate(plan: Plan) -> Synthetic:
     # Sends still held back for a reordering go in now, with nothing after them.
     for pid, partition in list(sim.held):
         _append_held(sim, pid, partition)
+    if overlap is not None:  # the open transactions commit and complete; none is invoked
+        overlap.drain()
     _end_sends(sim)
     # Consumers catch up; read anomalies not yet placed are placed here.
     for c in consumers:
@@ -609,6 +656,91 @@ def _transaction(sim: _Sim, pid: int) -> None:
     sim.now += MS
     sim.emit(pid, "ok" if committed else "fail", "txn", sends=sends, records=records,
              **({} if committed else {"error": "ABORTED"}))
+
+
+class _Overlap:
+    """The transactional producers under --txn-overlap K (module docstring):
+    each a set of K processes, a transaction open on each at most; every
+    step of a transaction (its commit point, its completion) is due at a
+    tick and taken in the order due, in the tick's turn of the transactional
+    producers, before its invocations."""
+
+    def __init__(self, sim: _Sim, sets: list[list[int]]):
+        self.sim = sim
+        self.k = sim.p.txn_overlap
+        self.free = [deque(s) for s in sets]  # each set's processes with no transaction open, longest idle first
+        self.set_of = {pid: i for i, s in enumerate(sets) for pid in s}
+        # Each partition's reader, the sets' processes in turn: it reads everything new in it.
+        every = [pid for s in sets for pid in s]
+        self.reads: dict[int, list[int]] = {}
+        for i, p in enumerate(sim.txn_parts):
+            self.reads.setdefault(every[i % len(every)], []).append(p)
+        # (tick, seq, pid, values): its commit point (values: what it sends) or its completion (an event).
+        self.due: list[tuple[int, int, int, object]] = []
+        self.seq = 0
+
+    def _at(self, tick: int, pid: int, step) -> None:
+        self.seq += 1
+        heapq.heappush(self.due, (tick, self.seq, pid, step))
+
+    def tick(self, tick: int) -> None:
+        """The steps due by `tick`, then each set's invocation (chance R, on its longest idle process)."""
+        sim = self.sim
+        self._steps(tick)
+        for free in self.free:
+            if free and sim.rng.random() < sim.p.transactions:
+                pid = free.popleft()
+                values = [sim.new_value(), sim.new_value()]
+                sim.emit(pid, "invoke", "txn", sends=[{"key": v % 97, "value": v} for v in values])
+                self._at(tick + 1 + sim.below(self.k), pid, values)
+
+    def drain(self) -> None:
+        """Every open transaction's steps, in order, a tick's at its time."""
+        while self.due:
+            tick = self.due[0][0]
+            self.sim.now = max(self.sim.now, tick * MS)
+            self._steps(tick)
+
+    def _steps(self, tick: int) -> None:
+        due, sim = self.due, self.sim
+        while due and due[0][0] <= tick:
+            _, _, pid, step = heapq.heappop(due)
+            if isinstance(step, dict):  # its completion
+                sim.out.append({"index": len(sim.out), "time": sim.now, "process": pid, **step})
+                self.free[self.set_of[pid]].append(pid)
+            else:
+                self._commit(tick, pid, step)
+
+    def _commit(self, tick: int, pid: int, values: list[int]) -> None:
+        """A transaction's commit point: it reads (a partition's reader everything
+        new in it, another process the next committed record at its own place
+        in one partition), then its records take their offsets (or, aborted,
+        offsets no read returns); its completion is due 1..K ticks later."""
+        sim = self.sim
+        below, txn_parts, place = sim.below, sim.txn_parts, sim.txn_place
+        records = []
+        mine = self.reads.get(pid)
+        for p in mine or (txn_parts[below(len(txn_parts))],):
+            log, o = sim.logs[p], place.get((pid, p), 0)
+            while o < len(log):
+                v = log[o]
+                o += 1
+                if v is None:  # an aborted record: no read returns it
+                    continue
+                records.append({"partition": p, "offset": o - 1, "key": v % 97, "value": v})
+                sim.read_values.add(v)
+                if not mine:
+                    break
+            place[(pid, p)] = o
+        committed = below(20) > 0
+        sends = []
+        for v, q in zip(values, sim.rng.sample(txn_parts, 2)):
+            offset = sim.append(q, v if committed else None)
+            sends.append({"key": v % 97, "value": v, **({"partition": q, "offset": offset} if committed else {})})
+            sim.outcome[v] = "ok" if committed else "fail"
+        self._at(tick + 1 + below(self.k), pid,
+                 {"type": "ok" if committed else "fail", "f": "txn", "sends": sends, "records": records,
+                  **({} if committed else {"error": "ABORTED"})})
 
 
 def _plant_transactions(sim: _Sim) -> None:
@@ -975,6 +1107,11 @@ def configure(parser) -> None:
     parser.add_argument("--txn-producers", type=int, default=2, help="transactional producers")
     parser.add_argument("--txn-partitions", type=int, default=2,
                         help="the transactions' own partitions (of each part, with --parts)")
+    parser.add_argument("--txn-overlap", type=int, default=1, metavar="K",
+                        help="each transactional producer a set of K processes whose transactions overlap: "
+                             "each one commits, then completes, 1 to K ticks after its step before, a "
+                             "partition's records in commit order, so the graph has many backward edges "
+                             "(large segments) and no cycle (default 1: one transaction after another)")
     for name in PLANTABLE:
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=0, metavar="K",
                             help=f"plant K {ANOMALY_OF[name]} anomalies (in all, with --parts)")
@@ -983,7 +1120,7 @@ def configure(parser) -> None:
 def run(args) -> int:
     plan = Plan(events=args.events, seed=args.seed, partitions=args.partitions, producers=args.producers,
                 consumers=args.consumers, final_reads=args.final_reads, transactions=args.transactions,
-                txn_producers=args.txn_producers, txn_partitions=args.txn_partitions,
+                txn_producers=args.txn_producers, txn_partitions=args.txn_partitions, txn_overlap=args.txn_overlap,
                 **{name: getattr(args, name) for name in PLANTABLE})
     if args.parts is None:
         if args.jobs is not None:

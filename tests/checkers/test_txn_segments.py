@@ -158,3 +158,28 @@ def test_the_segments_search_gives_the_whole_graph_s_rows_and_examples_on_random
             assert got == whole
         several += segments > 1 and len({f for _, f, *_ in whole}) > 1
     assert several >= 5  # graphs of several segments with cycles in more than one, not only one segment each
+
+
+def test_a_generated_history_of_overlapping_transactions_cut_gives_the_whole_graph_s_rows(tmp_path):
+    # lab/synthetic.py's overlapping transactions (--txn-overlap): many backward edges, whose
+    # segments hold dozens of transactions, and no cycle but the planted ones (each of two or three).
+    from core.history.parquet import write_parquet
+    from lab.synthetic import Plan, generate
+    from tests.checkers.test_transactions import graph_of
+
+    syn = generate(Plan(events=6_000, seed=2, transactions=0.9, txn_producers=3, txn_partitions=3, txn_overlap=8,
+                        ww_cycles=2, wr_cycles=1, ww_realtime_cycles=1, ww_wr_realtime_cycles=2))
+    write_parquet(syn.events, tmp_path / "history.parquet")
+    ww, wr, spans = graph_of(tmp_path / "history.parquet")
+    # Backward: a ww edge in four or more, a wr edge in thirty (the serial generator's: none).
+    assert (ww[:, 0] > ww[:, 1]).sum() >= len(ww) / 4 and (wr[:, 0] > wr[:, 1]).sum() >= len(wr) / 30
+    whole = rows_of(cycles(ww, wr, spans))
+    assert len(whole) >= 6 and {size for _, _, size, *_ in whole} <= {2, 3}
+    for group_rows, shards in ((1, 3), (200, 2), (1 << 20, 1)):
+        got, segments = by_segments(ww, wr, spans, group_rows, shards)
+        assert got == whole
+    assert segments >= 20
+    s = backward(ww, wr)
+    nodes = np.unique(np.concatenate((ww.ravel(), wr.ravel())))
+    inside = s.of(nodes)
+    assert np.bincount(inside[inside >= 0]).max() >= 50

@@ -118,6 +118,8 @@ def test_gen_history_parts_replaces_what_the_folder_held(tmp_path, capsys):
     (["--parts", "30"], "each part needs at least 200 events"),
     (["--parts", "2", "--lost", "-1"], "--lost must not be negative"),
     (["--parts", "2", "--lost", "400"], "too many planted anomalies"),
+    (["--transactions", "0.5", "--txn-overlap", "0"], "--txn-overlap must be at least 1"),
+    (["--parts", "2", "--txn-overlap", "4"], "--txn-overlap goes with --transactions"),
 ])
 def test_bad_flags_are_one_line_and_exit_2(tmp_path, capsys, flags, message):
     assert main(["gen-history", "--events", "5000", "--out", str(tmp_path / "out"), *flags]) == 2
@@ -186,3 +188,69 @@ def test_transactions_in_parts_are_counted_as_expected_json_says(spark, tmp_path
     results = check_history(tmp_path, Options(), spark=spark)
     assert {name: a["count"] for name, a in results["anomalies"].items()} == expected["anomalies"]
     assert results["counts"]["sends"] == expected["sends"]
+
+
+def _open_at_once(events: list[dict], group=lambda process: process) -> dict:
+    """The most transactions open at once, by `group` of their processes."""
+    open_: dict = {}
+    most: dict = {}
+    for e in events:
+        if e["f"] == "txn":
+            g = group(e["process"])
+            open_[g] = open_.get(g, 0) + (1 if e["type"] == "invoke" else -1)
+            most[g] = max(most.get(g, 0), open_[g])
+    return most
+
+
+def test_transactions_overlap_k_at_a_time_in_each_producer_s_set_and_by_default_not_at_all():
+    serial = generate(Plan(events=3_000, seed=4, transactions=0.9, txn_producers=3, txn_partitions=3)).events
+    assert _open_at_once(serial, lambda process: 0) == {0: 1}  # one transaction after another
+    overlap = Plan(events=3_000, seed=4, transactions=0.9, txn_producers=3, txn_partitions=3, txn_overlap=4)
+    events = generate(overlap).events
+    first = min(e["process"] for e in events if e["f"] == "txn")  # the sets' processes follow the plain ones'
+    assert set(_open_at_once(events).values()) == {1}  # a transaction at a time on each process
+    assert _open_at_once(events, lambda process: (process - first) // 4) == {0: 4, 1: 4, 2: 4}
+    assert _open_at_once(events, lambda process: 0)[0] >= 8
+    # They complete in another order than they were invoked, and each partition's reader reads
+    # everything new in it: transactions of many records read.
+    invoked = [e["process"] for e in events if e["f"] == "txn" and e["type"] == "invoke"]
+    completed = [e["process"] for e in events if e["f"] == "txn" and e["type"] != "invoke"]
+    assert invoked != completed and sorted(invoked) == sorted(completed)
+    assert max(len(e["records"]) for e in events if e["f"] == "txn" and e["type"] != "invoke") >= 5
+
+
+def test_overlapping_transactions_are_counted_as_expected_json_says_in_segments_of_many(tmp_path, capsys):
+    # Every transactional plant beside overlapping transactions: the generator's counts are a literal
+    # reading's and the checker's, the overlapping ones a cycle of none (tests/checkers/test_engines.py
+    # and test_txn_segments.py: their cycles are the whole graph's), in segments of dozens.
+    assert main(["gen-history", "--events", "2000", "--seed", "3", "--transactions", "0.9", "--txn-producers", "3",
+                 "--txn-partitions", "3", "--txn-overlap", "8", "--ww-cycles", "1", "--wr-cycles", "1",
+                 "--precommitted", "1", "--torn", "1", "--ww-realtime-cycles", "1", "--ww-wr-realtime-cycles", "1",
+                 "--skips", "1", "--format", "parquet", "--out", str(tmp_path)]) == 0
+    expected = orjson.loads((tmp_path / "expected.json").read_bytes())["anomalies"]
+    assert {name: n for name, n in expected.items() if n} == {
+        "G0": 1, "G1c": 1, "wr-cycle": 1, "precommitted-read": 1, "torn-transaction": 1, "poll-skip": 2,
+        "G0-realtime": 1, "G1c-realtime": 1}
+    reference = reference_counts(read_parquet_events(tmp_path / "history.parquet"))
+    assert {name: reference[name] for name in expected} == expected
+    results = check_history(tmp_path, Options(engine="local"))
+    assert {name: a["count"] for name, a in results["anomalies"].items()} == expected
+    cycles = results["checker"]["cycles"]
+    assert cycles["segments"] >= 10 and cycles["largest_segment"]["transactions"] >= 40
+
+
+@pytest.mark.spark
+def test_overlapping_transactions_in_parts_are_counted_through_spark(spark, tmp_path, capsys):
+    assert main(["gen-history", "--events", "8000", "--parts", "2", "--jobs", "1", "--seed", "7",
+                 "--transactions", "0.9", "--txn-producers", "3", "--txn-partitions", "3", "--txn-overlap", "8",
+                 "--ww-cycles", "2", "--wr-cycles", "1", "--ww-wr-realtime-cycles", "2", "--lost", "1",
+                 "--out", str(tmp_path)]) == 0
+    expected = orjson.loads((tmp_path / "expected.json").read_bytes())
+    assert {k: n for k, n in expected["anomalies"].items() if k in TXN_PLANTED} == {
+        "G0": 2, "G1c": 1, "wr-cycle": 1, "precommitted-read": 0, "torn-transaction": 0, "G0-realtime": 0,
+        "G1c-realtime": 2}
+    results = check_history(tmp_path, Options(), spark=spark)
+    assert {name: a["count"] for name, a in results["anomalies"].items()} == expected["anomalies"]
+    assert results["counts"]["sends"] == expected["sends"]
+    cycles = results["checker"]["cycles"]
+    assert cycles["segments"] >= 20 and cycles["largest_segment"]["transactions"] >= 40
