@@ -26,14 +26,20 @@ import. Every part plants PLANTED; the bench fails (exit 2) if the
 checker's counts differ from expected.json's.
 
 Transactions: each size is also checked as a history whose producers are
-mostly transactional (`check-txn-SIZE/`: `gen-history --transactions`,
-TXN_PLANTED in each part besides PLANTED; unless `--no-txn`), and its
-cost reported per million transactions: the whole check's seconds
-(`s_per_million_txn`), and what it took beyond the plain history's check
-of the same size (`txn_extra_s_per_million_txn`: the transactions'
-frames, their dependency graph and its cycles, and the events they add),
-with the segments the graph was cut into for the cycles' search and the
-largest one's transactions and edges (results.json's `checker.cycles`).
+mostly transactional (`check-txn-overlap-SIZE/`: `gen-history
+--transactions` with TXN_FLAGS, TXN_PLANTED in each part besides PLANTED;
+unless `--no-txn`), and its cost reported per million transactions: the
+whole check's seconds (`s_per_million_txn`), and what it took beyond the
+plain history's check of the same size (`txn_extra_s_per_million_txn`:
+the transactions' frames, their dependency graph and its cycles, and the
+events they add), with the segments the graph was cut into for the
+cycles' search and the largest one's transactions and edges (results.json's
+`checker.cycles`). The transactions overlap (`--txn-overlap 10`, ten open
+at once in each producer's set): their backward edges cut the graph into
+hundreds of segments per million events, of hundreds of transactions
+each, the largest of thousands, every one searched, as a run's concurrent
+transactions make them; transactions one at a time would leave only the
+plants' segments of two or three (lab/synthetic.py).
 
 The result is recorded (bench/record.py), its figures named engine, size
 and measure (`spark.10M.cold_ratio`), against TARGETS.
@@ -65,7 +71,7 @@ PLANTED = dict(lost=5, duplicates=5, inconsistent=5, aborted=5, nonmonotonic_pol
                nonmonotonic_sends=5, unseen=5)  # in each part
 # A transactional history's plants (lab/synthetic.py), in each part, and how it makes transactions.
 TXN_PLANTED = dict(ww_cycles=5, wr_cycles=5, precommitted=5, torn=5, ww_realtime_cycles=5, ww_wr_realtime_cycles=5)
-TXN_FLAGS = ("--transactions", "0.9", "--txn-producers", "4", "--txn-partitions", "4")
+TXN_FLAGS = ("--transactions", "0.9", "--txn-producers", "4", "--txn-partitions", "4", "--txn-overlap", "10")
 PART_EVENTS = 1_000_000
 # Issue 46's goals for the checker whose anomalies one kernel decides, run by
 # Spark or in process. Figures are named engine.size.measure.
@@ -126,25 +132,32 @@ def ensure_history(size: int, cache: Path, txn: bool = False) -> Path:
     with PLANTED in each part (and, `txn`, transactions: TXN_FLAGS and
     TXN_PLANTED): made once by `harness gen-history --parts`, then reused. A
     folder not of that making (the earlier one-file layout, a generation cut
-    short, fewer plants than these) is made again."""
-    folder = cache / (f"check-txn-{size}" if txn else f"check-{size}")
+    short, fewer plants than these, other flags than these: `flags.json`
+    names a folder's) is made again. The transactional folder's name says
+    its transactions overlap: the serial ones' (`check-txn-SIZE/`, which
+    had no `flags.json`) is left to a bench of before."""
+    folder = cache / (f"check-txn-overlap-{size}" if txn else f"check-{size}")
     parts = max(1, round(size / PART_EVENTS))
     expected = folder / "expected.json"
     plants = {**PLANTED, **(TXN_PLANTED if txn else {})}
+    flags = list(TXN_FLAGS if txn else ())
     if (folder / "history.parquet").is_dir() and expected.is_file():
         made = orjson.loads(expected.read_bytes())
-        if made.get("parts") == parts and all(made["anomalies"].get(ANOMALY_OF[name], 0) >= n * parts
-                                              for name, n in plants.items()):
+        made_with = orjson.loads((folder / "flags.json").read_bytes()) if (folder / "flags.json").is_file() else []
+        if made.get("parts") == parts and made_with == flags and all(
+                made["anomalies"].get(ANOMALY_OF[name], 0) >= n * parts for name, n in plants.items()):
             return folder
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "results.json").unlink(missing_ok=True)  # a check of what was there before
+    for stale in ("results.json", "flags.json"):  # a check of what was there before, and its flags
+        (folder / stale).unlink(missing_ok=True)
     print(f"generating a {size}-event history in {parts} part(s) into {folder} ...", file=sys.stderr, flush=True)
     planted = [f"--{name.replace('_', '-')}={n * parts}" for name, n in plants.items()]
     proc = subprocess.run([sys.executable, "-m", "harness.cli", "gen-history", "--events", str(size),
                            "--parts", str(parts), "--seed", "0", "--partitions", "6", *planted,
-                           *(TXN_FLAGS if txn else ()), "--out", str(folder)], stdout=subprocess.PIPE, text=True)
+                           *flags, "--out", str(folder)], stdout=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         raise UserError(f"harness gen-history failed (exit {proc.returncode}, its message above)")
+    (folder / "flags.json").write_bytes(orjson.dumps(flags))
     print(proc.stdout.strip(), file=sys.stderr, flush=True)
     return folder
 
