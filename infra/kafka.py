@@ -734,11 +734,18 @@ class KafkaSystem(BrokerBase):
 
     # -- state, for targeted faults
 
-    def _partition_metadata(self, topic: str) -> dict:
+    def _partition_metadata(self, topic: str, timeout: float = 5.0) -> dict:
         """partition -> its metadata from a metadata request ({} when no broker answers)."""
-        meta = self.metadata(topic)
+        meta = self.metadata(topic, timeout=timeout)
         info = meta.topics.get(topic) if meta is not None else None
         return info.partitions if info is not None else {}
+
+    def _answered_partitions(self, topic: str) -> dict:
+        """`_partition_metadata` of a look-up a fault waits on (2 s); a RemoteError when no broker answers."""
+        partitions = self._partition_metadata(topic, timeout=2.0)
+        if not partitions:
+            raise RemoteError("control node", "metadata", f"no broker answered a metadata request for {topic}")
+        return partitions
 
     def leaders(self, topic: str) -> dict[int, str]:
         """partition -> the node leading it (partitions without a leader left out)."""
@@ -809,23 +816,17 @@ class KafkaSystem(BrokerBase):
         KRaft mode from a metadata request, which does not carry the epoch (None)."""
         if self.mode == "zk":
             return self.named_states(self.zk_reader().partition_states(topic))
-        meta = self.metadata(topic, timeout=2.0)
-        info = meta.topics.get(topic) if meta is not None else None
-        if info is None:
-            raise RemoteError("control node", "metadata", f"no broker answered a metadata request for {topic}")
-        return self.named_states({p: (pm.leader, None, list(pm.isrs)) for p, pm in info.partitions.items()})
+        return self.named_states({p: (pm.leader, None, list(pm.isrs))
+                                  for p, pm in self._answered_partitions(topic).items()})
 
     def group_offsets_state(self, group: str) -> tuple[int, str | None, list[str], list[str]]:
         """(partition, leader, replicas, ISR) of the `__consumer_offsets`
         partition holding `group`'s commits, from a metadata request (both
         modes): its leader is the group's coordinator, its followers are
         what the coordinator's commits wait for (infra.system.GroupOffsets)."""
-        meta = self.metadata(OFFSETS_TOPIC, timeout=2.0)
-        info = meta.topics.get(OFFSETS_TOPIC) if meta is not None else None
-        if info is None or not info.partitions:
-            raise RemoteError("control node", "metadata", f"no broker answered a metadata request for {OFFSETS_TOPIC}")
-        partition = offsets_partition_of(group, len(info.partitions))
-        pm = info.partitions[partition]
+        partitions = self._answered_partitions(OFFSETS_TOPIC)
+        partition = offsets_partition_of(group, len(partitions))
+        pm = partitions[partition]
         names = self.named_replicas({0: list(pm.replicas), 1: list(pm.isrs)})
         return partition, self.node_of(pm.leader), names[0], names[1]
 

@@ -53,6 +53,7 @@ from nemesis.fault import Context
 from nemesis.injector import Nemesis
 from nemesis.registry import FAULT_ENDS
 from nemesis.schedule import from_records, plan, to_records
+from workloads.clients import client_log
 from workloads.config import WorkloadConfig
 from workloads.observer import STATES_FILE, Observer, append_controller_records, append_truncations, origin_seconds
 from workloads.topic import create_topic, wait_settled
@@ -133,9 +134,8 @@ def run(args) -> int:
         logging.getLogger().removeHandler(handler)
         handler.close()
         if handler.clients is not None:
-            library = logging.getLogger("workloads.librdkafka")
-            library.removeHandler(handler.clients)
-            library.setLevel(logging.WARNING)
+            client_log.removeHandler(handler.clients)
+            client_log.setLevel(logging.WARNING)
             handler.clients.close()
 
 
@@ -187,9 +187,8 @@ def _log_to(path, client_debug_to=None) -> logging.Handler:
         clients = logging.FileHandler(client_debug_to)
         clients.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         clients.setLevel(logging.DEBUG)
-        library = logging.getLogger("workloads.librdkafka")
-        library.setLevel(logging.DEBUG)
-        library.addHandler(clients)
+        client_log.setLevel(logging.DEBUG)
+        client_log.addHandler(clients)
         handler.clients = clients
     # The clients' own complaints during faults (connection refused, REQTMOUT,
     # a thousand times in a power loss) go to harness.log only; the terminal
