@@ -70,6 +70,8 @@ class ProducerClient:
         self.acked_max: dict[int, int] = {}  # partition -> highest acknowledged offset
         # Why this instance must be replaced (an error name), or None.
         self.tainted: str | None = None
+        # Whether the library declared it unusable: replaced even where the run keeps clients on info.
+        self.fatal = False
         self._sends_acked = clients.history.sends_acked
         # acknowledged and not yet recorded: value, partition, offset, value, ...
         self._acks: list[int] = []
@@ -136,6 +138,7 @@ class ProducerClient:
         if err.fatal():
             log.warning("producer process %d: fatal error %s: %s", self.pid, err.name(), err.str())
             self.tainted = err.name()
+            self.fatal = True
         else:
             log.debug("producer process %d: %s", self.pid, err.str())
 
@@ -192,7 +195,7 @@ class ProducerSlot(ClientThread):
         issued = 0
         client = self.client
         while not stopping.is_set():
-            if client.tainted is not None and cfg.replace_on_info:
+            if client.tainted is not None and (cfg.replace_on_info or client.fatal):
                 client = self.client = self._replace(client)
             room = cfg.max_in_flight - client.outstanding - self._retiring_outstanding()
             if per_slot:
@@ -247,6 +250,7 @@ class ProducerSlot(ClientThread):
         self.clients.stats.completion("send", outcome.type, outcome.error)
         if produce_exception_is_fatal(e):
             client.tainted = outcome.error
+            client.fatal = True
 
     def _retiring_outstanding(self) -> int:
         if not self.retiring:

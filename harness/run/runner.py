@@ -227,7 +227,8 @@ def _execute(r: Run) -> None:
         topic="harness", partitions=s.partitions, replication_factor=s.replication_factor, rate=s.rate,
         producers=s.producers, consumers=s.consumers, consumer_mode=s.consumer_mode, acks=s.acks,
         idempotent=s.idempotent, producer_settings=s.producer, consumer_settings=s.consumer, groups=s.groups,
-        client_processes=s.client_processes, transactions=s.transactions or None,
+        client_processes=s.client_processes, replace_on_info=s.replace_on_info,
+        transactions=s.transactions or None,
         topic_settings={"min.insync.replicas": str(s.min_insync),
                         "unclean.leader.election.enable": str(s.unclean_election).lower()})
 

@@ -109,6 +109,10 @@ class TestSpec:
     # Run the producers and the groups' members as OS processes, which the targets
     # `producers`, `consumers` and `clients` can kill and pause.
     client_processes: bool = False
+    # Replace a client whose operation ended indeterminate (workloads.md,
+    # Crashes and replacement), as Jepsen does; false keeps it running, as an
+    # application that retries does (a group member then stays in its group).
+    replace_on_info: bool = True
     # Transactional clients (workloads.config.TxnConfig's fields, as a
     # [transactions] table gives them); empty: none.
     transactions: dict = field(default_factory=dict)
@@ -178,6 +182,8 @@ def add_arguments(parser) -> None:
     a("--client-processes", action="store_const", const=True,
       help="run the producers and the consumer groups' members ([[groups]] in a spec file) as OS "
            "processes, which --nemesis kill,pause with the targets producers, consumers, clients can hit")
+    a("--no-replace-on-info", dest="replace_on_info", action="store_const", const=False,
+      help="keep a client whose operation ended indeterminate instead of replacing it")
     a("--seed", type=int, help="seed of the fault schedule (default: random, recorded in run.json)")
     a("--results", metavar="DIR", help="results folder (default results)")
     for owner, option in SYSTEM_OPTIONS.values():

@@ -163,6 +163,29 @@ def test_retrying_producer_purged_sends_are_info(history, workloads):
     assert all(e["type"] == "info" for e in facts.completions.values())
 
 
+@pytest.mark.parametrize("replace", [True, False])
+def test_a_producer_whose_send_ended_indeterminate_is_replaced_unless_told_to_keep_it(history, workloads, replace):
+    """Sends that time out (nothing listens) end `info`: by default the producer
+    is replaced by a new process id, as Jepsen does; replace_on_info=False keeps it."""
+    cfg = WorkloadConfig(topic="nowhere", partitions=1, rate=100, producers=1, consumers=0,
+                         replace_on_info=replace, producer_settings={"message.timeout.ms": 200})
+    wl = Workload(cfg, "127.0.0.1:1", history)  # port 1: nothing listens, nothing leaves the host
+    workloads.append(wl)
+    wl.start()
+    time.sleep(1.5)
+    wl.stop(timeout=0.5)
+    history.close()
+    facts = check_history(history.path)
+    timed_out = [e for e in facts.completions.values() if e["error"] == "_MSG_TIMED_OUT"]
+    assert timed_out and all(e["type"] == "info" for e in timed_out)
+    senders = {e["process"] for e in facts.of_type("send", "invoke")}
+    crashed = {e["process"] for e in facts.of_type("crash", "ok")}
+    if replace:
+        assert crashed and len(senders) > 1
+    else:
+        assert not crashed and len(senders) == 1
+
+
 def test_bad_client_settings_are_one_line_user_errors(history):
     cfg = WorkloadConfig(producer_settings={"no.such.property": 1}, consumers=0)
     wl = Workload(cfg, "127.0.0.1:1", history)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from checkers.registry import NAMES as ANOMALIES
 from core.errors import UserError
 from harness.cli import main
-from harness.run.spec import build, expect_words, expectation, load_file, spec_file
+from harness.run.spec import add_arguments, build, expect_words, expectation, from_args, load_file, spec_file
 
 
 def test_defaults_are_a_meaningful_run():
@@ -39,6 +41,7 @@ def test_a_file_with_flags_over_it(tmp_path, capsys):
     ({"time_limit": -1}, ["--time-limit"]),
     ({"nodes": "five"}, ["--nodes", "integer"]),
     ({"unclean_election": "yes"}, ["true or false"]),
+    ({"replace_on_info": "no"}, ["--replace-on-info", "true or false"]),
     ({"debug_bug": ["ack-before-replication"], "system": "kafka"}, ["--debug-bug"]),
     ({"provider": "ssh"}, ["--nodes-file"]),
     ({"name": "../evil"}, ["--name"]),
@@ -87,6 +90,17 @@ def test_bad_flags_are_one_line_and_exit_2(capsys, tmp_path, argv, words):
     for w in words:
         assert w in err
     assert not any(tmp_path.iterdir())  # nothing started, nothing written
+
+
+def test_clients_are_replaced_after_an_indeterminate_operation_unless_a_spec_keeps_them(tmp_path):
+    assert build({}).replace_on_info is True
+    spec = tmp_path / "spec.toml"
+    spec.write_text("replace-on-info = false\n")
+    assert build(load_file(str(spec))).replace_on_info is False
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert from_args(parser.parse_args(["--no-replace-on-info"])).replace_on_info is False
+    assert from_args(parser.parse_args([])).replace_on_info is True
 
 
 def test_spec_round_trips_to_json():
