@@ -40,7 +40,7 @@ def step(delay: float, action: str, fault: str, mode: str = "", partition: int |
 def spec_file(tmp_path: Path, head: str, steps: list[str]) -> str:
     path = tmp_path / "spec.toml"
     path.write_text(head + "nodes = 3\npartitions = 1\nreplication-factor = 3\nacks = \"all\"\nmin-insync = 1\n"
-                    "time-limit = 15.0\nfinal-time-limit = 10.0\nrate = 200.0\nseed = 1\n"
+                    "time-limit = 20.0\nfinal-time-limit = 10.0\nrate = 200.0\nseed = 1\n"
                     '[broker]\n"replica.lag.time.max.ms" = 1000\n' + "".join(steps))
     return str(path)
 
