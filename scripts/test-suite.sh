@@ -10,7 +10,7 @@
 #     beside them at nice 19, so that they take only the CPU the clusters leave.
 # The second one's output is shown when both have ended; the exit status is
 # pytest's own if one failed (the first one's if both did), else 0. Each lists
-# its 15 slowest tests, so a slow suite says where its time went.
+# its 40 slowest tests, so a slow suite says where its time went.
 # Usage: scripts/test-suite.sh [PYTHON]   (default: .venv/bin/python)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,14 +19,14 @@ beside_log=$(mktemp -t harness-tests-beside.XXXXXX)
 trap 'rm -f "$beside_log"' EXIT
 
 # The cache plugin off in the second one: two sessions must not write .pytest_cache at once.
-nice -n 19 "$py" -m pytest -q -m "(not integration and not serial) or loopback" --durations=15 -p no:cacheprovider \
+nice -n 19 "$py" -m pytest -q -m "(not integration and not serial) or loopback" --durations=40 -p no:cacheprovider \
     >"$beside_log" 2>&1 &
 beside=$!
 # (a background job of a script ignores SIGINT: it is told with SIGTERM)
 trap 'kill -TERM "$beside" 2>/dev/null' INT TERM
 
 echo "== integration tests and those marked serial, one at a time (the others run beside them, niced)"
-"$py" -m pytest -q -m "(integration or serial) and not loopback" --durations=15
+"$py" -m pytest -q -m "(integration or serial) and not loopback" --durations=40
 serial_status=$?
 wait "$beside"
 beside_status=$?
