@@ -3,6 +3,7 @@ over a list of events in memory. Tests compare the Spark checker against it."""
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 
 
@@ -95,17 +96,20 @@ def reference_counts(events: list[dict], dumps: dict[str, list[list[int]]] | Non
     counts["inconsistent-offset"] = sum(1 for vs in values_at.values() if len(vs) >= 2)
     counts["aborted-read"] = sum(1 for v in read_values if outcome.get(v) == "fail")
 
-    known: dict[int, set] = defaultdict(set)
-    for (p, o) in values_at:
-        known[p].add(o)
+    known: dict[int, list] = defaultdict(list)  # partition -> its known offsets, sorted
+    for (p, o) in sorted(values_at):
+        known[p].append(o)
     back = skip = 0
     for _, r, a in consecutive_reads(client):
         b = r["offset"]
         if a is not None:
             if b <= a:
                 back += 1
-            elif any(a < o < b for o in known[r["partition"]]):
-                skip += 1
+            else:  # a known offset strictly between a and b: the first one above a
+                offsets = known[r["partition"]]
+                i = bisect_right(offsets, a)
+                if i < len(offsets) and offsets[i] < b:
+                    skip += 1
     counts["nonmonotonic-poll"] = back
     counts["poll-skip"] = skip
 
@@ -251,18 +255,41 @@ def _transaction_counts(txns: list[dict], client: list[dict], values_at) -> dict
     rt = {(a, b) for a in nodes for b in nodes if span[a][1] is not None and span[a][1] < span[b][0]}
 
     def components(edges: set) -> list[set]:
-        reach = {n: {n} for n in nodes}
-        changed = True
-        while changed:
-            changed = False
-            for a, b in edges:
-                if not reach[b] <= reach[a]:
-                    reach[a] |= reach[b]
-                    changed = True
-        found = []
-        for n in nodes:
-            c = {m for m in reach[n] if n in reach[m]}
-            if len(c) >= 2 and c not in found:
+        """The strongly connected components of two nodes or more (Kosaraju's: the
+        finishing order of a search along the edges, then searches against them)."""
+        succ, pred = defaultdict(list), defaultdict(list)
+        for a, b in edges:
+            succ[a].append(b)
+            pred[b].append(a)
+        seen, order = set(), []
+        for root in sorted(nodes):
+            if root in seen:
+                continue
+            seen.add(root)
+            stack = [(root, iter(succ[root]))]
+            while stack:
+                n, following = stack[-1]
+                for m in following:
+                    if m not in seen:
+                        seen.add(m)
+                        stack.append((m, iter(succ[m])))
+                        break
+                else:
+                    stack.pop()
+                    order.append(n)
+        placed, found = set(), []
+        for root in reversed(order):
+            if root in placed:
+                continue
+            c, todo = {root}, [root]
+            placed.add(root)
+            while todo:
+                for m in pred[todo.pop()]:
+                    if m not in placed:
+                        placed.add(m)
+                        c.add(m)
+                        todo.append(m)
+            if len(c) >= 2:
                 found.append(c)
         return found
 
