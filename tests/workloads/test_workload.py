@@ -150,15 +150,21 @@ def test_stop_completes_every_send_when_nothing_answers(history, workloads):
     assert all(e["type"] == "fail" for e in facts.completions.values() if e["error"] == "_PURGE_QUEUE")
 
 
-def test_retrying_producer_purged_sends_are_info(history, workloads):
-    cfg = WorkloadConfig(topic="nowhere", partitions=1, rate=200, producers=1, consumers=0)
+def _run_against_nothing(history, workloads, cfg: WorkloadConfig, seconds: float):
+    """Run `cfg` for `seconds` against port 1 of loopback (nothing listens, nothing
+    leaves the host), stop it, and check its history."""
     wl = Workload(cfg, "127.0.0.1:1", history)
     workloads.append(wl)
     wl.start()
-    time.sleep(0.5)
+    time.sleep(seconds)
     wl.stop(timeout=0.5)
     history.close()
-    facts = check_history(history.path)
+    return check_history(history.path)
+
+
+def test_retrying_producer_purged_sends_are_info(history, workloads):
+    cfg = WorkloadConfig(topic="nowhere", partitions=1, rate=200, producers=1, consumers=0)
+    facts = _run_against_nothing(history, workloads, cfg, 0.5)
     assert facts.completions and facts.incomplete == []
     assert all(e["type"] == "info" for e in facts.completions.values())
 
@@ -169,13 +175,7 @@ def test_a_producer_whose_send_ended_indeterminate_is_replaced_unless_told_to_ke
     is replaced by a new process id, as Jepsen does; replace_on_info=False keeps it."""
     cfg = WorkloadConfig(topic="nowhere", partitions=1, rate=100, producers=1, consumers=0,
                          replace_on_info=replace, producer_settings={"message.timeout.ms": 200})
-    wl = Workload(cfg, "127.0.0.1:1", history)  # port 1: nothing listens, nothing leaves the host
-    workloads.append(wl)
-    wl.start()
-    time.sleep(1.5)
-    wl.stop(timeout=0.5)
-    history.close()
-    facts = check_history(history.path)
+    facts = _run_against_nothing(history, workloads, cfg, 1.5)
     timed_out = [e for e in facts.completions.values() if e["error"] == "_MSG_TIMED_OUT"]
     assert timed_out and all(e["type"] == "info" for e in timed_out)
     senders = {e["process"] for e in facts.of_type("send", "invoke")}
