@@ -35,6 +35,7 @@ them exactly when T1 completed before T2 was invoked.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -50,9 +51,68 @@ NONE = r.NONE
 _SLOT_MASK = (1 << 32) - 1
 
 
+def distinct(a: np.ndarray) -> np.ndarray:
+    """`np.unique(a)` of a 1-d array of integers, by a sort. NumPy's own
+    takes a hash table for these, tens of times slower than its sort on
+    arrays of mostly distinct numbers (the transactions' nodes), and slower
+    per number as the table outgrows the caches."""
+    a = np.sort(a)
+    return a[np.concatenate(([True], a[1:] != a[:-1]))] if len(a) else a
+
+
+def packed(*columns: np.ndarray) -> tuple[np.ndarray, list[int], list[int]] | None:
+    """Rows of integer `columns` (the first the most significant), each as
+    one int64 that sorts as the rows do, with what undoes it (`unpacked`):
+    a sort of numbers instead of one of rows; None where there are no rows
+    or their ranges together do not fit in an int64."""
+    if not len(columns[0]):
+        return None
+    lows = [int(c.min()) for c in columns]
+    widths = [int(c.max()) - low + 1 for c, low in zip(columns, lows)]
+    if math.prod(widths) > 1 << 63:
+        return None
+    key = np.zeros(len(columns[0]), np.int64)
+    for c, low, width in zip(columns, lows, widths):
+        key *= width
+        key += c.astype(np.int64) - low
+    return key, lows, widths
+
+
+def unpacked(key: np.ndarray, lows: list[int], widths: list[int]) -> list[np.ndarray]:
+    """The columns `packed` made `key` of."""
+    columns = []
+    for low, width in zip(reversed(lows), reversed(widths)):
+        key, c = np.divmod(key, width)
+        columns.append(c + low)
+    return columns[::-1]
+
+
 def _pairs(edges: np.ndarray) -> np.ndarray:
-    """Distinct (from, to) rows of a (k, 2) array, sorted."""
-    return np.unique(edges.reshape(-1, 2), axis=0) if len(edges) else np.empty((0, 2), np.int64)
+    """Distinct (from, to) rows of a (k, 2) array, sorted: `np.unique(edges,
+    axis=0)`, whose sort of the pairs as records compares them field by
+    field, a generic call each, tens of times slower than a sort of numbers."""
+    edges = edges.reshape(-1, 2)
+    keys = packed(edges[:, 0], edges[:, 1])
+    if keys is not None:
+        key, lows, widths = keys
+        return np.stack(unpacked(distinct(key), lows, widths), axis=1)
+    if not len(edges):
+        return np.empty((0, 2), np.int64)
+    edges = edges[np.lexsort((edges[:, 1], edges[:, 0]))]
+    return edges[np.concatenate(([True], np.any(edges[1:] != edges[:-1], axis=1)))].astype(np.int64)
+
+
+def _pair_numbers(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Each pair (a, b)'s number among the distinct pairs in order: the
+    inverse of `np.unique(np.stack((a, b)), axis=1)`, by a sort of numbers
+    where the pairs pack in them (`_pairs`)."""
+    keys = packed(a, b)
+    order = np.argsort(keys[0]) if keys is not None else np.lexsort((b, a))
+    a, b = a[order], b[order]
+    new = np.concatenate(([True], (a[1:] != a[:-1]) | (b[1:] != b[:-1]))) if len(a) else np.empty(0, bool)
+    number = np.empty(len(order), np.int64)
+    number[order] = np.cumsum(new) - 1
+    return number
 
 
 # --------------------------------------------------------------------------
@@ -83,7 +143,7 @@ def txn_values(v: ByValue, sends: list[r.Rows]) -> tuple[TxnValues, r.Rows]:
     if not marked or not sum(len(m) for m in marked):
         empty = np.empty(0, np.int64)
         return TxnValues(empty, empty, empty, empty, empty), r.Rows.empty()
-    rows = np.unique(np.searchsorted(v.value, np.concatenate(marked)))
+    rows = distinct(np.searchsorted(v.value, np.concatenate(marked)))
     slot = np.full(len(v), NONE, np.int64)  # each value's place in its transaction's invocation
     for p in sends:
         at = (p.x == r.TXN_SEND) & (p.kind == r.SEND_INVOKE)
@@ -168,8 +228,7 @@ def _torn_rows(pos: np.ndarray, txn: np.ndarray, value: np.ndarray, runs: r.Rows
     if not len(k):
         return empty
     # Each record's (transaction, partition), numbered.
-    _, group = np.unique(np.stack((txn, partition)), axis=1, return_inverse=True)
-    group = group.reshape(-1)
+    group = _pair_numbers(txn, partition)
     # The records each run covers (its partition's, from its first offset to its last).
     first = runs.pos & MAX_OFFSET
     a = np.searchsorted(pos, runs.pos)
@@ -280,7 +339,7 @@ def cycles(ww: np.ndarray, wr: np.ndarray, spans: Spans, nodes: np.ndarray | Non
     them in the whole graph, and the examples' search walks that chain)."""
     ww, wr = _pairs(ww.astype(np.int64)), _pairs(wr.astype(np.int64))
     none = np.empty(0, np.int64)
-    nodes = np.unique(np.concatenate((ww.ravel(), wr.ravel(), none if nodes is None else nodes)))
+    nodes = distinct(np.concatenate((ww.ravel(), wr.ravel(), none if nodes is None else nodes)))
     out: list[list] = [[] for _ in range(5)]
     found: list = []
     if len(nodes) < 2:
@@ -289,7 +348,7 @@ def cycles(ww: np.ndarray, wr: np.ndarray, spans: Spans, nodes: np.ndarray | Non
     ww_i, wr_i = np.searchsorted(nodes, ww), np.searchsorted(nodes, wr)
     invoked, completed = spans.at(nodes)
     # The index nodes of realtime: each invocation's and completion's index, chained upward.
-    marks = np.unique(np.concatenate((invoked, completed[completed >= 0], none if marks is None else marks)))
+    marks = distinct(np.concatenate((invoked, completed[completed >= 0], none if marks is None else marks)))
     m = len(marks)
     done = np.flatnonzero(completed >= 0)
     rt = np.concatenate((

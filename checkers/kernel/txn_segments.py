@@ -54,7 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from checkers.kernel import rows as r
-from checkers.kernel.transactions import Cycles, Spans, cycles
+from checkers.kernel.transactions import Cycles, Spans, cycles, distinct
 
 NONE = r.NONE
 # The graphs an EDGE row's value names, and the kinds of a cut's rows.
@@ -182,7 +182,7 @@ def cut(ww: np.ndarray, wr: np.ndarray, segments: Segments, spans: Spans) -> Cut
             parts.append(Cut(s[alone], np.full(int(alone.sum()), NODE, np.int8), end[alone],
                              np.full(int(alone.sum()), NONE, np.int64)))
         ends.append(pairs.ravel())
-    nodes = np.unique(np.concatenate(ends)) if ends else np.empty(0, np.int64)
+    nodes = distinct(np.concatenate(ends)) if ends else np.empty(0, np.int64)
     invoked, _ = spans.at(nodes)
     inside, own = segments.of(invoked), segments.of(nodes)
     marked = (inside >= 0) & (inside != own)
