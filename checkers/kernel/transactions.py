@@ -82,8 +82,12 @@ def unpacked(key: np.ndarray, lows: list[int], widths: list[int]) -> list[np.nda
     """The columns `packed` made `key` of."""
     columns = []
     for low, width in zip(reversed(lows), reversed(widths)):
-        key, c = np.divmod(key, width)
-        columns.append(c + low)
+        rest = key // width  # a division by one number, made quick (np.divmod is not)
+        column = np.multiply(rest, width)
+        np.subtract(key, column, out=column)  # in place: a new array costs its pages' first touch
+        column += low
+        columns.append(column)
+        key = rest
     return columns[::-1]
 
 

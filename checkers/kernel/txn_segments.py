@@ -54,7 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from checkers.kernel import rows as r
-from checkers.kernel.transactions import Cycles, Spans, cycles, distinct
+from checkers.kernel.transactions import Cycles, Spans, cycles, distinct, packed, unpacked
 
 NONE = r.NONE
 # The graphs an EDGE row's value names, and the kinds of a cut's rows.
@@ -142,9 +142,17 @@ class Cut:
         return Cut(self.segment[at], self.kind[at], self.a[at], self.b[at])
 
     def distinct(self) -> "Cut":
-        """Each row once, by segment, kind and nodes (shards cut overlapping rows)."""
+        """Each row once, by segment, kind and nodes (shards cut overlapping
+        rows): packed in numbers where they fit, sorted (a sort of rows by
+        four columns, each sorted by index, costs more per row the more rows
+        there are, and `cut` gives one of every edge in a segment)."""
         if not len(self):
             return self
+        keys = packed(self.segment, self.kind, self.a, self.b)
+        if keys is not None:
+            columns = unpacked(distinct(keys[0]), *keys[1:])
+            return Cut(*(c.astype(getattr(self, name).dtype, copy=False)
+                         for c, name in zip(columns, ("segment", "kind", "a", "b"))))
         order = np.lexsort((self.b, self.a, self.kind, self.segment))
         s = self.take(order)
         same = ((s.segment[1:] == s.segment[:-1]) & (s.kind[1:] == s.kind[:-1]) & (s.a[1:] == s.a[:-1])

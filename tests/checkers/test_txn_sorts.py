@@ -1,8 +1,10 @@
 """The transactions' kernel's distinct numbers and pairs
 (checkers/kernel/transactions.py: `distinct`, `packed`, `_pairs`,
-`_pair_numbers`): the same as NumPy's `np.unique` on random and extreme
-columns (pairs whose ranges just fit in an int64, and those that do not,
-sorted as rows instead), and the segments' search making them by sorts,
+`_pair_numbers`) and a cut's distinct rows (checkers/kernel/txn_segments.py:
+`Cut.distinct`): the same as NumPy's `np.unique` or a sort of the rows on
+random and extreme columns (pairs whose ranges just fit in an int64, and
+those that do not, sorted as rows instead), and the segments' search
+making them by sorts,
 never by `np.unique`'s hash table or its sort of rows (each some tens of
 times slower on a large graph)."""
 
@@ -12,6 +14,7 @@ import numpy as np
 import pytest
 
 from checkers.kernel.transactions import _pair_numbers, _pairs, cycles, distinct, packed, unpacked
+from checkers.kernel.txn_segments import Cut
 from tests.checkers.test_txn_segments import _random_graph, by_segments, rows_of
 
 
@@ -48,6 +51,22 @@ def test_columns_pack_while_their_ranges_fit_in_an_int64():
     assert [c.tolist() for c in unpacked(key, lows, widths)] == [a.tolist(), b.tolist()]
     assert packed(np.array([0, 1 << 32]), b) is None
     assert packed(np.empty(0, np.int64)) is None
+
+
+@pytest.mark.parametrize("spread", (1, 1 << 40))
+def test_a_cut_s_distinct_rows_are_its_rows_sorted_once_packed_or_not(spread):
+    # Nodes 2**40 apart: four columns too wide to pack in an int64, sorted as rows.
+    rng = np.random.default_rng(spread)
+    n = 3000
+    a = rng.integers(0, 500, n) * spread
+    rows = Cut(rng.integers(0, 20, n), rng.integers(0, 4, n).astype(np.int8), a,
+               np.where(rng.random(n) < 0.5, a + rng.integers(-9, 9, n) * spread, -1))
+    rows = Cut.joined([rows, rows.take(slice(0, n // 2))])
+    assert (packed(rows.segment, rows.kind, rows.a, rows.b) is None) == (spread > 1)
+    got = rows.distinct()
+    assert got.kind.dtype == np.int8 and got.segment.dtype == got.a.dtype == got.b.dtype == np.int64
+    assert list(zip(*(c.tolist() for c in (got.segment, got.kind, got.a, got.b)))) == sorted(
+        set(zip(*(c.tolist() for c in (rows.segment, rows.kind, rows.a, rows.b)))))
 
 
 def test_the_segments_search_sorts_and_never_takes_numpy_s_hash_table_or_row_sort(monkeypatch):
