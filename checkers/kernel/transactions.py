@@ -373,45 +373,66 @@ def cycles(ww: np.ndarray, wr: np.ndarray, spans: Spans, nodes: np.ndarray | Non
             wr_inside[txn_comp[wr_i[same, 0]]] = True
         rt_inside = (np.bincount(comp[n:], minlength=len(counts)) > 0)[:len(counts)] if _HAS_RT[graph] \
             else np.zeros(len(counts), bool)
-        for c in np.flatnonzero(counts >= 2).tolist():
-            members = np.flatnonzero(txn_comp == c)
+        shown = np.flatnonzero(counts >= 2)
+        if not len(shown):
+            continue
+        # Each component's nodes and edges, gathered once for them all: not a
+        # pass over the graph for each (a graph of many cycles has as many).
+        members, member_at = _by_component(comp, shown, np.arange(size))
+        own = [_by_component(comp, shown, e) for e in (edges, ww_i, wr_i)]
+        for k, c in enumerate(shown.tolist()):
+            mine = members[member_at[k]:member_at[k + 1]]  # in order: its transactions first
             out[0].append(graph)
-            out[1].append(int(nodes[members[0]]))
-            out[2].append(len(members))
+            out[1].append(int(nodes[mine[0]]))
+            out[2].append(int(counts[c]))
             out[3].append(bool(wr_inside[c]))
             out[4].append(bool(rt_inside[c]))
-            found.append((graph, c, comp, edges, ww_i, wr_i, n))
+            found.append((graph, mine, *(rows[at[k]:at[k + 1]] for rows, at in own), n))
     frame = Cycles(*(np.array(c, np.int64) for c in out[:3]), np.array(out[3], bool), np.array(out[4], bool))
-    frame.cycle = [_Lazy(nodes, invoked, completed, *f) for f in found]
+    frame.cycle = [_Lazy(invoked, completed, *f) for f in found]
     return frame
+
+
+def _by_component(comp: np.ndarray, shown: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`rows`, nodes (1-d) or edges ((k, 2), both ends in one component) of
+    a graph whose nodes' components are `comp`, those of the components
+    `shown` (in order), grouped by component, each group in the rows'
+    order; and where the k-th component's begins (`at[k]`) and ends
+    (`at[k + 1]`)."""
+    wanted = np.zeros(int(comp.max()) + 1, bool)
+    wanted[shown] = True
+    c = comp[rows] if rows.ndim == 1 else comp[rows[:, 0]]
+    keep = np.flatnonzero(wanted[c] if rows.ndim == 1 else wanted[c] & (c == comp[rows[:, 1]]))
+    keep = keep[np.argsort(c[keep], kind="stable")]
+    return rows[keep], np.searchsorted(c[keep], np.append(shown, shown[-1] + 1))
 
 
 class _Lazy:
     """A component's example cycle, found only when it is shown."""
 
-    def __init__(self, nodes, invoked, completed, graph, c, comp, edges, ww_i, wr_i, n) -> None:
-        self.args = (nodes, invoked, completed, graph, c, comp, edges, ww_i, wr_i, n)
+    def __init__(self, invoked, completed, graph, members, edges, ww_i, wr_i, n) -> None:
+        self.args = (invoked, completed, graph, members, edges, ww_i, wr_i, n)
 
     def steps(self) -> list[dict]:
         return _cycle(*self.args)
 
 
-def _cycle(nodes, invoked, completed, graph, c, comp, edges, ww_i, wr_i, n) -> list[dict]:
-    """A closed walk within component `c`, through a wr edge (graphs with
-    wr) and an index node (graphs with realtime): each step {from, to,
+def _cycle(invoked, completed, graph, members, edges, ww_i, wr_i, n) -> list[dict]:
+    """A closed walk within a component (its nodes `members`, in order, and
+    its edges of the graph, of ww and of wr), through a wr edge (graphs
+    with wr) and an index node (graphs with realtime): each step {from, to,
     kind}, transactions as their invocation's and completion's indexes, a
     run of index nodes one realtime ("rt") step."""
-    inside = (comp[edges[:, 0]] == c) & (comp[edges[:, 1]] == c)
     succ: dict[int, list[int]] = {}
-    for a, b in edges[inside].tolist():
+    for a, b in edges.tolist():
         succ.setdefault(a, []).append(b)
     kinds: dict[tuple[int, int], str] = {}
     for name, pairs, held in (("wr", wr_i, _HAS_WR[graph]), ("ww", ww_i, _HAS_WW[graph])):
-        if held and len(pairs):  # only the component's own edges: the graph's may be millions
-            for a, b in pairs[(comp[pairs[:, 0]] == c) & (comp[pairs[:, 1]] == c)].tolist():
+        if held:
+            for a, b in pairs.tolist():
                 kinds.setdefault((a, b), name)
     wr_in = [(a, b) for a, b in kinds if kinds[(a, b)] == "wr"]
-    marks = {x for x in np.flatnonzero(comp == c).tolist() if x >= n}
+    marks = {x for x in members.tolist() if x >= n}
     if wr_in:
         a, b = min(wr_in)
         if marks:
@@ -420,7 +441,7 @@ def _cycle(nodes, invoked, completed, graph, c, comp, edges, ww_i, wr_i, n) -> l
         else:
             walk = [a] + _path(succ, b, {a})
     else:
-        start = min(marks) if marks else int(np.flatnonzero(comp[:n] == c)[0])
+        start = min(marks) if marks else int(members[0])
         walk = [start] + _path(succ, succ[start][0], {start})
     loop = walk[:-1]
     at = [k for k, x in enumerate(loop) if x < n]

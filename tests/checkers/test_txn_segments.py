@@ -3,7 +3,8 @@
 edges, transactions and index nodes each segment keeps, and that the
 search of the segments, alone or together, gives the rows and example
 cycles of the search of the whole graph at once, on hand-made graphs
-(the cases the module's claim turns on) and on random ones."""
+(the cases the module's claim turns on) and on random ones, and that a
+graph of many cycles gives each its own row and example."""
 
 from __future__ import annotations
 
@@ -183,3 +184,19 @@ def test_a_generated_history_of_overlapping_transactions_cut_gives_the_whole_gra
     nodes = np.unique(np.concatenate((ww.ravel(), wr.ravel())))
     inside = s.of(nodes)
     assert np.bincount(inside[inside >= 0]).max() >= 50
+
+
+def test_a_graph_of_many_cycles_gives_each_its_row_and_example_from_its_own_edges():
+    # 300 pairs one after another, each a G0 of two: A (10k to 10k+2) and B (10k+1 to 10k+3), A -ww-> B
+    # -ww-> A; realtime edges run from each pair to the later ones only.
+    pairs = 300
+    spans = Spans.of({t: t - 2 for k in range(pairs) for t in (10 * k + 2, 10 * k + 3)})
+    ww = np.array([e for k in range(pairs) for e in ([10 * k + 2, 10 * k + 3], [10 * k + 3, 10 * k + 2])])
+    found = cycles(ww, NO_EDGES, spans)
+    step = [(0, 2, "ww", 1, 3), (1, 3, "ww", 0, 2)]
+    assert rows_of(found) == sorted((g, 10 * k + 2, 2, False, False, [(a + 10 * k, b + 10 * k, kind, c + 10 * k,
+                                                                       d + 10 * k) for a, b, kind, c, d in step])
+                                    for g in range(4) for k in range(pairs))
+    # Each example is found in its component's own two edges, not in the graph's.
+    assert all(len(lazy.args[4]) == 2 for lazy in found.cycle)
+    assert by_segments(ww, NO_EDGES, spans, 64, 2) == (rows_of(found), pairs)
