@@ -161,8 +161,12 @@ def txn_values(v: ByValue, sends: list[r.Rows]) -> tuple[TxnValues, r.Rows]:
     at = np.flatnonzero(by_txn & is_txn_value[read_row])
     reader, row = reads.x[at], read_row[at]
     mine = reader == v.comp_index[row]
-    for k in np.argsort(reads.index[at][mine], kind="stable")[::-1]:  # the least index written last
-        own[row[mine][k]] = reads.index[at][mine][k]
+    # Each value's least index of a read by its own transaction: one sort of those reads, not a
+    # pass over them all for each.
+    own_row, own_index = row[mine], reads.index[at][mine]
+    first = np.lexsort((own_index, own_row))
+    first = first[np.concatenate(([True], own_row[first[1:]] != own_row[first[:-1]]))] if len(first) else first
+    own[own_row[first]] = own_index[first]
     writer_ok = v.outcome[row] != r.SEND_FAIL  # an aborted transaction's writes are not in the graph
     wr = np.stack((node[row], reader), axis=1)[~mine & writer_ok]
     frame = TxnValues(v.value[rows], node[rows], v.inv_index[rows], np.where(v.ok[rows], v.ack_pos[rows], NONE),

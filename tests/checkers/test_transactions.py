@@ -106,6 +106,21 @@ def test_a_transaction_that_reads_its_own_records(hist, check):
     assert r["valid"] is False
 
 
+def test_many_transactions_that_read_their_own_records_are_each_a_precommitted_read(hist, check):
+    # 200 transactions, each of its own process, write two records and read them back before they commit
+    # (a marker after each pair): every value a precommitted read at its transaction's completion, found by
+    # one sort of the own reads, however many.
+    done = []
+    for k in range(200):
+        _, comp = txn(hist, k, [(2 * k, 0, 3 * k), (2 * k + 1, 0, 3 * k + 1)],
+                      records=[(0, 3 * k, 2 * k), (0, 3 * k + 1, 2 * k + 1)])
+        done.append(comp)
+    r = check(hist)
+    assert r["counts_by_anomaly"] == only(precommitted_read=400)
+    assert [(e["value"], e["read_index"]) for e in r["anomalies"]["precommitted-read"]["examples"]] == [
+        (v, done[v // 2]) for v in range(len(r["anomalies"]["precommitted-read"]["examples"]))]
+
+
 def test_a_consumer_that_sees_part_of_a_committed_transaction(hist, check):
     _, t = txn(hist, 0, [(1, 0, 0), (2, 0, 1), (3, 0, 2), (4, 1, 0)])
     hist.poll(5, (0, 0, 1))
