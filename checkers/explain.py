@@ -996,6 +996,12 @@ class Explainer:
                    event=e["index"])
         for e in [e for e in between if e["f"] == "crash" and e["type"] == "ok"][:SHOW_CHANGES]:
             st.add(e["time"], f"process {e['process']} ended at {_s(e['time'])}", event=e["index"])
+        late = self._unknown_commit_of(group, p, ex["returned"], read["time"])
+        if late is not None:
+            invoked, ended = late
+            st.add(ended["time"], f"process {ended['process']}'s commit of partition {p} to offset {ex['returned']}, "
+                                  f"invoked at {_s(invoked['time'])}, ended unknown at {_s(ended['time'])}"
+                                  + (f" ({ended['error']})" if ended.get("error") else ""), event=ended["index"])
         st.add(read["time"], f"process {read['process']} read group {group}'s committed offset of partition {p} "
                              f"at {_s(read['time'])}: {returned}", event=read["index"])
         st.summary = (f"group {group}'s commit of partition {p} to {c}, acknowledged at {_s(acked['time'])} "
@@ -1003,8 +1009,31 @@ class Explainer:
                       f"(process {read['process']}), with no lower commit between"
                       + (f"; meanwhile {len(active)} fault{'s' if len(active) != 1 else ''} and "
                          f"{len(moves)} rebalance{'s' if len(moves) != 1 else ''} of that partition" if active or moves
-                         else "") + ".")
+                         else "")
+                      + (f"; the offset read is that of process {late[1]['process']}'s commit invoked at "
+                         f"{_s(late[0]['time'])}, whose outcome was unknown: a broker may still apply such a "
+                         f"commit, after a later one" if late is not None else "") + ".")
         return st.done()
+
+    def _unknown_commit_of(self, group: str, p: int, offset: int, before: int) -> tuple[dict, dict] | None:
+        """The last commit of (group, p) at `offset` invoked before `before` whose
+        outcome was unknown (an info completion): (its invocation, its completion).
+        A broker can apply such a commit after a later, acknowledged one
+        (docs/scenarios.md, "A commit the client was told timed out, applied
+        after a later one"), which explains the read."""
+        invoked: dict[int, dict] = {}  # process -> its commit in flight
+        found = None
+        for e in self.facts.group_events:
+            if e["f"] != "commit" or e["time"] > before:
+                continue
+            if e["type"] == "invoke":
+                invoked[e["process"]] = e
+                continue
+            start = invoked.pop(e["process"], None)
+            if (e["type"] == "info" and start is not None and start.get("group") == group
+                    and any(x["partition"] == p and x["offset"] == offset for x in start.get("offsets") or [])):
+                found = (start, e)
+        return found
 
     def _member_after(self, st: _Story, group: str, proc: int, p: int, o: int, since: int) -> list[str]:
         """After member `proc` was delivered p:o at `since`: its commit past o, how

@@ -344,6 +344,35 @@ def test_lost_commit_story_names_the_commit_the_moves_between_and_the_read(hist,
         "process 5 read group g1's committed offset of partition 0 at 1.7 s: none"]
 
 
+def test_lost_commit_story_names_a_commit_of_the_offset_read_whose_outcome_was_unknown(hist, check, tmp_path):
+    # Issue 50's run: a commit timed out in the client, a later one was acknowledged,
+    # and the group's offset read back was the timed-out one's.
+    for o, v in enumerate(range(10, 16)):
+        hist.send(0, v, 0, o)                                             # 0..11
+    hist.assign(4, [0], group="g1", generation=3)                         # 12, 13
+    hist.commit(4, "g1", {0: 1}, outcome="info")                          # 14, 15: unknown, not the offset read
+    unknown = [{"partition": 0, "offset": 2}]
+    hist.add(4, "invoke", "commit", group="g1", offsets=unknown)          # 16
+    hist.add(4, "info", "commit", group="g1", offsets=unknown, error="_TIMED_OUT")  # 17
+    hist.commit(4, "g1", {0: 4})                                          # 18, 19
+    hist.assign(5, [0], group="g1", generation=4)                         # 20, 21
+    hist.committed(5, "g1", {0: 2})                                       # 22, 23
+    _tenths(hist)
+    results = check(hist)
+    assert results["anomalies"]["lost-commit"]["count"] == 1
+    [story] = _by(explain_run(resolve(tmp_path), results, STORIES, ENDS), "lost-commit")
+    assert story["summary"] == (
+        "group g1's commit of partition 0 to 4, acknowledged at 1.9 s (process 4), was read back as 2 at 2.3 s "
+        "(process 5), with no lower commit between; meanwhile 0 faults and 1 rebalance of that partition; the "
+        "offset read is that of process 4's commit invoked at 1.6 s, whose outcome was unknown: a broker may still "
+        "apply such a commit, after a later one.")
+    assert [s["text"] for s in story["steps"]] == [
+        "process 4's commit of partition 0 to offset 2, invoked at 1.6 s, ended unknown at 1.7 s (_TIMED_OUT)",
+        "process 4 committed partition 0 of group g1 to offset 4: acknowledged at 1.9 s",
+        "process 5 was given partition 0 at 2.1 s (generation 4)",
+        "process 5 read group g1's committed offset of partition 0 at 2.3 s: 2"]
+
+
 def _txn(hist, process, sends, outcome="ok", error=None) -> None:
     """A transaction: `sends` (value, partition, offset) each, its completion with
     each send's position (a failed one's too, as the client knew them)."""
