@@ -43,8 +43,9 @@ COMMIT_VERSION = 8  # OffsetCommit v8: a group's commits with no member (a "simp
 SETTINGS = {
     "offsets.topic.replication.factor": 3, "offsets.topic.num.partitions": 1, "min.insync.replicas": 2,
     "group.initial.rebalance.delay.ms": 0,
-    # The paused follower stays in the ISR (for 30 s), so the high watermark stands still while it is paused.
-    "replica.lag.time.max.ms": 30000,
+    # The paused follower stays in the ISR (for 30 s), so the high watermark stands still while it is paused,
+    # and the commits waiting for it are not answered with a time-out meanwhile (5 s by default).
+    "replica.lag.time.max.ms": 30000, "offsets.commit.timeout.ms": 30000,
 }
 
 
@@ -160,11 +161,11 @@ def reorder(kafka4, group: str, second_on_closed: bool) -> tuple[tuple[int, int]
 
 def test_a_commit_sent_on_a_connection_the_client_closed_is_applied_after_a_later_one(kafka4):
     last, now = reorder(kafka4, "closed-connection", second_on_closed=True)
-    assert last == (3, 0), "the commit of 300, acknowledged"
-    assert now == (200, "sent as 200"), "the commit left unread on the closed connection came last"
+    assert last == (3, 0), f"the commit of 300, acknowledged: {last}"
+    assert now == (200, "sent as 200"), f"the commit left unread on the closed connection came last: {now}"
 
 
 def test_the_same_commits_on_an_open_connection_keep_the_later_one(kafka4):
     last, now = reorder(kafka4, "open-connection", second_on_closed=False)
-    assert last == (3, 0), "the commit of 300, acknowledged after 200 on the same connection"
-    assert now == (300, "sent as 300")
+    assert last == (3, 0), f"the commit of 300, acknowledged after 200 on the same connection: {last}"
+    assert now == (300, "sent as 300"), now
