@@ -176,11 +176,19 @@ class LoopbackKafka:
         if log.exists():
             log.rename(node.home / f"out.{time.time_ns()}.log")
 
+    def pause(self, node_id: int) -> None:
+        """SIGSTOP the node's process: it keeps its connections and answers nothing."""
+        os.kill(self.node(node_id).proc.pid, signal.SIGSTOP)
+
+    def resume(self, node_id: int) -> None:
+        os.kill(self.node(node_id).proc.pid, signal.SIGCONT)
+
     def stop(self) -> None:
         """Stop every node: SIGTERM, then SIGKILL after a few seconds."""
         for node in self.nodes:
             if node.proc is not None and node.proc.poll() is None:
                 try:
+                    os.killpg(node.proc.pid, signal.SIGCONT)  # a paused node acts on SIGTERM only once continued
                     os.killpg(node.proc.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass

@@ -29,42 +29,36 @@ from kafka.protocol.metadata import FindCoordinatorRequest
 
 from broker.client import SyncConnection, _frame
 from core.waiting import wait_for
-from infra import kafka
-from infra.cluster import ProvisionOptions, provision
-from infra.kafka import KafkaOptions, KafkaSystem
-from infra.remote import RemoteError
+from infra import kafka_dist
+from lab.loopback_kafka import LoopbackKafka
 from tests.support import need
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# Kafka's processes live on 127.0.0.1 alone: `make test` runs these beside the namespace clusters.
+pytestmark = [pytest.mark.loopback, pytest.mark.slow]
 
 VERSION = "4.4.0"
 TOPIC = "t"
+OFFSETS = "__consumer_offsets"
 COMMIT_VERSION = 8  # OffsetCommit v8: a group's commits with no member (a "simple" consumer's)
 SETTINGS = {
-    "offsets.topic.replication.factor": 3, "offsets.topic.num.partitions": 1, "min.insync.replicas": 2,
-    "group.initial.rebalance.delay.ms": 0,
+    "offsets.topic.replication.factor": "3", "offsets.topic.num.partitions": "1", "min.insync.replicas": "2",
     # The paused follower stays in the ISR (for 30 s), so the high watermark stands still while it is paused,
     # and the commits waiting for it are not answered with a time-out meanwhile (5 s by default).
-    "replica.lag.time.max.ms": 30000, "offsets.commit.timeout.ms": 30000,
+    "replica.lag.time.max.ms": "30000", "offsets.commit.timeout.ms": "30000",
 }
 
 
 @pytest.fixture(scope="module")
-def kafka4():
-    """Three KRaft nodes of Kafka 4.4.0 (controllers combined), one offsets
-    partition: (the system, its nodes by name)."""
-    need(kafka.kafka_dist.is_cached(VERSION, kafka.cache_dir()), f"Kafka {VERSION}'s jars in .cache/kafka (make setup)")
-    cluster = provision("local", ProvisionOptions(nodes=3))
-    system = KafkaSystem("unused:2181", SETTINGS, KafkaOptions(version=VERSION, mode="kraft", start_timeout=120))
-    try:
-        system.setup(cluster)
-        admin = AdminClient({"bootstrap.servers": system.bootstrap()})
+def kafka4(tmp_path_factory):
+    """Three nodes of Kafka 4.4.0 on 127.0.0.1 (node 1 also the KRaft
+    controller), one offsets partition on all three, and the topic."""
+    need(kafka_dist.is_cached(VERSION, kafka_dist.DEFAULT_CACHE), f"Kafka {VERSION}'s jars in .cache/kafka (make setup)")
+    with LoopbackKafka(tmp_path_factory.mktemp("late-commit"), nodes=3, version=VERSION,
+                       broker_settings=SETTINGS) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         for future in admin.create_topics([NewTopic(TOPIC, 1, 3)]).values():
             future.result(60)
-        yield system, {n.name: n for n in cluster.nodes}
-    finally:
-        system.teardown(cluster)
-        cluster.teardown()
+        yield cluster
 
 
 def commit(group: str, offset: int) -> OffsetCommitRequest:
@@ -74,8 +68,8 @@ def commit(group: str, offset: int) -> OffsetCommitRequest:
                                topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=TOPIC, partitions=[partition])])
 
 
-def connect(system: KafkaSystem, node) -> SyncConnection:
-    return SyncConnection(node.address, system.options.port, client_id="late-commit", timeout=60)
+def connect(cluster: LoopbackKafka, node_id: int) -> SyncConnection:
+    return SyncConnection("127.0.0.1", cluster.node(node_id).port, client_id="late-commit", timeout=60)
 
 
 def send(conn: SyncConnection, group: str, offset: int, correlation_id: int) -> None:
@@ -90,8 +84,8 @@ def answer(conn: SyncConnection) -> tuple[int, int]:
     return int.from_bytes(payload[:4], "big"), response.topics[0].partitions[0].error_code
 
 
-def committed(system: KafkaSystem, node, group: str) -> tuple[int, str]:
-    conn = connect(system, node)
+def committed(cluster: LoopbackKafka, node_id: int, group: str) -> tuple[int, str]:
+    conn = connect(cluster, node_id)
     try:
         response = conn.request(OffsetFetchRequest(group_id=group, topics=None), 5)
     finally:
@@ -100,29 +94,32 @@ def committed(system: KafkaSystem, node, group: str) -> tuple[int, str]:
     return partition.committed_offset, partition.metadata
 
 
-def coordinator_and_follower(system: KafkaSystem, nodes: dict, group: str):
+def coordinator_and_follower(cluster: LoopbackKafka, group: str) -> tuple[int, int]:
     """The group's coordinator (the offsets partition's leader) and one of its
-    in-sync followers, once a first commit has been acknowledged."""
+    in-sync followers other than node 1 (pausing the KRaft controller would
+    stall more than the high watermark), once a first commit was acknowledged."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+
     def first_commit():
-        try:
-            _, leader, _, isr = system.group_offsets_state(group)
-        except RemoteError:  # no offsets topic yet: looking up a coordinator makes it
-            conn = connect(system, next(iter(nodes.values())))
+        topics = admin.list_topics(timeout=10).topics
+        if OFFSETS not in topics:  # looking up a coordinator makes the topic
+            conn = connect(cluster, 1)
             try:
                 conn.request(FindCoordinatorRequest(key=group, key_type=0), 2)
             finally:
                 conn.close()
             return None
-        if leader is None:
+        offsets = topics[OFFSETS].partitions[0]
+        if offsets.leader < 0 or len(offsets.isrs) < 3:  # not yet led, or a replica not yet in sync
             return None
-        conn = connect(system, nodes[leader])
+        conn = connect(cluster, offsets.leader)
         try:
             error = conn.request(commit(group, 1), COMMIT_VERSION).topics[0].partitions[0].error_code
         finally:
             conn.close()
-        if error != 0 or len(isr) < 3:  # the coordinator still loading, or a replica not yet in sync
+        if error != 0:  # the coordinator still loading the partition
             return None
-        return nodes[leader], nodes[next(name for name in isr if name != leader)]
+        return offsets.leader, next(n for n in offsets.isrs if n not in (offsets.leader, 1))
     return wait_for(first_commit, timeout=60, interval=0.5, what=f"a first commit of group {group}")
 
 
@@ -132,31 +129,30 @@ def reorder(kafka4, group: str, second_on_closed: bool) -> tuple[tuple[int, int]
     sent on connection B instead; commit 300 on B. The follower resumes.
     Returns B's last answer (correlation id, error) and the committed offset
     (offset, metadata) read once every request has been handled."""
-    system, nodes = kafka4
-    coordinator, follower = coordinator_and_follower(system, nodes, group)
-    system.pause(follower)
+    coordinator, follower = coordinator_and_follower(kafka4, group)
+    kafka4.pause(follower)
     try:
-        a = connect(system, coordinator)
+        a = connect(kafka4, coordinator)
         send(a, group, 100, 1)
         time.sleep(0.5)  # 100 is read and waits for the high watermark: A reads nothing more
         if second_on_closed:
             send(a, group, 200, 2)
             time.sleep(0.5)
         a.close()
-        b = connect(system, coordinator)
+        b = connect(kafka4, coordinator)
         if not second_on_closed:
             send(b, group, 200, 2)
         send(b, group, 300, 3)
         time.sleep(2.0)  # 300 is read and waits too, before the high watermark moves
     finally:
-        system.resume(follower)
+        kafka4.resume(follower)
     try:
         answers = [answer(b) for _ in range(1 if second_on_closed else 2)]
     finally:
         b.close()
     # What A still held is read once 100 is answered: give it time to land, then read.
     time.sleep(3.0)
-    return answers[-1], committed(system, coordinator, group)
+    return answers[-1], committed(kafka4, coordinator, group)
 
 
 def test_a_commit_sent_on_a_connection_the_client_closed_is_applied_after_a_later_one(kafka4):
