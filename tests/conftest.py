@@ -50,8 +50,10 @@ def shared_check_service(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _runs_share_a_check_service(request):
     """Integration tests (the ones that start runs) get the shared check service;
-    a quick loop of unit tests never starts its JVM."""
-    if request.node.get_closest_marker("integration") is not None:
+    a quick loop of unit tests never starts its JVM, nor do the loopback tests,
+    which start no run (they run beside the others, in a pytest of their own)."""
+    marked = request.node.get_closest_marker
+    if marked("integration") is not None and marked("loopback") is None:
         request.getfixturevalue("shared_check_service")
 
 
