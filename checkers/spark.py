@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from core.class_archive import jdk_id
 from core.errors import UserError, first_line
 
 log = logging.getLogger(__name__)
@@ -80,11 +81,7 @@ def class_archive_path() -> Path:
     hash of the `java` binary (its path and time) and pyspark's version and
     place, so that an upgrade of either makes a new one rather than a stale one."""
     java_home = os.environ.get("JAVA_HOME")
-    java = str(Path(java_home) / "bin" / "java") if java_home else (shutil.which("java") or "java")
-    try:
-        java_id = f"{os.path.realpath(java)}:{os.stat(java).st_mtime_ns}"
-    except OSError:
-        java_id = java
+    java_id = jdk_id(str(Path(java_home) / "bin" / "java") if java_home else "java")
     spec = importlib.util.find_spec("pyspark")
     pyspark_id = f"{importlib.metadata.version('pyspark')}:{spec.origin if spec else ''}"
     key = hashlib.sha256(f"{java_id}|{pyspark_id}".encode()).hexdigest()[:16]

@@ -15,9 +15,9 @@ one, it says so in one line and setup goes on: sessions start without it.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
+from core import class_archive
 from core.errors import first_line
 from checkers.check import prime
 from checkers.spark import class_archive_path, get_session, jvm_log_path, stop_jvm
@@ -31,21 +31,16 @@ def build(force: bool = False) -> bool:
     path = class_archive_path()
     if path.is_file() and not force:
         return True
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    return class_archive.make(path, _dump)
+
+
+def _dump(partial) -> bool:
+    """A session whose JVM writes `partial` as it exits, primed with every plan of the checker."""
     spark = get_session(java_options=f"-XX:ArchiveClassesAtExit={partial}", class_archive=False)
-    primed = False
     try:
         prime(spark)
-        primed = True
     finally:
         stop_jvm(spark, wait_s=DUMP_TIMEOUT_S)  # the JVM writes the archive as it exits
-        if not primed:  # what it dumped is not every class a check loads
-            partial.unlink(missing_ok=True)
-    if not partial.is_file() or partial.stat().st_size == 0:
-        partial.unlink(missing_ok=True)
-        return False
-    os.replace(partial, path)
     return True
 
 
