@@ -19,11 +19,14 @@ KAFKA4_VERSIONS ?= 4.1.2 4.4.0
 KAFKA4_STAMPS := $(foreach v,$(KAFKA4_VERSIONS),.cache/kafka/$(v)/.complete)
 # Their kafka-tools too: from 4.2 Kafka's log dump tool (DumpLogSegments) lives there.
 KAFKA4_TOOLS_STAMPS := $(foreach v,$(KAFKA4_VERSIONS),.cache/kafka/$(v)/tools/.complete)
+# Each version's class-data archive of its JVMs (infra/kafka_archive.py).
+KAFKA_ARCHIVE_STAMPS := $(foreach v,$(KAFKA_VERSION) $(KAFKA4_VERSIONS),.cache/kafka/$(v)/cds/.complete)
 
 .PHONY: setup run test bench clean docker-image spark-archive
 .SILENT:
 
-setup: $(SYSTEM_STAMP) $(STAMP) $(KAFKA_STAMP) $(TOOLS_STAMP) $(KAFKA4_STAMPS) $(KAFKA4_TOOLS_STAMPS) spark-archive
+setup: $(SYSTEM_STAMP) $(STAMP) $(KAFKA_STAMP) $(TOOLS_STAMP) $(KAFKA4_STAMPS) $(KAFKA4_TOOLS_STAMPS) \
+	$(KAFKA_ARCHIVE_STAMPS) spark-archive
 
 $(SYSTEM_STAMP): scripts/setup-system.sh
 	scripts/setup-system.sh
@@ -48,6 +51,15 @@ $(KAFKA4_STAMPS): .cache/kafka/%/.complete: | $(SYSTEM_STAMP) $(STAMP)
 
 $(KAFKA4_TOOLS_STAMPS): .cache/kafka/%/tools/.complete: | .cache/kafka/%/.complete
 	$(PY) -m infra.kafka_dist --version $* --tools
+
+# The class-data archive of a version's Kafka JVMs (infra/kafka_archive.py): one
+# KRaft broker started and stopped once, its classes dumped into
+# .cache/kafka/<version>/cds/; a run's brokers, controllers and Kafka's tools then
+# start sooner (docs/kafka.md, "Where the jars come from"). After the tools, as
+# their jars are on its class path. cds/.complete is written once the archive is
+# there; where the JVM cannot make one, one line, and the next setup tries again.
+$(KAFKA_ARCHIVE_STAMPS): .cache/kafka/%/cds/.complete: | .cache/kafka/%/tools/.complete
+	$(PY) -m infra.kafka_archive --version $*
 
 # The Spark driver's class-data archive (checkers/spark_archive.py), made once per
 # JDK and pyspark into .cache/spark/ (a check, then the dump): a cold Spark session

@@ -275,6 +275,49 @@ def new_cluster_id() -> str:
             return text
 
 
+def uses_log4j2(version: str) -> bool:
+    """Whether Kafka `version` logs through Log4j 2 (from 4.0) rather than reload4j."""
+    return _major_minor(version)[0] >= 4
+
+
+def log_config_text(version: str, file_name: str) -> bytes:
+    """log4j's (or, from Kafka 4, log4j2's) configuration writing everything to `file_name`."""
+    return (LOG4J2 if uses_log4j2(version) else LOG4J).replace("server.log", file_name).encode()
+
+
+def java_argv(java: str, home: str, main: list[str], logs_dir: str, log_config: str, log4j2: bool,
+              heap: str = "512m", tool: bool = False, archive: Path | None = None,
+              vm_options: tuple[str, ...] = ()) -> list[str]:
+    """A Kafka JVM's command line: the broker's (`kafka.Kafka`), with its heap
+    and G1; or a short-lived `tool`'s (StorageTool, DumpLogSegments): 256 MB,
+    C1 only and the serial collector, which cut such a JVM's CPU, and a Kafka
+    run dumps every node's log at once (docs/decisions.md, "Kafka's
+    short-lived tools: C1 only and the serial collector"). `archive`: the
+    class-data archive to map (`class_archive`); `vm_options`: more of the
+    JVM's own (infra/kafka_archive.py's dump). The class path is the one the
+    archive was made with: the JVM refuses an archive of another."""
+    flag = f"-Dlog4j2.configurationFile={log_config}" if log4j2 else f"-Dlog4j.configuration=file:{log_config}"
+    vm = ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"] if tool else \
+         [f"-Xmx{heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20"]
+    shared = [f"-XX:SharedArchiveFile={archive}"] if archive is not None else []
+    return [java, *vm, "-Xms64m", *shared, *vm_options,
+            "-Djava.awt.headless=true", "-Djava.net.preferIPv4Stack=true",
+            flag, f"-Dkafka.logs.dir={logs_dir}", "-cp", f"{home}/libs/*:{home}/tools/*", *main]
+
+
+def class_archive(dist: Distribution, local: bool, java: str) -> Path | None:
+    """The class-data archive every Kafka JVM of a run maps (the broker's, a
+    controller's, StorageTool's, DumpLogSegments'): the one `make setup` made
+    for the version's jars in the cache and this machine's JDK
+    (infra/kafka_archive.py), where the nodes run exactly those (`local`:
+    they share this machine's files). None elsewhere (a --kafka-dist, jars
+    shipped to other machines) and when there is none: the JVMs start without."""
+    if not local or dist.source is not None or dist.home is None:
+        return None
+    path = kafka_dist.class_archive(dist.home, java)
+    return path if path.is_file() else None
+
+
 def java_string_hash(text: str) -> int:
     """Java's `String.hashCode()`: 31-fold over the UTF-16 code units, in a signed 32-bit int."""
     h = 0
@@ -372,6 +415,7 @@ class KafkaSystem(BrokerBase):
         self._homes: dict[str, str] = {}  # node -> Kafka home (libs/) on that node
         self.cluster_id = new_cluster_id()
         self.dist: Distribution | None = None
+        self._class_archive: Path | None = None  # the JVMs' class-data archive, where they use one
         # The voters' own daemons in the separate KRaft layout, else None.
         self.controllers: kraft_controllers.ControllerDaemons | None = None
 
@@ -427,7 +471,7 @@ class KafkaSystem(BrokerBase):
     # -- configuration
 
     def _log4j2(self) -> bool:
-        return _major_minor(self.dist.version)[0] >= 4
+        return uses_log4j2(self.dist.version)
 
     def properties(self, node: Node) -> dict[str, str]:
         """The node's server.properties, as a dict (written sorted)."""
@@ -478,20 +522,10 @@ class KafkaSystem(BrokerBase):
         return props
 
     def _java(self, node: Node, main: list[str], tool: bool = False, log_config: str | None = None) -> list[str]:
-        """The broker's JVM (`kafka.Kafka`): its heap and G1. A short-lived
-        `tool`'s (StorageTool, DumpLogSegments): 256 MB, C1 only and the serial
-        collector, which cut such a JVM's CPU, and a Kafka run dumps every node's
-        log at once (docs/decisions.md, "Kafka's short-lived tools: C1 only and
-        the serial collector")."""
-        home = self._homes[node.name]
-        log_config = log_config or self.log_config_file(node)
-        flag = (f"-Dlog4j2.configurationFile={log_config}" if self._log4j2()
-                else f"-Dlog4j.configuration=file:{log_config}")
-        vm = (["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"] if tool else
-              [f"-Xmx{self.options.heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20"])
-        return [self.options.java, *vm, "-Xms64m",
-                "-Djava.awt.headless=true", "-Djava.net.preferIPv4Stack=true",
-                flag, f"-Dkafka.logs.dir={node.log_dir}", "-cp", f"{home}/libs/*:{home}/tools/*", *main]
+        """`java_argv` of the node's Kafka home, its logs and the run's class-data archive."""
+        return java_argv(self.options.java, self._homes[node.name], main, node.log_dir,
+                         log_config or self.log_config_file(node), self._log4j2(), self.options.heap, tool,
+                         self._class_archive)
 
     def _dump_segments(self, node: Node, args: list[str]) -> str:
         """The shell command running Kafka's DumpLogSegments with `args` on the
@@ -508,6 +542,7 @@ class KafkaSystem(BrokerBase):
     def setup(self, cluster: Cluster) -> None:
         self.place(cluster)
         self.dist = resolve(self.options, self._local)
+        self._class_archive = class_archive(self.dist, self._local, self.options.java)
         if self.mode == "zk":
             zk_state.fresh_chroot(self.zookeeper_connect, CHROOT)
         if self._separate():
@@ -551,8 +586,7 @@ class KafkaSystem(BrokerBase):
             self._format(node, kraft_controllers.config_file(node))
 
     def _log_config(self, file_name: str) -> bytes:
-        """log4j's (or, from Kafka 4, log4j2's) configuration writing everything to `file_name`."""
-        return (LOG4J2 if self._log4j2() else LOG4J).replace("server.log", file_name).encode()
+        return log_config_text(self.dist.version, file_name)
 
     def _format(self, node: Node, config: str) -> None:
         """Formats the storage `config` names for this run's KRaft cluster id, with the run's features."""

@@ -17,6 +17,12 @@ other brokers with them, are resolved on request beside the broker's jars
     .cache/kafka/<version>/tools/*.jar          kafka-tools and what it adds
     .cache/kafka/<version>/tools/.complete
 
+`make setup` then makes a class-data archive of the version's JVMs
+(infra/kafka_archive.py), named for the JDK that made it (`class_archive`):
+
+    .cache/kafka/<version>/cds/classes-<jdk>.jsa
+    .cache/kafka/<version>/cds/.complete         written once it is there
+
 Runs never download: `kafka_home` / `kafka_classpath` only look in the cache
 and name the command that fills it when it is missing. The same layout is what
 a user's `--kafka-dist` names (an Apache tarball or an unpacked folder), so a
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -44,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.etree import ElementTree
 
+from core.class_archive import jdk_id
 from core.errors import UserError, first_line
 
 log = logging.getLogger(__name__)
@@ -57,6 +65,7 @@ MAVEN_CENTRAL = "https://repo.maven.apache.org/maven2"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CACHE = REPO_ROOT / ".cache" / "kafka"
 COMPLETE = ".complete"
+ARCHIVE_DIR = "cds"  # the class-data archive (`class_archive`), beside libs/ and tools/
 # Kafka's own 3.x distribution logs through reload4j; pin its fixed release.
 RELOAD4J_VERSION = "1.2.25"
 
@@ -124,6 +133,13 @@ def kafka_home(version: str = DEFAULT_VERSION, cache_dir: str | os.PathLike = DE
 def kafka_classpath(version: str = DEFAULT_VERSION, cache_dir: str | os.PathLike = DEFAULT_CACHE) -> str:
     """A `java -cp` value for the cached jars of `version`; never downloads."""
     return str(kafka_home(version, cache_dir) / "libs") + "/*"
+
+
+def class_archive(home: str | os.PathLike, java: str = "java") -> Path:
+    """Where the class-data archive of the Kafka home's JVMs run by `java`
+    is (or would be): named for that JDK, so another JDK's JVMs never map it."""
+    key = hashlib.sha256(jdk_id(java).encode()).hexdigest()[:16]
+    return Path(home) / ARCHIVE_DIR / f"classes-{key}.jsa"
 
 
 def log4j_config(home: str | os.PathLike) -> Path:
@@ -231,6 +247,8 @@ def ensure_tools(version: str = DEFAULT_VERSION, cache_dir: str | os.PathLike = 
             if tools.exists():
                 shutil.rmtree(tools)
             staging.rename(tools)
+            # The class-data archive was made with the old jars on its class path: the JVM would refuse it.
+            shutil.rmtree(libs.parent / ARCHIVE_DIR, ignore_errors=True)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return tools
