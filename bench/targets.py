@@ -9,8 +9,8 @@ prints the newest recorded figures of each.
 
 from __future__ import annotations
 
-from bench import (broker_vs_kafka, checker_cost, cluster_up, cold_check, own_broker_failover, own_broker_throughput,
-                   record, report_cost)
+from bench import (broker_vs_kafka, checker_cost, cluster_up, cold_check, kafka_jvms, own_broker_failover,
+                   own_broker_throughput, record, report_cost)
 
 # target -> (module, one-line help)
 TARGETS = {
@@ -24,6 +24,8 @@ TARGETS = {
                  "own broker: seconds from a leader's kill -9 to a new leader and to the next acknowledged write"),
     "kafka": (broker_vs_kafka,
               "own broker vs Apache Kafka: acks=all produce throughput and p99 side by side; Kafka bring-up"),
+    "kafka-jvms": (kafka_jvms, "Kafka's JVMs (storage format, a broker's start, the log dump tool) with and "
+                               "without the class-data archive, on 127.0.0.1"),
     "report": (report_cost, "building the report of a 10M-event run: time, memory, page sizes, browser load time"),
     "latest": (record, "print the newest recorded figures of each benchmark (results/bench/), and their targets"),
 }

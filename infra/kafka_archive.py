@@ -55,7 +55,8 @@ class LoneNode:
     ports, run with a run's command lines (`infra.kafka.java_argv`): in
     KRaft mode broker and controller in one JVM, or a ZooKeeper-mode broker
     of the ensemble at `zookeeper` (host:port/chroot). The archive is made
-    from one; the tests start them too. Its log is `work`/server.log."""
+    from one; the benchmark (bench/kafka_jvms.py) and the tests start them
+    too. Its log is `work`/server.log."""
 
     work: Path
     version: str
