@@ -12,9 +12,10 @@ classes it loaded as it exits), waits for that, checks that a JVM maps the
 file, and only then moves it into place (`core.class_archive.make`); then
 writes the version's `cds/.complete`, the Makefile's stamp.
 
-One archive serves every Kafka JVM of the version: the broker in KRaft and
-in ZooKeeper mode, a separate controller, and the short-lived StorageTool
-and DumpLogSegments, whose classes are mostly the broker's. A run's JVMs map
+One archive serves every Kafka JVM of the version (docs/decisions.md,
+"Kafka's JVMs' class-data archive"): the broker in KRaft and in ZooKeeper
+mode, a separate controller, and the short-lived StorageTool and
+DumpLogSegments, whose classes are mostly the broker's. A run's JVMs map
 it where they run these jars in place (`infra.kafka.class_archive`). If this
 machine's JVM cannot make one, it says so in one line and setup goes on:
 the JVMs start without it.
