@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.waiting import free_ports
-from infra.kafka_dist import DEFAULT_CACHE, DEFAULT_VERSION, ensure_kafka, log4j_jvm_flag
+from infra.kafka_dist import DEFAULT_CACHE, DEFAULT_VERSION, class_archive, ensure_kafka, log4j_jvm_flag
 
 PORT_RANGE = (39000, 39999)
 
@@ -109,9 +109,13 @@ class LoopbackKafka:
         return "".join(f"{k}={v}\n" for k, v in lines.items())
 
     def _java(self, node: Node, main: list[str]) -> list[str]:
-        return ["java", f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+        """A node's JVM, mapping the version's class-data archive where setup made
+        one (infra/kafka_archive.py), on the class path it was made with."""
+        archive = class_archive(self.home)
+        shared = [f"-XX:SharedArchiveFile={archive}"] if archive.is_file() else []
+        return ["java", f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", *shared, "-Djava.awt.headless=true",
                 log4j_jvm_flag(self.home), f"-Dkafka.logs.dir={node.home / 'logs'}",
-                "-cp", str(self.libs) + "/*", *main]
+                "-cp", f"{self.libs}/*:{self.home}/tools/*", *main]
 
     def start(self, timeout_s: float = 60.0) -> None:
         for node in self.nodes:
