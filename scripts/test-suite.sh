@@ -5,9 +5,9 @@
 #   - the integration tests and those marked `serial`, one at a time (they share
 #     the machine's namespaces, ports and `harness clean`, and their timing matters);
 #   - the rest (unit tests, Spark on made-up histories, the report in a browser)
-#     and the integration tests marked `loopback` (the own broker's, and the
-#     workload's on loopback Kafka: their processes live on 127.0.0.1 alone
-#     and share nothing with the clusters)
+#     and the tests marked `loopback` (the own broker's, and Kafka's late
+#     commit: their processes live on 127.0.0.1 alone and share nothing with
+#     the clusters)
 #     beside them at nice 19, so that they take only the CPU the clusters leave.
 # The second one's output is shown when both have ended; the exit status is
 # pytest's own if one failed (the first one's if both did), else 0. Each lists

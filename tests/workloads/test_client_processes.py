@@ -20,8 +20,6 @@ from workloads.config import GroupConfig, WorkloadConfig
 from tests.support import need_root
 from tests.workloads.history_checks import check_history
 
-# The tests marked loopback run beside the clusters (Kafka and the clients on 127.0.0.1 alone); the
-# network cut's is not: its iptables rule is one `harness clean` removes.
 pytestmark = pytest.mark.integration
 
 
@@ -44,7 +42,6 @@ def _stop_and_read_back(wl, history):
     return stop
 
 
-@pytest.mark.loopback
 @pytest.mark.parametrize("commit", ["auto", "after-processing"])
 def test_a_member_killed_while_handling_a_poll(kafka, history, started, topic_name, commit):
     # Slow handling (0.1 s a record) and a quick library commit (0.1 s): a poll's records
@@ -95,7 +92,6 @@ def test_a_member_killed_while_handling_a_poll(kafka, history, started, topic_na
         assert found["consumer-loss"] == 0 and found["redelivery"] > 0 and results["valid"]
 
 
-@pytest.mark.loopback
 def test_a_producer_killed_mid_run_leaves_its_sends_in_doubt_and_a_successor_sends_on(history, started, topic_name):
     from workloads.process_slot import VALUE_BLOCK
 
@@ -178,7 +174,6 @@ def test_a_member_cut_off_the_network_loses_its_partitions_and_rejoins_once_the_
     assert found["consumer-loss"] == 0 and found["lost-commit"] == 0 and results["valid"], found
 
 
-@pytest.mark.loopback
 def test_a_plain_consumer_killed_mid_run_is_resumed_where_its_reads_stopped(history, started, topic_name):
     # A plain consumer (assign mode) as a process: killed, its successor takes its partitions
     # from the offsets after its recorded reads, as a supervisor resuming it would.
@@ -220,7 +215,6 @@ def report_process(facts) -> int:
     return next(e["process"] for e in facts.events if e["f"] == "final-reads")
 
 
-@pytest.mark.loopback
 def test_the_client_library_s_debug_lines_reach_the_run_s_clients_log_from_threads_and_processes(
         tmp_path, history, started, topic_name):
     """`debug` in the consumer settings: librdkafka's debug lines, a group

@@ -21,8 +21,7 @@ from workloads.workload import Workload
 
 from tests.workloads.history_checks import check_history
 
-# Kafka and the clients live on 127.0.0.1 alone (lab/loopback_kafka.py): `make test` runs these beside the clusters.
-pytestmark = [pytest.mark.integration, pytest.mark.loopback]
+pytestmark = pytest.mark.integration
 
 INDETERMINATE = {error_name(c) for c in INDETERMINATE_NOTES} | {"_PURGE_QUEUE"}
 

@@ -39,7 +39,6 @@ def test_groups_from_tables_take_dashed_keys_and_defaults():
 
 
 @pytest.mark.integration
-@pytest.mark.loopback
 def test_group_members_record_processing_commits_and_the_final_committed_offsets(history, started, topic_name):
     groups = (GroupConfig("after", consumers=2, commit="after-processing", process_s=0.001, commit_interval_s=0.3),
               GroupConfig("before", consumers=1, commit="before-processing", process_s=0.001, commit_interval_s=0),

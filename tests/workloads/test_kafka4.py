@@ -22,8 +22,7 @@ from workloads.workload import Workload
 
 from tests.workloads.history_checks import check_history, wait_until_assigned
 
-# Kafka and the clients live on 127.0.0.1 alone (lab/loopback_kafka.py): `make test` runs these beside the clusters.
-pytestmark = [pytest.mark.integration, pytest.mark.loopback]
+pytestmark = pytest.mark.integration
 
 
 # KIP-848's group session and heartbeat, as short as the classic members' here (Kafka: 45 s and 5 s).

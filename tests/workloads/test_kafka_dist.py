@@ -51,7 +51,6 @@ def test_malformed_versions(bad, tmp_path):
 
 
 @pytest.mark.integration
-@pytest.mark.loopback
 def test_unknown_version_exits_2_with_one_line(tmp_path):
     proc = _cli("--version", "3.9.99", "--cache-dir", str(tmp_path))
     assert proc.returncode == 2
@@ -66,7 +65,6 @@ def test_cli_bad_flag_is_one_line():
 
 
 @pytest.mark.integration
-@pytest.mark.loopback
 def test_resolves_with_maven_into_a_fresh_cache_once(tmp_path):
     """The real path: mvn from Maven Central (jars already in ~/.m2 make it quick)."""
     proc = _cli("--version", kd.DEFAULT_VERSION, "--cache-dir", str(tmp_path), "--print-classpath")

@@ -67,7 +67,6 @@ def test_settings_the_transactions_own_are_refused():
 
 
 @pytest.mark.integration
-@pytest.mark.loopback
 def test_transactions_on_kafka_commit_abort_and_fence_as_recorded(started, history, topic_name):
     cfg = WorkloadConfig(topic=topic_name, partitions=3, replication_factor=2, rate=50, producers=0, consumers=1,
                          idempotent=True,
@@ -128,7 +127,6 @@ def test_transactions_on_kafka_commit_abort_and_fence_as_recorded(started, histo
 
 
 @pytest.mark.integration
-@pytest.mark.loopback
 def test_a_transaction_left_open_holds_final_reads_back_and_nothing_is_called_lost(started, kafka, history,
                                                                                   topic_name):
     """A transaction begun and never ended (its timeout far away) holds every
@@ -258,7 +256,6 @@ def _read(bootstrap: str, topic: str, isolation: str) -> dict[int, int]:
 
 
 @pytest.mark.integration
-@pytest.mark.loopback
 @pytest.mark.parametrize("system", ["own", "3.9.2"])
 def test_an_abort_that_purges_a_timed_out_send_makes_the_next_commit_a_lost_write(tmp_path, history, system):
     """librdkafka (2.16) reuses a sequence number across an abort, and the
@@ -412,7 +409,6 @@ def _one_coordinator(names: list[str]) -> list[str]:
 
 
 @pytest.mark.integration
-@pytest.mark.loopback
 @pytest.mark.parametrize("system", ["own", "3.9.2", "4.4.0"])
 def test_apache_s_java_producer_reuses_no_sequence_after_an_abort(tmp_path, java_clients, system):
     """The transactions of the librdkafka reproduction above, by Apache's Java

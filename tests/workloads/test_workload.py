@@ -14,8 +14,7 @@ from workloads.workload import Workload
 
 from tests.workloads.history_checks import check_history
 
-# Kafka and the clients live on 127.0.0.1 alone (lab/loopback_kafka.py): `make test` runs these beside the clusters.
-pytestmark = [pytest.mark.integration, pytest.mark.loopback]
+pytestmark = pytest.mark.integration
 
 
 def _run(kafka, history, workloads, config: WorkloadConfig, seconds: float = 3.0, final_s: float = 30.0):
