@@ -32,6 +32,7 @@ virtual environment: `spark.pyspark.python` names it).
 
 from __future__ import annotations
 
+import gc
 from functools import partial
 from pathlib import Path
 
@@ -117,6 +118,17 @@ def run(spark, files: list[Path], facts: Facts, names: Names, dumps: dict[str, P
         staged.unpersist()
 
 
+def _worker_objects_set_aside() -> None:
+    """Everything a task's Python worker holds as the task begins (its
+    modules, Numba's, pyarrow's, pandas') left out of the collector's
+    reach: PySpark's daemon runs a full collection after every task of a
+    reused worker, which walked them all, more CPU than a small history's
+    tasks themselves take (docs/decisions.md, "The executors' Python
+    workers kept out of the collector"). What the task makes is collected
+    as before."""
+    gc.freeze()
+
+
 def _partials(table) -> list[dict]:
     """The partial results of a table of STAGED rows."""
     kind = table.column("kind").to_numpy()
@@ -125,6 +137,7 @@ def _partials(table) -> list[dict]:
 
 def _read(batches, names: Names, fold: dict[int, int]):
     """A reading task's rows: each task row names a row group of the history or a node's dump."""
+    _worker_objects_set_aside()
     for batch in batches:
         for kind, path, part in zip(*(batch.column(i).to_pylist() for i in range(3))):
             if kind == _HISTORY:
@@ -141,6 +154,7 @@ def _batches(rows: r.Rows, keyed: bool = False):
 
 
 def _first(batches, facts: Facts):
+    _worker_objects_set_aside()
     shard, _ = r.from_arrow(batches)
     handed, found = first_stage(shard, facts)
     del shard
@@ -149,6 +163,7 @@ def _first(batches, facts: Facts):
 
 
 def _second(batches, facts: Facts):
+    _worker_objects_set_aside()
     shard, results = r.from_arrow(batches)
     found, edges = second_stage(shard, facts)
     del shard
@@ -173,6 +188,7 @@ def _staged(kind: np.ndarray, a: np.ndarray, b: np.ndarray, results: list[bytes]
 
 def _cut(batches, shared):
     """A task's edges cut by segment (txn_segments.cut)."""
+    _worker_objects_set_aside()
     import pyarrow as pa
 
     segments, spans = shared.value
@@ -189,6 +205,7 @@ def _cut(batches, shared):
 
 def _search(batches, shared):
     """A task's segments searched (`cycle_stage`): its partial result."""
+    _worker_objects_set_aside()
     import pyarrow as pa
 
     _, spans = shared.value
