@@ -1,13 +1,18 @@
 """Fixtures for the own broker's tests: a real ZooKeeper and real broker processes.
 
-Every process started here is stopped in the fixture's finally, also when
-the test fails; logs stay under the test's tmp_path for post-mortems.
+One ZooKeeper serves the whole session (its start is a JVM's, paid once);
+each test gets a chroot of its own in it, so that what one test's brokers
+write no other test sees. Every process started here is stopped in the
+fixture's finally, also when the test fails; the brokers' logs stay under
+the test's tmp_path for post-mortems, ZooKeeper's under the session's.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
+from dataclasses import dataclass
 
 import pytest
 
@@ -29,16 +34,44 @@ def _have_zookeeper() -> bool:
     return shutil.which("java") is not None and os.path.exists("/usr/share/java/zookeeper.jar")
 
 
-@pytest.fixture
-def zookeeper(tmp_path):
+@pytest.fixture(scope="session")
+def _zookeeper_server(tmp_path_factory):
     if not _have_zookeeper():
         pytest.fail("ZooKeeper (Debian package `zookeeper`) and java are needed: run `make setup`")
-    zk = ZooKeeperServer(tmp_path / "zk")
+    zk = ZooKeeperServer(tmp_path_factory.mktemp("zk"))
     try:
         zk.start()
         yield zk
     finally:
         zk.stop()
+
+
+@dataclass
+class ZooKeeperChroot:
+    """A test's part of the session's ZooKeeper: `connect` names its chroot."""
+
+    connect: str
+
+
+_chroots = itertools.count()
+
+
+@pytest.fixture
+def zookeeper(_zookeeper_server):
+    from kazoo.client import KazooClient
+
+    zk = _zookeeper_server
+    if zk.proc is None or zk.proc.poll() is not None:
+        pytest.fail(f"the session's ZooKeeper is gone; see {zk.dir / 'zookeeper.log'}")
+    chroot = f"/test-{next(_chroots)}"
+    maker = KazooClient(hosts=zk.connect, timeout=10)
+    maker.start(timeout=30)
+    try:
+        maker.ensure_path(chroot)
+    finally:
+        maker.stop()
+        maker.close()
+    return ZooKeeperChroot(f"{zk.connect}{chroot}")
 
 
 @pytest.fixture

@@ -143,7 +143,7 @@ def test_metadata_names_a_live_broker_while_the_controller_is_not_one(make_clust
     from kazoo.client import KazooClient
 
     cluster = make_cluster(1, settings={"default.replication.factor": "1"}, start=False)
-    chroot = "/" + cluster.zookeeper.split("/", 1)[1]
+    chroot = cluster.zookeeper[len(zookeeper.connect):]  # the cluster's, within the test's
     gone = KazooClient(hosts=zookeeper.connect)
     gone.start(timeout=30)
     try:
