@@ -121,7 +121,9 @@ def backward(ww: np.ndarray, wr: np.ndarray) -> Segments:
 class Cut:
     """Rows keyed by segment: a WW or WR edge a -> b inside it, a NODE a
     (a transaction inside it), a MARK a (an index node inside it: the
-    invocation of a transaction outside it); b is -1 but for edges."""
+    invocation of a transaction outside it); b is -1 but for edges. Each
+    row's a (and an edge's b) lies inside its segment, so a's segment is a
+    function of a."""
 
     segment: np.ndarray
     kind: np.ndarray
@@ -142,22 +144,37 @@ class Cut:
         return Cut(self.segment[at], self.kind[at], self.a[at], self.b[at])
 
     def distinct(self) -> "Cut":
-        """Each row once, by segment, kind and nodes (shards cut overlapping
-        rows): packed in numbers where they fit, sorted (a sort of rows by
-        four columns, each sorted by index, costs more per row the more rows
-        there are, and `cut` gives one of every edge in a segment)."""
+        """Each row once (shards cut overlapping rows), in order of a, kind
+        and b: per kind the order of segment, a and b, since a row's a lies
+        inside its segment and the segments are numbered in the order of
+        their nodes. Sorted as numbers, (a, kind, b) packed in one, where
+        the nodes' range fits (below about 2**30 history indexes), each
+        row's segment then found again from its a; else as rows (a sort of
+        rows by columns, each sorted by index, costs several times more a
+        row, and `cut` gives one of every edge in a segment)."""
         if not len(self):
             return self
-        keys = packed(self.segment, self.kind, self.a, self.b)
-        if keys is not None:
-            columns = unpacked(distinct(keys[0]), *keys[1:])
-            return Cut(*(c.astype(getattr(self, name).dtype, copy=False)
-                         for c, name in zip(columns, ("segment", "kind", "a", "b"))))
-        order = np.lexsort((self.b, self.a, self.kind, self.segment))
-        s = self.take(order)
-        same = ((s.segment[1:] == s.segment[:-1]) & (s.kind[1:] == s.kind[:-1]) & (s.a[1:] == s.a[:-1])
-                & (s.b[1:] == s.b[:-1]))
-        return s.take(np.flatnonzero(np.concatenate(([True], ~same))))
+        keys = packed(self.a, self.kind, self.b)
+        if keys is None:
+            s = self.take(np.lexsort((self.b, self.kind, self.a)))
+            same = (s.a[1:] == s.a[:-1]) & (s.kind[1:] == s.kind[:-1]) & (s.b[1:] == s.b[:-1])
+            return s.take(np.flatnonzero(np.concatenate(([True], ~same))))
+        a, kind, b = unpacked(distinct(keys[0]), *keys[1:])
+        return Cut(self.segment_of(a).astype(self.segment.dtype, copy=False),
+                   kind.astype(self.kind.dtype, copy=False), a.astype(self.a.dtype, copy=False),
+                   b.astype(self.b.dtype, copy=False))
+
+    def segment_of(self, points: np.ndarray) -> np.ndarray:
+        """The segment of each of `points`, each inside one of these rows'
+        segments: the last whose least node (an a, or an edge's b) is at or
+        below it."""
+        low = int(self.segment.min())
+        least = np.full(int(self.segment.max()) - low + 1, np.iinfo(np.int64).max)
+        np.minimum.at(least, self.segment - low, self.a)
+        edge = self.kind <= WR
+        np.minimum.at(least, self.segment[edge] - low, self.b[edge])
+        held = np.flatnonzero(least != np.iinfo(np.int64).max)
+        return held[np.searchsorted(least[held], points, side="right") - 1] + low
 
     def groups(self, rows: int) -> list["Cut"]:
         """These rows in groups of whole segments, consecutive, of about
@@ -225,12 +242,8 @@ def search(rows: Cut, spans: Spans) -> tuple[Cycles, Sizes]:
         return found, Sizes()
     # Each segment's transactions: its NODE rows and its edges' ends, distinct.
     held = rows.kind != MARK
-    segment = np.concatenate((rows.segment[held], rows.segment[is_edge]))
-    node = np.concatenate((rows.a[held], rows.b[is_edge]))
-    order = np.lexsort((node, segment))
-    segment, node = segment[order], node[order]
-    first = np.concatenate(([True], (segment[1:] != segment[:-1]) | (node[1:] != node[:-1])))
-    names, transactions = np.unique(segment[first], return_counts=True)
+    nodes = distinct(np.concatenate((rows.a[held], rows.b[is_edge])))
+    names, transactions = np.unique(rows.segment_of(nodes), return_counts=True)
     edges = np.bincount(np.searchsorted(names, rows.segment[is_edge]), minlength=len(names))
     big = np.lexsort((edges, transactions))[-1]
     return found, Sizes(len(names), int(transactions[big]), int(edges[big]))

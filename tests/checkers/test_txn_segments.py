@@ -161,6 +161,32 @@ def test_the_segments_search_gives_the_whole_graph_s_rows_and_examples_on_random
     assert several >= 5  # graphs of several segments with cycles in more than one, not only one segment each
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_the_search_s_sizes_are_its_segments_and_the_largest_s_transactions_and_edges(seed):
+    rng = np.random.default_rng(100 + seed)
+    for _ in range(20):
+        n = int(rng.integers(5, 400))
+        ww, wr, spans = _random_graph(rng, n, int(rng.integers(1, 2 * n)), 4, 0.15)
+        segments = backward(ww, wr)
+        rows = cut(ww, wr, segments, spans)
+        rows = Cut.joined([rows, rows.take(slice(0, len(rows) // 2))])  # rows twice, as shards cut them
+        nodes: dict[int, set] = {}
+        edges: dict[int, set] = {}
+        for s, kind, a, b in zip(*(c.tolist() for c in (rows.segment, rows.kind, rows.a, rows.b))):
+            if kind != MARK:
+                nodes.setdefault(s, set()).add(a)
+            if kind < NODE:
+                nodes[s].add(b)
+                edges.setdefault(s, set()).add((kind, a, b))
+        sizes = search(rows, spans)[1]
+        if not nodes:
+            assert sizes.segments == 0
+            continue
+        big = max(nodes, key=lambda s: (len(nodes[s]), len(edges.get(s, ()))))
+        assert (sizes.segments, sizes.transactions, sizes.edges) == (
+            len(nodes), len(nodes[big]), len(edges.get(big, ())))
+
+
 def test_a_generated_history_of_overlapping_transactions_cut_gives_the_whole_graph_s_rows(tmp_path):
     # lab/synthetic.py's overlapping transactions (--txn-overlap): many backward edges, whose
     # segments hold dozens of transactions, and no cycle but the planted ones (each of two or three).

@@ -55,18 +55,25 @@ def test_columns_pack_while_their_ranges_fit_in_an_int64():
 
 @pytest.mark.parametrize("spread", (1, 1 << 40))
 def test_a_cut_s_distinct_rows_are_its_rows_sorted_once_packed_or_not(spread):
-    # Nodes 2**40 apart: four columns too wide to pack in an int64, sorted as rows.
+    # Nodes 2**40 apart: a, kind and b too wide to pack in an int64, sorted as rows.
     rng = np.random.default_rng(spread)
     n = 3000
     a = rng.integers(0, 500, n) * spread
-    rows = Cut(rng.integers(0, 20, n), rng.integers(0, 4, n).astype(np.int8), a,
-               np.where(rng.random(n) < 0.5, a + rng.integers(-9, 9, n) * spread, -1))
+    # Segments as `cut` makes them: each row's a inside its segment, numbered in
+    # their nodes' order, some numbers held by no row.
+    bounds = np.sort(rng.choice(np.arange(1, 500), 30, replace=False)) * spread
+    segment = np.searchsorted(bounds, a, side="right") * 2 + 7
+    kind = rng.integers(0, 4, n).astype(np.int8)
+    b = a + rng.integers(-9, 9, n) * spread  # an edge's b in its a's segment too
+    edge = (kind < 2) & (np.searchsorted(bounds, b, side="right") * 2 + 7 == segment) & (b >= 0)
+    kind, b = np.where(edge | (kind >= 2), kind, 2).astype(np.int8), np.where(edge, b, -1)
+    rows = Cut(segment, kind, a, b)
     rows = Cut.joined([rows, rows.take(slice(0, n // 2))])
-    assert (packed(rows.segment, rows.kind, rows.a, rows.b) is None) == (spread > 1)
+    assert (packed(rows.a, rows.kind, rows.b) is None) == (spread > 1)
     got = rows.distinct()
     assert got.kind.dtype == np.int8 and got.segment.dtype == got.a.dtype == got.b.dtype == np.int64
-    assert list(zip(*(c.tolist() for c in (got.segment, got.kind, got.a, got.b)))) == sorted(
-        set(zip(*(c.tolist() for c in (rows.segment, rows.kind, rows.a, rows.b)))))
+    assert list(zip(*(c.tolist() for c in (got.a, got.kind, got.b, got.segment)))) == sorted(
+        set(zip(*(c.tolist() for c in (rows.a, rows.kind, rows.b, rows.segment)))))
 
 
 def test_the_segments_search_sorts_and_never_takes_numpy_s_hash_table_or_row_sort(monkeypatch):
