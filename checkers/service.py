@@ -12,11 +12,14 @@ calibrate` start one for all their runs and hand its address to each
 (`ENV`), so a night pays them once.
 
 Not disturbing what the history measures: the service runs at nice 19
-(`BACKGROUND_NICE`; the JVM inherits it) while it starts and primes
+(`BACKGROUND_NICE`; the JVM inherits it), its session too (it leads one
+of its own, and where the kernel shares the CPU among sessions first a
+nice value alone weighs nothing against the others:
+`core.processes.set_session_nice`), while it starts and primes
 (`checkers.check.prime`: a tiny built-in history with every anomaly, then
 the run's own history as far as it is written), so
 it takes CPU only that the brokers and clients leave idle. The first
-request raises the whole process tree (every JVM thread) back to nice 0,
+request raises the whole process tree (every JVM thread) and its session back to nice 0,
 cancels a priming still under way, and from then on the service checks at
 normal priority. Raising priority needs root (CAP_SYS_NICE); without it
 checks run at nice 19, which on a machine with nothing else to do is as
@@ -60,7 +63,7 @@ import orjson
 from checkers.check import Options, check_history, prime
 from checkers.spark import JVM_LOG_ENV, conf_pairs, get_session
 from core.errors import UserError, first_line
-from core.processes import descendants, die_with_parent
+from core.processes import descendants, die_with_parent, set_session_nice
 
 log = logging.getLogger(__name__)
 
@@ -177,11 +180,13 @@ def start(log_path: Path, jvm_log_path: Path | None = None, conf: dict[str, str]
 
 def _niced(pre_exec, nice: int):
     """`pre_exec`, then `nice`: set before exec, so that every thread the service and its
-    JVM ever start inherits it (on Linux a nice value is per thread)."""
+    JVM ever start inherits it (on Linux a nice value is per thread), and on the session
+    the child leads (start_new_session made it before this runs)."""
     def both() -> None:
         pre_exec()
         if nice:
             os.nice(nice)
+            set_session_nice(nice)
     return both
 
 
@@ -282,6 +287,7 @@ class _Session:
         if not self.claimed.is_set():
             self.claimed.set()
             _renice_tree(0)
+            set_session_nice(0)
         # A cancel stops only the prime job running at that moment; between two of a
         # check's jobs the priming would go on with the next. So cancel until it stops.
         if self._thread.is_alive():

@@ -1,10 +1,18 @@
 """Child processes: those that must not outlive the harness process that
-started them, and a process's descendants.
+started them, a process's descendants, and the priority of a session.
 
 `die_with_parent` is the `preexec_fn` for such a child: the kernel sends it
 SIGTERM when its parent dies (PR_SET_PDEATHSIG), even of a `kill -9`. The
 signal follows the parent *thread* that forked it, so such children are
 started from a thread that lives as long as they should (the main thread).
+
+`set_session_nice` is for a process that leads a session of its own (started
+with setsid, or by sshd) and should yield the CPU: where the kernel groups
+processes by session (autogroups: `kernel.sched_autogroup_enabled`, on in
+Debian's kernels), it first shares the CPU among sessions, each equally,
+and a nice value weighs only within its session. A niced process alone in
+its session would take a full share; the session's own nice value, in
+/proc/PID/autogroup, is what weighs against the others.
 """
 
 from __future__ import annotations
@@ -50,3 +58,20 @@ def descendants(root: int) -> list[int]:
             found.append(child)
             todo.append(child)
     return found
+
+
+# A shell command's prefix that runs the command niced by N, its session too
+# (`set_session_nice`): for a command alone in a session sshd made for it.
+SESSION_NICE_PREFIX = "sh -c 'echo {n} >/proc/self/autogroup 2>/dev/null; exec nice -n {n} \"$@\"' niced"
+
+
+def set_session_nice(nice: int, pid: int | str = "self") -> bool:
+    """Give the session of process `pid` the weight of `nice` against other
+    sessions (module docstring); False where the kernel has no autogroups or
+    refuses (raising a session's priority needs root)."""
+    try:
+        with open(f"/proc/{pid}/autogroup", "w") as f:
+            f.write(str(nice))
+        return True
+    except OSError:
+        return False

@@ -47,6 +47,14 @@ def _nices(pid: int) -> dict[int, int]:
     return found
 
 
+def _session_nice(pid: int) -> int | None:
+    """The nice value of process `pid`'s session (its autogroup), None where the kernel has none."""
+    try:
+        return int(Path(f"/proc/{pid}/autogroup").read_text().split("nice")[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _java_children(pid: int) -> list[int]:
     """The JVMs below process `pid`; the launcher's short-lived helpers (spark-submit's
     shells) may exit between the listing and the read, and are skipped."""
@@ -63,12 +71,13 @@ def _java_children(pid: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def started(tmp_path_factory):
-    """A service, and the nice values of its process tree once its JVM runs, before any request."""
+    """A service, the nice values of its process tree once its JVM runs, before any request,
+    its logs' folder, and its session's nice value then."""
     logs = tmp_path_factory.mktemp("service")
     svc = service.start(logs / "check-service.log", jvm_log_path=logs / "spark.log")
     try:
         wait_for(lambda: _java_children(svc.process.pid), timeout=60, what="the service's JVM")
-        yield svc, _nices(svc.process.pid), logs
+        yield svc, _nices(svc.process.pid), logs, _session_nice(svc.process.pid)
     finally:
         svc.close()
 
@@ -85,7 +94,7 @@ def _anomalous(hist):
 
 
 def test_the_service_checks_a_history_as_the_checker_does_in_process(started, hist, spark, tmp_path):
-    svc, _, _ = started
+    svc, *_ = started
     path = _anomalous(hist).write(tmp_path)
     opts = Options(allow={"duplicate"}, fault_ends={"start-partition": "stop-partition"})
     here = check_history(path, opts, spark=spark)
@@ -99,12 +108,16 @@ def test_the_service_checks_a_history_as_the_checker_does_in_process(started, hi
 
 
 def test_the_first_request_raises_the_service_and_its_jvm_from_nice_19_to_0(started, hist, tmp_path):
-    svc, before, _ = started
+    svc, before, _, session_before = started
     assert before and set(before.values()) == {service.BACKGROUND_NICE}, before
     svc.check(_anomalous(hist).write(tmp_path), Options())
     after = _nices(svc.process.pid)
     assert _java_children(svc.process.pid)
     assert set(after.values()) == {0}, after
+    # Its session too, where the kernel weighs sessions first (Debian's does): a niced
+    # process alone in its session would otherwise take a full share of the CPU.
+    if Path("/proc/self/autogroup").exists():
+        assert (session_before, _session_nice(svc.process.pid)) == (service.BACKGROUND_NICE, 0)
 
 
 def test_a_claim_stops_the_priming_and_raises_the_priority_before_the_check_comes(tmp_path, hist):
@@ -133,7 +146,7 @@ def test_a_claim_stops_the_priming_and_raises_the_priority_before_the_check_come
 
 
 def test_bad_input_is_the_same_one_line_error_as_in_process(started, spark, hist, tmp_path):
-    svc, _, logs = started
+    svc, _, logs, _ = started
     bad = tmp_path / "history.jsonl"
     bad.write_text('{"index": 0, "time": 0, "process": 0, "type": "invoke", "f": "send", "value": 1}\nnot json\n')
     with pytest.raises(UserError) as here:
@@ -179,7 +192,7 @@ def test_the_service_and_its_jvm_die_with_the_process_that_started_it(tmp_path):
 
 
 def test_a_shared_service_is_named_by_the_environment_and_not_stopped_by_its_users(monkeypatch, started):
-    svc, _, _ = started
+    svc, *_ = started
     monkeypatch.setenv(service.ENV, svc.address)
     shared = service.from_environment()
     assert shared.address == svc.address and shared.process is None
@@ -193,7 +206,7 @@ def test_clean_removes_the_folder_of_a_killed_service_and_keeps_a_running_ones(s
     """A service killed outright (SIGKILL) cannot remove its socket folder; `harness clean`
     (`service.remove_stale`) does, and leaves a running service's alone, and the
     folder a check under way converts a JSONL history into (its name starts alike)."""
-    running, _, _ = started
+    running, *_ = started
     killed = service.start(tmp_path / "check-service.log")
     killed.process.kill()
     killed.process.wait()
