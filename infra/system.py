@@ -63,6 +63,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Protocol, runtime_checkable
 
+from core.processes import SESSION_NICE_PREFIX
 from infra.nodes import Cluster, Node, parallel
 from infra.remote import RemoteError
 
@@ -265,8 +266,10 @@ class LogDump(Protocol):
 
 # The disk dumps' commands on the nodes start with this: `harness run` takes
 # them beside the check (harness/run/runner.py), whose Spark JVM should have the
-# CPU first; the dumps fill what it leaves.
-DUMP_NICE = "nice -n 10"
+# CPU first; the dumps fill what it leaves. Their session niced too: sshd makes
+# one for each command, and a niced command alone in its session would
+# otherwise weigh as much as the check's (core/processes.py).
+DUMP_NICE = SESSION_NICE_PREFIX.format(n=10)
 
 
 def count_lines(path: str | os.PathLike) -> int:
