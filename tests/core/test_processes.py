@@ -6,6 +6,7 @@ session's value to set: the command is still niced and keeps its status."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -24,7 +25,8 @@ def test_a_prefixed_command_alone_in_its_session_nices_the_session_and_keeps_its
     done = subprocess.run(f"{SESSION_NICE_PREFIX.format(n=10)} sh -c '{REPORT}; exit 3'", shell=True,
                           start_new_session=True, capture_output=True, text=True)
     nice, group = (done.stdout.split("\n") + [""])[:2]
-    assert done.returncode == 3 and nice == "10", done
+    # nice -n adds to this process's own (the suite's half beside runs at 19, the most there is).
+    assert done.returncode == 3 and int(nice) == min(os.nice(0) + 10, 19), done
     assert group.endswith(" nice 10") if AUTOGROUPS else group == "", done
     assert _own_session_nice() == ours  # another session's, not ours
 
