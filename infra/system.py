@@ -266,9 +266,10 @@ class LogDump(Protocol):
 
 # The disk dumps' commands on the nodes start with this: `harness run` takes
 # them beside the check (harness/run/runner.py), whose Spark JVM should have the
-# CPU first; the dumps fill what it leaves. Their session niced too: sshd makes
-# one for each command, and a niced command alone in its session would
-# otherwise weigh as much as the check's (core/processes.py).
+# CPU first; the dumps fill what it leaves. Their session niced too: each
+# command comes in a session of its own (sshd's, or docker exec's), and a
+# niced command alone in its session would otherwise weigh as much as the
+# check's (core/processes.py).
 DUMP_NICE = SESSION_NICE_PREFIX.format(n=10)
 
 
