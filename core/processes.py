@@ -61,7 +61,8 @@ def descendants(root: int) -> list[int]:
 
 
 # A shell command's prefix that runs the command niced by N, its session too
-# (`set_session_nice`): for a command alone in a session sshd made for it.
+# (`set_session_nice`): for a command alone in a session made for it (sshd's,
+# docker exec's).
 SESSION_NICE_PREFIX = "sh -c 'echo {n} >/proc/self/autogroup 2>/dev/null; exec nice -n {n} \"$@\"' niced"
 
 

@@ -56,6 +56,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The groups of a run of this script that was killed outright (its pid gone), empty now.
+for dir in /sys/fs/cgroup/{cpu,cpuacct}/harness-tests.*.*; do
+    pid=${dir##*/harness-tests.}
+    pid=${pid%%.*}
+    if [ -d "$dir" ] && ! kill -0 "$pid" 2>/dev/null; then rmdir "$dir" 2>/dev/null; fi
+done
 group serial_acct cpuacct serial
 group beside_acct cpuacct beside
 group beside_cpu cpu beside
