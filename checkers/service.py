@@ -12,9 +12,9 @@ calibrate` start one for all their runs and hand its address to each
 (`ENV`), so a night pays them once.
 
 Not disturbing what the history measures: the service runs at nice 19
-(`BACKGROUND_NICE`; the JVM inherits it), its session too (it leads one
-of its own, and where the kernel shares the CPU among sessions first a
-nice value alone weighs nothing against the others:
+(`BACKGROUND_NICE`; the JVM inherits it), its session too once it listens
+(it leads one of its own, and where the kernel shares the CPU among
+sessions first a nice value alone weighs nothing against the others:
 `core.processes.set_session_nice`), while it starts and primes
 (`checkers.check.prime`: a tiny built-in history with every anomaly, then
 the run's own history as far as it is written), so
@@ -180,13 +180,12 @@ def start(log_path: Path, jvm_log_path: Path | None = None, conf: dict[str, str]
 
 def _niced(pre_exec, nice: int):
     """`pre_exec`, then `nice`: set before exec, so that every thread the service and its
-    JVM ever start inherits it (on Linux a nice value is per thread), and on the session
-    the child leads (start_new_session made it before this runs)."""
+    JVM ever start inherits it (on Linux a nice value is per thread). Its session takes
+    the value once the service listens (`main`)."""
     def both() -> None:
         pre_exec()
         if nice:
             os.nice(nice)
-            set_session_nice(nice)
     return both
 
 
@@ -382,6 +381,10 @@ def main(argv: list[str] | None = None) -> int:
         server.bind(args.socket)
         server.listen(16)
         log.info("listening on %s (pid %d)", args.socket, os.getpid())
+        # Its session niced as the process is (the module docstring) only now: its
+        # start, Python's imports, is what the caller waits for (START_WAIT_S), and a
+        # session at nice 19 on a busy machine would hardly get the CPU for them.
+        set_session_nice(os.nice(0))
         session = _Session(conf_pairs(args.spark_conf), args.prime_from)
         while True:
             conn, _ = server.accept()
