@@ -12,7 +12,8 @@ processes by session (autogroups: `kernel.sched_autogroup_enabled`, on in
 Debian's kernels), it first shares the CPU among sessions, each equally,
 and a nice value weighs only within its session. A niced process alone in
 its session would take a full share; the session's own nice value, in
-/proc/PID/autogroup, is what weighs against the others.
+/proc/PID/autogroup (`session_nice` reads it), is what weighs against the
+others.
 """
 
 from __future__ import annotations
@@ -64,6 +65,16 @@ def descendants(root: int) -> list[int]:
 # (`set_session_nice`): for a command alone in a session made for it (sshd's,
 # docker exec's).
 SESSION_NICE_PREFIX = "sh -c 'echo {n} >/proc/self/autogroup 2>/dev/null; exec nice -n {n} \"$@\"' niced"
+
+
+def session_nice(pid: int | str = "self") -> int | None:
+    """The nice value of process `pid`'s session; None where the kernel has no
+    autogroups or the process is gone."""
+    try:
+        with open(f"/proc/{pid}/autogroup") as f:
+            return int(f.read().split("nice")[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def set_session_nice(nice: int, pid: int | str = "self") -> bool:

@@ -23,7 +23,7 @@ from checkers.check import Options, _prime_events, check_history
 from checkers.load import scratch_for
 from core.errors import UserError
 from core.history.files import resolve
-from core.processes import descendants
+from core.processes import descendants, session_nice
 from lab.synthetic import Plan, generate
 from tests.support import REPO
 
@@ -45,14 +45,6 @@ def _nices(pid: int) -> dict[int, int]:
                 continue
             found[int(tid)] = int(stat[stat.rindex(b")") + 2:].split()[16])
     return found
-
-
-def _session_nice(pid: int) -> int | None:
-    """The nice value of process `pid`'s session (its autogroup), None where the kernel has none."""
-    try:
-        return int(Path(f"/proc/{pid}/autogroup").read_text().split("nice")[1])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def _java_children(pid: int) -> list[int]:
@@ -77,7 +69,7 @@ def started(tmp_path_factory):
     svc = service.start(logs / "check-service.log", jvm_log_path=logs / "spark.log")
     try:
         wait_for(lambda: _java_children(svc.process.pid), timeout=60, what="the service's JVM")
-        yield svc, _nices(svc.process.pid), logs, _session_nice(svc.process.pid)
+        yield svc, _nices(svc.process.pid), logs, session_nice(svc.process.pid)
     finally:
         svc.close()
 
@@ -117,7 +109,7 @@ def test_the_first_request_raises_the_service_and_its_jvm_from_nice_19_to_0(star
     # Its session too, where the kernel weighs sessions first (Debian's does): a niced
     # process alone in its session would otherwise take a full share of the CPU.
     if Path("/proc/self/autogroup").exists():
-        assert (session_before, _session_nice(svc.process.pid)) == (service.BACKGROUND_NICE, 0)
+        assert (session_before, session_nice(svc.process.pid)) == (service.BACKGROUND_NICE, 0)
 
 
 def test_a_claim_stops_the_priming_and_raises_the_priority_before_the_check_comes(tmp_path, hist):

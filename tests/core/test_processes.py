@@ -10,25 +10,21 @@ import os
 import subprocess
 from pathlib import Path
 
-from core.processes import SESSION_NICE_PREFIX, set_session_nice
+from core.processes import SESSION_NICE_PREFIX, session_nice, set_session_nice
 
 AUTOGROUPS = Path("/proc/self/autogroup").exists()
 REPORT = "nice; cat /proc/self/autogroup 2>/dev/null"
 
 
-def _own_session_nice() -> str | None:
-    return Path("/proc/self/autogroup").read_text().split("nice")[1].strip() if AUTOGROUPS else None
-
-
 def test_a_prefixed_command_alone_in_its_session_nices_the_session_and_keeps_its_status():
-    ours = _own_session_nice()
+    ours = session_nice()
     done = subprocess.run(f"{SESSION_NICE_PREFIX.format(n=10)} sh -c '{REPORT}; exit 3'", shell=True,
                           start_new_session=True, capture_output=True, text=True)
     nice, group = (done.stdout.split("\n") + [""])[:2]
     # nice -n adds to this process's own (the suite's half beside runs at 19, the most there is).
     assert done.returncode == 3 and int(nice) == min(os.nice(0) + 10, 19), done
     assert group.endswith(" nice 10") if AUTOGROUPS else group == "", done
-    assert _own_session_nice() == ours  # another session's, not ours
+    assert session_nice() == ours  # another session's, not ours
 
 
 def test_set_session_nice_sets_the_child_s_session_before_it_runs():
